@@ -1,0 +1,63 @@
+# LibTorch from the pinned PyPI `torch` wheel in the project venv.
+#
+# We do not call find_package(Torch): the wheel is the CUDA build and its TorchConfig.cmake
+# runs find_package(CUDA/CUDAToolkit) and checks nvcc/cuDNN versions against the local CUDA
+# toolkit (13.x here), which differs from the toolkit the wheel was built with. hotpath needs
+# none of that to compile C++ against LibTorch, so this file builds the imported target from
+# the wheel's own layout (include/, lib/) and asks the wheel's python for its C++ ABI flag.
+#
+# Result: INTERFACE target `hotpath::torch`. With HOTPATH_TORCH_CUDA=ON (default when the
+# wheel ships libtorch_cuda.so) the CUDA backend library is linked with --no-as-needed so
+# CUDA devices and pinned memory are available at run time when a GPU is present.
+
+set(HOTPATH_PYTHON "" CACHE FILEPATH "hotpath: python of the venv that holds the torch wheel")
+if(NOT HOTPATH_PYTHON)
+  if(DEFINED ENV{HOTPATH_PYTHON})
+    set(HOTPATH_PYTHON "$ENV{HOTPATH_PYTHON}" CACHE FILEPATH "" FORCE)
+  elseif(EXISTS "$ENV{HOME}/.cache/hotpath/venv/bin/python")
+    set(HOTPATH_PYTHON "$ENV{HOME}/.cache/hotpath/venv/bin/python" CACHE FILEPATH "" FORCE)
+  else()
+    message(FATAL_ERROR "hotpath: no venv python found; run scripts/setup or pass -DHOTPATH_PYTHON=...")
+  endif()
+endif()
+
+execute_process(
+  COMMAND "${HOTPATH_PYTHON}" -c
+    "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch.compiled_with_cxx11_abi())); print(torch.__version__)"
+  OUTPUT_VARIABLE _hp_torch_out
+  RESULT_VARIABLE _hp_torch_rc
+  ERROR_VARIABLE _hp_torch_err
+  OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT _hp_torch_rc EQUAL 0)
+  message(FATAL_ERROR "hotpath: `${HOTPATH_PYTHON} -c 'import torch'` failed: ${_hp_torch_err}")
+endif()
+string(REPLACE "\n" ";" _hp_torch_out "${_hp_torch_out}")
+list(GET _hp_torch_out 0 HOTPATH_TORCH_DIR)
+list(GET _hp_torch_out 1 _hp_torch_abi)
+list(GET _hp_torch_out 2 HOTPATH_TORCH_VERSION)
+message(STATUS "hotpath: LibTorch ${HOTPATH_TORCH_VERSION} from ${HOTPATH_TORCH_DIR} (cxx11 abi ${_hp_torch_abi})")
+
+set(_hp_torch_lib "${HOTPATH_TORCH_DIR}/lib")
+set(_hp_has_cuda OFF)
+if(EXISTS "${_hp_torch_lib}/libtorch_cuda.so")
+  set(_hp_has_cuda ON)
+endif()
+option(HOTPATH_TORCH_CUDA "hotpath: link LibTorch's CUDA backend (needs libtorch_cuda.so in the wheel)" ${_hp_has_cuda})
+
+add_library(hotpath_torch INTERFACE)
+add_library(hotpath::torch ALIAS hotpath_torch)
+target_include_directories(hotpath_torch SYSTEM INTERFACE
+  "${HOTPATH_TORCH_DIR}/include"
+  "${HOTPATH_TORCH_DIR}/include/torch/csrc/api/include")
+target_compile_definitions(hotpath_torch INTERFACE _GLIBCXX_USE_CXX11_ABI=${_hp_torch_abi})
+set(_hp_torch_libs "${_hp_torch_lib}/libtorch.so" "${_hp_torch_lib}/libtorch_cpu.so" "${_hp_torch_lib}/libc10.so")
+if(HOTPATH_TORCH_CUDA)
+  target_link_libraries(hotpath_torch INTERFACE
+    "-Wl,--no-as-needed" "${_hp_torch_lib}/libtorch_cuda.so" "${_hp_torch_lib}/libc10_cuda.so" "-Wl,--as-needed")
+  target_compile_definitions(hotpath_torch INTERFACE HOTPATH_TORCH_CUDA=1)
+endif()
+target_link_libraries(hotpath_torch INTERFACE ${_hp_torch_libs})
+# The wheel's libraries find their own dependencies (nvidia-* wheels) through their RPATH;
+# ours only has to find the wheel's lib/ folder.
+set(CMAKE_BUILD_RPATH "${CMAKE_BUILD_RPATH};${_hp_torch_lib}")
+set(CMAKE_INSTALL_RPATH "${CMAKE_INSTALL_RPATH};${_hp_torch_lib}")

@@ -1,0 +1,57 @@
+// hotpath/data/transforms.h — the image transforms of a classification pipeline.
+//
+// Crop boxes follow torchvision exactly (RandomResizedCrop.get_params; Resize(shorter side) +
+// CenterCrop), expressed as a box in source pixels so the decoder can crop and scale while it
+// decodes. store_sample() applies flip and normalisation while writing one sample into its slot
+// of a preallocated batch in the requested dtype and layout.
+//
+//   Rng rng = Rng::for_stream(seed, {epoch, index});
+//   Box box = random_resized_crop_box(info.width, info.height, {}, rng);
+//   decode_box_resized(bytes, box, 224, 224, {}, hwc, scratch);
+//   store_sample(hwc, 224, 224, 3, rng.bernoulli(0.5), kImageNetNorm, StoreFormat{}, slot);
+#pragma once
+
+#include <cstdint>
+
+#include "hotpath/core/random.h"
+#include "hotpath/data/kernels/image.h"
+
+namespace hotpath::data {
+
+struct RandomResizedCropParams {
+  double scale_min = 0.08;
+  double scale_max = 1.0;
+  double ratio_min = 3.0 / 4.0;
+  double ratio_max = 4.0 / 3.0;
+};
+
+// torchvision.transforms.RandomResizedCrop.get_params: up to 10 attempts of (area fraction
+// ~ U(scale), log-ratio ~ U(log ratio)), w = round(sqrt(area*ratio)), h = round(sqrt(area/ratio)),
+// accepted if 0 < w <= width and 0 < h <= height, top-left uniform; else the centre fallback
+// (ratio clamped to [ratio_min, ratio_max]). Returns integer pixel boxes like torchvision.
+Box random_resized_crop_box(int width, int height, const RandomResizedCropParams& params, Rng& rng);
+
+// torchvision Resize(resize_shorter) followed by CenterCrop(crop), as a box of the source image
+// that maps onto the crop × crop output (same sizes and rounding as torchvision on PIL images).
+Box resize_center_crop_box(int width, int height, int resize_shorter, int crop);
+
+enum class PixelType { kUInt8, kFloat32, kBFloat16 };
+enum class PixelLayout { kCHW, kHWC };
+
+struct Normalization {
+  float mean[3] = {0.485f, 0.456f, 0.406f};  // on the [0, 1] scale, like torchvision Normalize
+  float std[3] = {0.229f, 0.224f, 0.225f};
+};
+
+struct StoreFormat {
+  PixelType type = PixelType::kFloat32;
+  PixelLayout layout = PixelLayout::kCHW;
+  bool normalize = true;  // float/bf16: (x/255 - mean)/std; uint8 is stored raw
+};
+
+// Writes one packed HWC uint8 image (optionally mirrored left-right) into `dst`, a sample slot of
+// width*height*channels elements of `format.type` in `format.layout`.
+void store_sample(const std::uint8_t* hwc, int width, int height, int channels, bool flip,
+                  const Normalization& norm, const StoreFormat& format, void* dst);
+
+}  // namespace hotpath::data

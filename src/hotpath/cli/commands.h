@@ -1,0 +1,16 @@
+// Subcommand registration for the `hotpath` executable: one function per file in src/hotpath/cli/.
+// Each adds its subcommand (options + callback) to the parent it is given. A callback reports
+// failure by throwing hotpath::Error; main() turns that into one line on stderr and exit code 1.
+#pragma once
+
+namespace CLI {
+class App;
+}
+
+namespace hotpath::cli {
+
+void add_data_pack(CLI::App& data);
+void add_data_inspect(CLI::App& data);
+void add_data_bench(CLI::App& data);
+
+}  // namespace hotpath::cli

@@ -1,0 +1,96 @@
+#include "support/test_support.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+namespace hotpath::test {
+
+TempDir::TempDir() {
+  std::random_device rd;
+  const auto base = std::filesystem::temp_directory_path();
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    auto candidate = base / ("hotpath-test-" + std::to_string(::getpid()) + "-" + std::to_string(rd()));
+    if (std::filesystem::create_directory(candidate)) {
+      path_ = candidate;
+      return;
+    }
+  }
+  throw std::runtime_error("cannot create a temp directory");
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::string python() {
+  const char* p = std::getenv("HOTPATH_PYTHON");
+  return p != nullptr ? std::string(p) : std::string();
+}
+
+std::string source_path(std::string_view relative) {
+  const char* root = std::getenv("HOTPATH_SOURCE_DIR");
+  if (root == nullptr) throw std::runtime_error("HOTPATH_SOURCE_DIR is not set (run through ctest)");
+  return (std::filesystem::path(root) / relative).string();
+}
+
+namespace {
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') out += "'\\''";
+    else out += c;
+  }
+  return out + "'";
+}
+}  // namespace
+
+std::string run_python(const std::string& script, const std::vector<std::string>& args) {
+  std::string cmd = shell_quote(python()) + " " + shell_quote(script);
+  for (const auto& a : args) cmd += " " + shell_quote(a);
+  struct Closer {
+    void operator()(std::FILE* f) const { ::pclose(f); }
+  };
+  std::FILE* raw = ::popen(cmd.c_str(), "r");
+  if (raw == nullptr) throw std::runtime_error("popen failed: " + cmd);
+  std::unique_ptr<std::FILE, Closer> pipe(raw);
+  std::string out;
+  std::array<char, 65536> buf{};
+  std::size_t n = 0;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe.get())) > 0) out.append(buf.data(), n);
+  const int status = ::pclose(pipe.release());
+  if (status != 0) throw std::runtime_error("python failed (status " + std::to_string(status) + "): " + cmd);
+  return out;
+}
+
+void write_file(const std::string& path, std::span<const std::byte> bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!f) throw std::runtime_error("cannot write " + path);
+}
+
+void write_file(const std::string& path, std::string_view text) { write_file(path, as_bytes(text)); }
+
+std::vector<std::byte> read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot read " + path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  const std::string s = ss.str();
+  const auto* p = reinterpret_cast<const std::byte*>(s.data());
+  return {p, p + s.size()};
+}
+
+std::span<const std::byte> as_bytes(std::string_view text) {
+  return {reinterpret_cast<const std::byte*>(text.data()), text.size()};
+}
+
+}  // namespace hotpath::test

@@ -1,0 +1,39 @@
+// Helpers shared by hotpath tests: temp dirs, running the venv python, small byte utilities.
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hotpath::test {
+
+// A fresh directory under $TMPDIR, removed (recursively) when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  [[nodiscard]] const std::filesystem::path& path() const { return path_; }
+  [[nodiscard]] std::string file(std::string_view name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// $HOTPATH_PYTHON (set by ctest), or "" when absent: parity tests GTEST_SKIP() then.
+std::string python();
+// $HOTPATH_SOURCE_DIR/<relative>, e.g. source_path("tools/ref_image.py").
+std::string source_path(std::string_view relative);
+// Runs `python script args...`; returns its stdout; fails the test (throws) on non-zero exit.
+std::string run_python(const std::string& script, const std::vector<std::string>& args);
+
+void write_file(const std::string& path, std::span<const std::byte> bytes);
+void write_file(const std::string& path, std::string_view text);
+std::vector<std::byte> read_bytes(const std::string& path);
+std::span<const std::byte> as_bytes(std::string_view text);
+
+}  // namespace hotpath::test
