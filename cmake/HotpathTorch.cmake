@@ -10,17 +10,6 @@
 # wheel ships libtorch_cuda.so) the CUDA backend library is linked with --no-as-needed so
 # CUDA devices and pinned memory are available at run time when a GPU is present.
 
-set(HOTPATH_PYTHON "" CACHE FILEPATH "hotpath: python of the venv that holds the torch wheel")
-if(NOT HOTPATH_PYTHON)
-  if(DEFINED ENV{HOTPATH_PYTHON})
-    set(HOTPATH_PYTHON "$ENV{HOTPATH_PYTHON}" CACHE FILEPATH "" FORCE)
-  elseif(EXISTS "$ENV{HOME}/.cache/hotpath/venv/bin/python")
-    set(HOTPATH_PYTHON "$ENV{HOME}/.cache/hotpath/venv/bin/python" CACHE FILEPATH "" FORCE)
-  else()
-    message(FATAL_ERROR "hotpath: no venv python found; run scripts/setup or pass -DHOTPATH_PYTHON=...")
-  endif()
-endif()
-
 execute_process(
   COMMAND "${HOTPATH_PYTHON}" -c
     "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch.compiled_with_cxx11_abi())); print(torch.__version__)"
