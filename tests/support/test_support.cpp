@@ -33,12 +33,12 @@ TempDir::~TempDir() {
 
 std::string python() {
   const char* p = std::getenv("HOTPATH_PYTHON");
-  return p != nullptr ? std::string(p) : std::string();
+  return p != nullptr ? std::string(p) : std::string(HOTPATH_TEST_PYTHON);
 }
 
 std::string source_path(std::string_view relative) {
-  const char* root = std::getenv("HOTPATH_SOURCE_DIR");
-  if (root == nullptr) throw std::runtime_error("HOTPATH_SOURCE_DIR is not set (run through ctest)");
+  const char* env = std::getenv("HOTPATH_SOURCE_DIR");
+  const char* root = env != nullptr ? env : HOTPATH_TEST_SOURCE_DIR;
   return (std::filesystem::path(root) / relative).string();
 }
 

@@ -24,7 +24,7 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-// $HOTPATH_PYTHON (set by ctest), or "" when absent: parity tests GTEST_SKIP() then.
+// The venv python: $HOTPATH_PYTHON, else the one CMake was configured with.
 std::string python();
 // $HOTPATH_SOURCE_DIR/<relative>, e.g. source_path("tools/ref_image.py").
 std::string source_path(std::string_view relative);

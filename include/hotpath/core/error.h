@@ -23,7 +23,9 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
   // A copy of this error whose message starts with `where: `.
   [[nodiscard]] Error with_context(const std::string& where) const {
-    return Error(where + ": " + what());
+    std::string message(where);
+    message.append(": ").append(what());
+    return Error(message);
   }
 };
 

@@ -15,6 +15,8 @@
 
 namespace hotpath {
 
+__extension__ using Uint128 = unsigned __int128;  // GCC/Clang extension; -Wpedantic wants the marker
+
 inline std::uint64_t splitmix64(std::uint64_t& state) {
   std::uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -60,12 +62,12 @@ class Rng {
   std::int64_t uniform_int(std::int64_t lo, std::int64_t hi) {
     const std::uint64_t range = static_cast<std::uint64_t>(hi - lo) + 1;
     if (range == 0) return static_cast<std::int64_t>(next_u64());  // full 64-bit range
-    unsigned __int128 m = static_cast<unsigned __int128>(next_u64()) * range;
+    Uint128 m = static_cast<Uint128>(next_u64()) * range;
     auto low = static_cast<std::uint64_t>(m);
     if (low < range) {
       const std::uint64_t threshold = (0 - range) % range;
       while (low < threshold) {
-        m = static_cast<unsigned __int128>(next_u64()) * range;
+        m = static_cast<Uint128>(next_u64()) * range;
         low = static_cast<std::uint64_t>(m);
       }
     }
