@@ -1,1 +1,603 @@
-// placeholder: to be written
+#include "hotpath/data/loader.h"
+
+#include <ATen/Context.h>
+#include <ATen/Functions.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <string_view>
+#include <thread>
+
+#include "hotpath/core/error.h"
+#include "hotpath/core/random.h"
+#include "hotpath/data/tar.h"
+
+namespace hotpath::data {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+constexpr std::size_t kMaxBadMessages = 1000;
+constexpr std::uint64_t kShardStream = 0x5348415244ULL;   // "SHARD": shard-order stream id
+constexpr std::uint64_t kBufferStream = 0x42554646ULL;    // "BUFF": shuffle-buffer stream id
+constexpr std::uint64_t kSampleStream = 0x53414d50ULL;    // "SAMP": per-sample augmentation
+
+const SampleMember* find_image(const TarSample& sample) {
+  for (std::string_view ext : {"jpg", "jpeg", "png"}) {
+    if (const SampleMember* m = sample.find(ext)) return m;
+  }
+  return nullptr;
+}
+
+// A sample the planner accepted: its shard stays mapped while any batch refers to it.
+struct SampleRef {
+  std::shared_ptr<const ShardReader> shard;
+  const TarSample* sample = nullptr;
+  const SampleMember* image = nullptr;
+  std::int64_t label = 0;
+};
+
+// Parses a WebDataset .cls member: a decimal integer, surrounding whitespace allowed.
+std::optional<std::int64_t> parse_label(std::span<const std::byte> bytes) {
+  std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  const auto first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) return std::nullopt;
+  const auto last = text.find_last_not_of(" \t\r\n");
+  text = text.substr(first, last - first + 1);
+  std::int64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+// The deterministic stream of samples of one epoch on one rank: shard order, then a shuffle
+// buffer. Reports structurally bad samples to `bad` ("shard:offset:member: reason").
+class EpochPlan {
+ public:
+  EpochPlan(const LoaderOptions& options, std::int64_t epoch)
+      : options_(options),
+        rng_(Rng::for_stream(options.seed, {kBufferStream, static_cast<std::uint64_t>(epoch)})) {
+    std::vector<std::string> order = options.shards;
+    if (options.shuffle) {
+      Rng shard_rng = Rng::for_stream(options.seed, {kShardStream, static_cast<std::uint64_t>(epoch)});
+      for (std::size_t i = order.size(); i > 1; --i) {  // Fisher-Yates, identical on every rank
+        std::swap(order[i - 1], order[static_cast<std::size_t>(shard_rng.uniform_int(0, static_cast<std::int64_t>(i) - 1))]);
+      }
+    }
+    shards_ = shards_for_rank(order, options.rank, options.world_size);
+  }
+
+  // The next sample, or nullopt at the end of the epoch.
+  std::optional<SampleRef> next(std::vector<std::string>& bad) {
+    const std::size_t capacity = options_.shuffle ? std::max<std::size_t>(options_.shuffle_buffer, 1) : 1;
+    while (buffer_.size() < capacity) {
+      std::optional<SampleRef> s = pull(bad);
+      if (!s) break;
+      buffer_.push_back(std::move(*s));
+    }
+    if (buffer_.empty()) return std::nullopt;
+    std::size_t pick = 0;
+    if (options_.shuffle) {
+      pick = static_cast<std::size_t>(rng_.uniform_int(0, static_cast<std::int64_t>(buffer_.size()) - 1));
+    }
+    std::swap(buffer_[pick], buffer_.back());
+    SampleRef out = std::move(buffer_.back());
+    buffer_.pop_back();
+    return out;
+  }
+
+ private:
+  // Next valid sample in shard order, opening shards as needed.
+  std::optional<SampleRef> pull(std::vector<std::string>& bad) {
+    while (true) {
+      if (shard_ && next_sample_ < shard_->samples().size()) {
+        const TarSample& sample = shard_->samples()[next_sample_++];
+        if (auto ref = accept(sample, bad)) return ref;
+        continue;
+      }
+      if (next_shard_ >= shards_.size()) return std::nullopt;
+      shard_ = std::make_shared<const ShardReader>(shards_[next_shard_++]);
+      next_sample_ = 0;
+      for (const BadRecord& r : shard_->bad()) bad.push_back(r.to_string());
+    }
+  }
+
+  std::optional<SampleRef> accept(const TarSample& sample, std::vector<std::string>& bad) const {
+    const std::string where = shard_->path() + ":" + std::to_string(sample.offset) + ":" + sample.key;
+    const SampleMember* image = find_image(sample);
+    if (image == nullptr) {
+      bad.push_back(where + ": no image member (.jpg, .jpeg or .png)");
+      return std::nullopt;
+    }
+    const SampleMember* cls = sample.find("cls");
+    if (cls == nullptr) {
+      bad.push_back(where + ": missing .cls label");
+      return std::nullopt;
+    }
+    const auto label = parse_label(shard_->bytes(*cls));
+    if (!label) {
+      bad.push_back(shard_->path() + ":" + std::to_string(cls->header_offset) + ":" + cls->name +
+                    ": label is not a decimal integer");
+      return std::nullopt;
+    }
+    return SampleRef{shard_, &sample, image, *label};
+  }
+
+  const LoaderOptions& options_;
+  Rng rng_;
+  std::vector<std::string> shards_;
+  std::size_t next_shard_ = 0;
+  std::shared_ptr<const ShardReader> shard_;
+  std::size_t next_sample_ = 0;
+  std::vector<SampleRef> buffer_;
+};
+
+enum class SlotState { kFree, kPlanning, kFilling, kReady, kHeld };
+
+struct Slot {
+  SlotState state = SlotState::kFree;
+  std::int64_t epoch = 0;
+  std::int64_t index = 0;
+  at::Tensor images;   // [B, C, H, W] or [B, H, W, C] storage
+  at::Tensor labels;   // [B] int64
+  std::vector<SampleRef> samples;
+  std::vector<std::string> errors;  // per row: empty = ok
+  int remaining = 0;
+};
+
+struct Task {
+  std::size_t slot = 0;
+  int row = 0;
+};
+
+}  // namespace
+
+std::vector<std::string> shards_for_rank(const std::vector<std::string>& shards, int rank, int world_size) {
+  HOTPATH_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "loader: rank ", rank,
+                " is not in [0, world_size=", world_size, ")");
+  std::vector<std::string> mine;
+  for (std::size_t i = static_cast<std::size_t>(rank); i < shards.size(); i += static_cast<std::size_t>(world_size)) {
+    mine.push_back(shards[i]);
+  }
+  return mine;
+}
+
+struct Loader::State {
+  explicit State(LoaderOptions opts) : options(std::move(opts)) {}
+
+  LoaderOptions options;
+  std::int64_t row_elements = 0;  // elements of one sample in the images tensor
+  bool pinned = false;
+
+  std::mutex mu;
+  std::condition_variable work_cv;   // workers: tasks available / stop
+  std::condition_variable plan_cv;   // planner: a slot became free / reset / stop
+  std::condition_variable done_cv;   // consumer and seek: a slot is ready / work drained
+  bool stop = false;
+
+  std::vector<Slot> slots;
+  std::deque<Task> tasks;
+  int active_tasks = 0;
+  bool planner_busy = false;
+  std::uint64_t generation = 0;
+
+  // Planner side (the EpochPlan itself is touched only by the planner thread).
+  bool reset_pending = false;
+  LoaderPosition reset_to{};
+  bool planner_active = false;
+  std::int64_t plan_epoch = 0;
+  std::int64_t plan_batch = 0;
+  std::uint64_t plan_seq = 0;
+  std::unique_ptr<EpochPlan> plan;
+  std::map<std::int64_t, std::int64_t> epoch_batches;  // epoch -> number of batches (once known)
+  std::exception_ptr planner_error;
+
+  // Consumer side.
+  LoaderPosition position{};
+  std::uint64_t consume_seq = 0;
+  std::deque<std::size_t> held;  // slots handed out, released two calls later
+
+  LoaderStats stats{};
+  std::int64_t bad_total = 0;
+  std::vector<std::string> bad_messages;
+
+  std::thread planner_thread;
+  std::vector<std::thread> workers;
+
+  void record_bad(std::vector<std::string>& found) {  // requires mu
+    bad_total += static_cast<std::int64_t>(found.size());
+    stats.bad_samples = bad_total;
+    for (auto& m : found) {
+      if (bad_messages.size() < kMaxBadMessages) bad_messages.push_back(std::move(m));
+    }
+    found.clear();
+  }
+
+  void allocate(Slot& slot) const {
+    const auto& o = options;
+    at::ScalarType dtype = at::kFloat;
+    if (o.format.type == PixelType::kUInt8) dtype = at::kByte;
+    if (o.format.type == PixelType::kBFloat16) dtype = at::kBFloat16;
+    const std::vector<std::int64_t> shape =
+        o.format.layout == PixelLayout::kCHW
+            ? std::vector<std::int64_t>{o.batch_size, o.channels, o.size, o.size}
+            : std::vector<std::int64_t>{o.batch_size, o.size, o.size, o.channels};
+    slot.images = at::empty(shape, at::TensorOptions().dtype(dtype).pinned_memory(pinned));
+    slot.labels = at::empty({o.batch_size}, at::TensorOptions().dtype(at::kLong).pinned_memory(pinned));
+  }
+
+  void planner_loop();
+  void worker_loop();
+  void process(Slot& slot, int row, std::uint8_t* scratch_hwc, DecodeScratch& scratch, LoaderStats& local);
+};
+
+void Loader::State::planner_loop() {
+  std::unique_lock lk(mu);
+  while (true) {
+    plan_cv.wait(lk, [&] {
+      return stop || reset_pending ||
+             (planner_active && slots[plan_seq % slots.size()].state == SlotState::kFree);
+    });
+    if (stop) return;
+    const std::uint64_t gen = generation;
+    planner_busy = true;
+    if (reset_pending) {
+      reset_pending = false;
+      const LoaderPosition to = reset_to;
+      lk.unlock();
+      std::vector<std::string> bad;
+      std::unique_ptr<EpochPlan> fresh;
+      std::exception_ptr error;
+      const auto t0 = Clock::now();
+      try {
+        fresh = std::make_unique<EpochPlan>(options, to.epoch);
+        const std::int64_t skip = to.batch * options.batch_size;  // replay the plan, decode nothing
+        for (std::int64_t i = 0; i < skip && fresh->next(bad); ++i) {
+        }
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lk.lock();
+      planner_busy = false;
+      stats.plan_seconds += seconds_since(t0);
+      done_cv.notify_all();
+      if (gen != generation) continue;
+      record_bad(bad);
+      if (error) {
+        planner_error = error;
+        planner_active = false;
+        done_cv.notify_all();
+        continue;
+      }
+      plan = std::move(fresh);
+      plan_epoch = to.epoch;
+      plan_batch = to.batch;
+      plan_seq = 0;
+      planner_active = true;
+      continue;
+    }
+
+    const std::size_t slot_id = plan_seq % slots.size();
+    Slot& slot = slots[slot_id];
+    slot.state = SlotState::kPlanning;
+    lk.unlock();
+
+    const auto t0 = Clock::now();
+    std::vector<std::string> bad;
+    std::vector<SampleRef> picked;
+    std::exception_ptr error;
+    bool epoch_end = false;
+    try {
+      picked.reserve(static_cast<std::size_t>(options.batch_size));
+      while (static_cast<int>(picked.size()) < options.batch_size) {
+        auto s = plan->next(bad);
+        if (!s) {
+          epoch_end = true;
+          break;
+        }
+        picked.push_back(std::move(*s));
+      }
+      if (epoch_end && (options.drop_last || picked.empty())) picked.clear();
+      if (!picked.empty()) {
+        // Reuse the slot's memory unless the consumer still holds a reference to it.
+        if (!slot.images.defined() || slot.images.storage().use_count() > 1 ||
+            slot.labels.storage().use_count() > 1) {
+          allocate(slot);
+        }
+        auto* labels = slot.labels.data_ptr<std::int64_t>();
+        for (std::size_t i = 0; i < picked.size(); ++i) labels[i] = picked[i].label;
+      }
+    } catch (...) {
+      error = std::current_exception();
+    }
+    const double plan_time = seconds_since(t0);
+
+    lk.lock();
+    planner_busy = false;
+    stats.plan_seconds += plan_time;
+    done_cv.notify_all();
+    if (gen != generation) {
+      slot.state = SlotState::kFree;
+      continue;
+    }
+    record_bad(bad);
+    if (error) {
+      slot.state = SlotState::kFree;
+      planner_error = error;
+      planner_active = false;
+      done_cv.notify_all();
+      continue;
+    }
+    if (!picked.empty()) {
+      slot.epoch = plan_epoch;
+      slot.index = plan_batch;
+      slot.samples = std::move(picked);
+      slot.errors.assign(slot.samples.size(), std::string());
+      slot.remaining = static_cast<int>(slot.samples.size());
+      slot.state = SlotState::kFilling;
+      for (int r = 0; r < slot.remaining; ++r) tasks.push_back({slot_id, r});
+      ++plan_seq;
+      ++plan_batch;
+      work_cv.notify_all();
+    } else {
+      slot.state = SlotState::kFree;
+    }
+    if (epoch_end) {
+      epoch_batches[plan_epoch] = plan_batch;
+      done_cv.notify_all();
+      if (plan_batch == 0) {  // an empty epoch: stop here, the consumer reports it
+        planner_active = false;
+        continue;
+      }
+      ++plan_epoch;  // persistent across epochs: keep the ring full over the boundary
+      plan_batch = 0;
+      lk.unlock();
+      std::unique_ptr<EpochPlan> fresh;
+      try {
+        fresh = std::make_unique<EpochPlan>(options, plan_epoch);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lk.lock();
+      if (gen != generation) continue;
+      if (error) {
+        planner_error = error;
+        planner_active = false;
+        done_cv.notify_all();
+        continue;
+      }
+      plan = std::move(fresh);
+    }
+  }
+}
+
+void Loader::State::process(Slot& slot, int row, std::uint8_t* hwc, DecodeScratch& scratch, LoaderStats& local) {
+  const auto& o = options;
+  const SampleRef& ref = slot.samples[static_cast<std::size_t>(row)];
+  const std::int64_t position_in_epoch = slot.index * o.batch_size + row;
+  Rng rng = Rng::for_stream(o.seed, {kSampleStream, static_cast<std::uint64_t>(slot.epoch),
+                                     static_cast<std::uint64_t>(position_in_epoch)});
+  const auto t0 = Clock::now();
+  const std::span<const std::byte> bytes = ref.shard->bytes(*ref.image);
+  const ImageInfo info = probe_image(bytes, o.limits);
+  Box box{0, 0, static_cast<double>(info.width), static_cast<double>(info.height)};
+  if (o.crop == CropMode::kRandomResizedCrop) {
+    box = random_resized_crop_box(info.width, info.height, o.rrc, rng);
+  } else if (o.crop == CropMode::kResizeCenterCrop) {
+    box = resize_center_crop_box(info.width, info.height, o.resize_shorter, o.size);
+  }
+  const bool flip = o.flip_probability > 0 && rng.bernoulli(o.flip_probability);
+  DecodeResizeOptions decode{.channels = o.channels, .allow_dct_scaling = o.allow_dct_scaling, .limits = o.limits};
+  decode_box_resized(bytes, box, o.size, o.size, decode, hwc, scratch);
+  const auto t1 = Clock::now();
+  const std::size_t elem = slot.images.element_size();
+  auto* dst = static_cast<std::uint8_t*>(slot.images.data_ptr()) +
+              static_cast<std::size_t>(row) * static_cast<std::size_t>(row_elements) * elem;
+  store_sample(hwc, o.size, o.size, o.channels, flip, o.normalization, o.format, dst);
+  local.decode_seconds += std::chrono::duration<double>(t1 - t0).count();
+  local.store_seconds += seconds_since(t1);
+}
+
+void Loader::State::worker_loop() {
+  std::vector<std::uint8_t> hwc(static_cast<std::size_t>(options.size) * options.size * options.channels);
+  DecodeScratch scratch;
+  std::unique_lock lk(mu);
+  while (true) {
+    work_cv.wait(lk, [&] { return stop || !tasks.empty(); });
+    if (stop) return;
+    const Task task = tasks.front();
+    tasks.pop_front();
+    ++active_tasks;
+    Slot& slot = slots[task.slot];
+    lk.unlock();
+
+    LoaderStats local{};
+    std::string error;
+    try {
+      process(slot, task.row, hwc.data(), scratch, local);
+    } catch (const std::exception& e) {
+      const SampleRef& ref = slot.samples[static_cast<std::size_t>(task.row)];
+      error = ref.shard->path() + ":" + std::to_string(ref.image->header_offset) + ":" + ref.image->name + ": " +
+              e.what();
+    }
+
+    lk.lock();
+    --active_tasks;
+    stats.decode_seconds += local.decode_seconds;
+    stats.store_seconds += local.store_seconds;
+    if (!error.empty()) slot.errors[static_cast<std::size_t>(task.row)] = std::move(error);
+    if (--slot.remaining == 0) slot.state = SlotState::kReady;
+    done_cv.notify_all();
+  }
+}
+
+Loader::Loader(LoaderOptions options) : state_(std::make_unique<State>(std::move(options))) {
+  State& s = *state_;
+  const auto& o = s.options;
+  HOTPATH_CHECK(!o.shards.empty(), "loader: no shards given");
+  HOTPATH_CHECK(o.batch_size >= 1, "loader: batch_size must be >= 1, got ", o.batch_size);
+  HOTPATH_CHECK(o.workers >= 1, "loader: workers must be >= 1, got ", o.workers);
+  HOTPATH_CHECK(o.prefetch >= 1, "loader: prefetch must be >= 1, got ", o.prefetch);
+  HOTPATH_CHECK(o.size >= 1 && o.size <= 8192, "loader: size must be in [1, 8192], got ", o.size);
+  HOTPATH_CHECK(o.channels == 1 || o.channels == 3, "loader: channels must be 1 or 3, got ", o.channels);
+  HOTPATH_CHECK(o.flip_probability >= 0 && o.flip_probability <= 1, "loader: flip probability must be in [0, 1], got ",
+                o.flip_probability);
+  shards_for_rank(o.shards, o.rank, o.world_size);  // validates rank/world_size
+  s.row_elements = static_cast<std::int64_t>(o.size) * o.size * o.channels;
+  s.pinned = o.pin_memory && at::globalContext().hasCUDA();
+  // prefetch batches being prepared + the batch the trainer is using + the one it just dropped.
+  s.slots.resize(static_cast<std::size_t>(o.prefetch) + 2);
+  s.planner_thread = std::thread([&s] { s.planner_loop(); });
+  for (int i = 0; i < o.workers; ++i) s.workers.emplace_back([&s] { s.worker_loop(); });
+  seek({0, 0});
+}
+
+Loader::~Loader() {
+  {
+    std::lock_guard lk(state_->mu);
+    state_->stop = true;
+  }
+  state_->work_cv.notify_all();
+  state_->plan_cv.notify_all();
+  state_->planner_thread.join();
+  for (auto& w : state_->workers) w.join();
+}
+
+void Loader::seek(LoaderPosition position) {
+  HOTPATH_CHECK(position.epoch >= 0 && position.batch >= 0, "loader: cannot seek to epoch ", position.epoch,
+                " batch ", position.batch);
+  State& s = *state_;
+  std::unique_lock lk(s.mu);
+  ++s.generation;
+  s.tasks.clear();
+  s.planner_active = false;
+  s.done_cv.wait(lk, [&] { return s.active_tasks == 0 && !s.planner_busy; });
+  for (Slot& slot : s.slots) {
+    slot.state = SlotState::kFree;
+    slot.samples.clear();
+  }
+  s.held.clear();
+  s.epoch_batches.clear();
+  s.planner_error = nullptr;
+  s.position = position;
+  s.consume_seq = 0;
+  s.reset_pending = true;
+  s.reset_to = position;
+  s.plan_cv.notify_all();
+}
+
+std::optional<Batch> Loader::next() {
+  State& s = *state_;
+  const auto& o = s.options;
+  std::unique_lock lk(s.mu);
+  // The batch handed out two calls ago is certainly no longer being read by the trainer.
+  while (s.held.size() >= 2) {
+    s.slots[s.held.front()].state = SlotState::kFree;
+    s.slots[s.held.front()].samples.clear();
+    s.held.pop_front();
+    s.plan_cv.notify_all();
+  }
+  while (true) {
+    const auto t0 = Clock::now();
+    Slot* slot = nullptr;
+    s.done_cv.wait(lk, [&] {
+      if (s.planner_error) return true;
+      if (auto it = s.epoch_batches.find(s.position.epoch); it != s.epoch_batches.end() && s.position.batch >= it->second) {
+        return true;
+      }
+      Slot& candidate = s.slots[s.consume_seq % s.slots.size()];
+      if (candidate.state == SlotState::kReady && candidate.epoch == s.position.epoch &&
+          candidate.index == s.position.batch) {
+        slot = &candidate;
+        return true;
+      }
+      return false;
+    });
+    s.stats.wait_seconds += seconds_since(t0);
+    if (s.planner_error) std::rethrow_exception(s.planner_error);
+    if (slot == nullptr) {  // end of this epoch
+      const std::int64_t count = s.epoch_batches[s.position.epoch];
+      HOTPATH_CHECK(count > 0, "loader: epoch ", s.position.epoch, " has no complete batch of ", o.batch_size,
+                    " samples on rank ", o.rank, " of ", o.world_size,
+                    " (shards empty, too few samples, or every sample bad; ", s.bad_total, " bad so far)");
+      s.epoch_batches.erase(s.epoch_batches.begin(), s.epoch_batches.upper_bound(s.position.epoch));
+      s.position = {s.position.epoch + 1, 0};
+      return std::nullopt;
+    }
+
+    // Compact rows that failed to decode (rare): move later good rows up, keep order.
+    std::vector<std::string> bad;
+    int good = 0;
+    const int rows = static_cast<int>(slot->samples.size());
+    const std::size_t row_bytes = static_cast<std::size_t>(s.row_elements) * slot->images.element_size();
+    auto* images = static_cast<std::uint8_t*>(slot->images.data_ptr());
+    auto* labels = slot->labels.data_ptr<std::int64_t>();
+    for (int r = 0; r < rows; ++r) {
+      if (!slot->errors[static_cast<std::size_t>(r)].empty()) {
+        bad.push_back(std::move(slot->errors[static_cast<std::size_t>(r)]));
+        continue;
+      }
+      if (good != r) {
+        std::memmove(images + static_cast<std::size_t>(good) * row_bytes, images + static_cast<std::size_t>(r) * row_bytes,
+                     row_bytes);
+        labels[good] = labels[r];
+      }
+      ++good;
+    }
+    s.record_bad(bad);
+    HOTPATH_CHECK(o.max_bad_samples < 0 || s.bad_total <= o.max_bad_samples, "loader: ", s.bad_total,
+                  " bad samples skipped, more than the budget of ", o.max_bad_samples,
+                  " (max_bad_samples); last: ", s.bad_messages.empty() ? std::string("?") : s.bad_messages.back());
+
+    Batch batch;
+    batch.epoch = slot->epoch;
+    batch.index = slot->index;
+    batch.images = slot->images.narrow(0, 0, good);
+    if (o.format.layout == PixelLayout::kHWC) batch.images = batch.images.permute({0, 3, 1, 2});
+    batch.labels = slot->labels.narrow(0, 0, good);
+    slot->state = SlotState::kHeld;
+    s.held.push_back(s.consume_seq % s.slots.size());
+    ++s.consume_seq;
+    s.position.batch += 1;
+    s.stats.samples += good;
+    s.stats.batches += 1;
+    if (good == 0) continue;  // every sample of this batch was bad: go on to the next one
+    return batch;
+  }
+}
+
+LoaderPosition Loader::position() const {
+  std::lock_guard lk(state_->mu);
+  return state_->position;
+}
+
+LoaderStats Loader::stats() const {
+  std::lock_guard lk(state_->mu);
+  return state_->stats;
+}
+
+std::vector<std::string> Loader::bad_samples() const {
+  std::lock_guard lk(state_->mu);
+  return state_->bad_messages;
+}
+
+const LoaderOptions& Loader::options() const { return state_->options; }
+
+Loader::EpochRange Loader::epoch(std::int64_t epoch) {
+  const LoaderPosition p = position();
+  if (p.epoch != epoch) seek({epoch, 0});
+  return EpochRange(this);
+}
+
+}  // namespace hotpath::data

@@ -1,0 +1,145 @@
+// hotpath/data/loader.h — WebDataset shards → decoded, augmented batches of tensors.
+//
+// One planner thread walks the shards (shard shuffle, sample shuffle buffer, rank split) and
+// lays out batches; N decode threads crop/scale during JPEG decode, augment and normalise each
+// sample straight into its row of a preallocated batch in a ring of `prefetch` batches (pinned
+// when CUDA is present). The trainer takes batches in order, wrapped as at::Tensor without a copy.
+//
+//   Loader loader({.shards = resolve_shards({"train-{000000..000009}.tar"}), .batch_size = 256});
+//   for (int epoch = 0; epoch < 10; ++epoch)
+//     for (const Batch& batch : loader.epoch(epoch)) train_step(batch.images, batch.labels);
+//
+// Every random choice is a function of (seed, epoch, sample position), so batches are identical
+// for any number of decode threads, and seek(position) resumes exactly where a run stopped.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hotpath/data/kernels/image.h"
+#include "hotpath/data/transforms.h"
+
+namespace hotpath::data {
+
+enum class CropMode {
+  kRandomResizedCrop,  // train: torchvision RandomResizedCrop(size, scale, ratio)
+  kResizeCenterCrop,   // eval: Resize(resize_shorter) + CenterCrop(size)
+  kResize,             // whole image resized to size × size (small fixed-size data)
+};
+
+struct LoaderOptions {
+  std::vector<std::string> shards;     // resolved shard paths (see shard_list.h)
+  int batch_size = 256;
+  int workers = 2;                     // decode threads
+  int prefetch = 4;                    // batches prepared ahead (ring size)
+  int size = 224;                      // output height = width
+  int channels = 3;                    // 3 = RGB, 1 = gray
+  CropMode crop = CropMode::kRandomResizedCrop;
+  RandomResizedCropParams rrc{};
+  int resize_shorter = 256;            // kResizeCenterCrop only
+  double flip_probability = 0.5;       // horizontal flip
+  bool allow_dct_scaling = true;       // JPEG: decode at 1/2, 1/4, 1/8 when the crop allows
+  StoreFormat format{};                // dtype + layout (kHWC = channels-last)
+  Normalization normalization{};
+  bool shuffle = true;                 // shard order and sample shuffle buffer
+  std::size_t shuffle_buffer = 2000;
+  bool drop_last = true;               // drop the last partial batch of an epoch
+  std::uint64_t seed = 0;
+  int rank = 0;                        // data-parallel rank and world size: shard split
+  int world_size = 1;
+  std::int64_t max_bad_samples = 100;  // stop with an error past this many skipped samples (-1: no limit)
+  DecodeLimits limits{};
+  bool pin_memory = true;              // only takes effect when a CUDA device is present
+};
+
+struct Batch {
+  at::Tensor images;  // [n, C, H, W] (channels-last strides when format.layout == kHWC), or uint8
+  at::Tensor labels;  // [n] int64
+  std::int64_t epoch = 0;
+  std::int64_t index = 0;  // batch index within the epoch
+};
+
+// Where the next batch comes from; save it with a checkpoint, give it to seek() to resume.
+struct LoaderPosition {
+  std::int64_t epoch = 0;
+  std::int64_t batch = 0;
+};
+
+// Cumulative counters (seconds are summed over threads).
+struct LoaderStats {
+  std::int64_t samples = 0;         // decoded into batches
+  std::int64_t bad_samples = 0;     // skipped
+  std::int64_t batches = 0;
+  double plan_seconds = 0;          // planner: shard indexing, shuffle
+  double decode_seconds = 0;        // workers: decode + crop + resize
+  double store_seconds = 0;         // workers: flip + normalise + write to the batch
+  double wait_seconds = 0;          // consumer: blocked waiting for the next batch
+};
+
+// Shards of `rank` among `world_size` ranks (round robin over the given order).
+std::vector<std::string> shards_for_rank(const std::vector<std::string>& shards, int rank, int world_size);
+
+class Loader {
+ public:
+  explicit Loader(LoaderOptions options);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // Positions the loader at `position`; the next batch is that one. Replays only the plan
+  // (shard headers), no decoding. Also how a new epoch starts: seek({epoch, 0}).
+  void seek(LoaderPosition position);
+  // The next batch of the current epoch, or nullopt at its end (then seek to the next epoch).
+  // Throws hotpath::Error when the bad-sample budget is exceeded or a shard cannot be opened.
+  std::optional<Batch> next();
+  [[nodiscard]] LoaderPosition position() const;
+  [[nodiscard]] LoaderStats stats() const;
+  // "shard:offset:member: reason" of every skipped sample so far (capped at 1000 entries).
+  [[nodiscard]] std::vector<std::string> bad_samples() const;
+  [[nodiscard]] const LoaderOptions& options() const;
+
+  // Range over the batches of one epoch: `for (const Batch& b : loader.epoch(e))`.
+  class EpochRange;
+  EpochRange epoch(std::int64_t epoch);
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+class Loader::EpochRange {
+ public:
+  class Iterator {
+   public:
+    Iterator() = default;
+    explicit Iterator(Loader* loader) : loader_(loader) { advance(); }
+    const Batch& operator*() const { return *current_; }
+    const Batch* operator->() const { return &*current_; }
+    Iterator& operator++() {
+      advance();
+      return *this;
+    }
+    bool operator==(const Iterator& other) const { return !current_ && !other.current_; }
+
+   private:
+    void advance() { current_ = loader_->next(); }
+    Loader* loader_ = nullptr;
+    std::optional<Batch> current_;
+  };
+
+  explicit EpochRange(Loader* loader) : loader_(loader) {}
+  Iterator begin() { return Iterator(loader_); }
+  Iterator end() { return {}; }
+
+ private:
+  Loader* loader_;
+};
+
+}  // namespace hotpath::data
