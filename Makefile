@@ -1,0 +1,14 @@
+# The README's two commands. Both run scripts/setup (idempotent) first.
+.PHONY: demo test test-fast fuzz build setup
+demo:      ## pack Fashion-MNIST and benchmark the loader vs PyTorch
+	scripts/demo
+test:      ## build and run every test
+	scripts/test
+test-fast: ## the quick iteration set (ctest -L fast)
+	scripts/test -L fast
+fuzz:      ## bounded libFuzzer runs of the parsers
+	scripts/fuzz
+build:
+	scripts/build
+setup:
+	scripts/setup
