@@ -22,12 +22,14 @@ struct InspectedSample {
 };
 
 struct InspectSummary {
-  std::uint64_t samples = 0;
-  std::uint64_t bad = 0;
+  std::uint64_t samples = 0;  // samples found (good or bad), structural problems not included
+  std::uint64_t bad = 0;      // bad samples + structural problems
 };
 
 // Calls `visit` for each sample (and each structural problem, as a sample with bad_reason set)
-// of each shard, in order. Checks that each sample has a valid .cls and a decodable image header.
+// of each shard, in archive order. Checks that each sample has a .cls holding a decimal integer
+// and an image member (jpg/jpeg/png/webp) whose header probes. Throws hotpath::Error only when a
+// shard cannot be opened.
 InspectSummary inspect_shards(const std::vector<std::string>& shards,
                               const std::function<void(const InspectedSample&)>& visit);
 
