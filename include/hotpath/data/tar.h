@@ -56,6 +56,16 @@ struct KeyExt {
 };
 KeyExt split_key(std::string_view member_path);
 
+// True for the members python webdataset skips as metadata: a top-level "__name__" or a path
+// starting with "__dir__/". They belong to no sample.
+bool is_meta_member(std::string_view member_path);
+
+// What indexing one shard produces.
+struct ShardIndex {
+  std::vector<TarSample> samples;
+  std::vector<BadRecord> bad;
+};
+
 class ShardReader {
  public:
   // Maps and indexes the shard. Throws hotpath::Error only if the file cannot be opened/mapped.
@@ -66,6 +76,10 @@ class ShardReader {
   [[nodiscard]] const std::vector<BadRecord>& bad() const { return bad_; }
   // The member's bytes, valid while this reader lives.
   [[nodiscard]] std::span<const std::byte> bytes(const SampleMember& member) const;
+
+  // Indexes tar bytes already in memory (fuzzing, tests); `shard_name` only labels BadRecords.
+  // Offsets in the result are into `bytes`. Never throws on bad input.
+  static ShardIndex index_bytes(std::string_view shard_name, std::span<const std::byte> bytes);
 
  private:
   MappedFile file_;
