@@ -90,13 +90,21 @@ std::uint64_t load_le64(const std::byte* p) {
 
 // ---- reader helpers ------------------------------------------------------------------------
 
+// A JSON value for an error message, cut short so a hostile header cannot make a huge message.
+std::string brief(const Json& value) {
+  constexpr std::size_t kMaxChars = 60;
+  std::string text = value.dump();
+  if (text.size() > kMaxChars) text.replace(kMaxChars, std::string::npos, "...");
+  return text;
+}
+
 // A non-negative JSON integer, or an error naming `where` and `field`.
 std::uint64_t json_unsigned(const Json& value, const std::string& where, const std::string& field) {
   if (value.is_number_integer() && !value.is_number_unsigned()) {
     HOTPATH_CHECK(false, where, ": ", field, " is ", value.get<std::int64_t>(),
                   ", expected a non-negative integer");
   }
-  HOTPATH_CHECK(value.is_number_unsigned(), where, ": ", field, " is ", value.dump(),
+  HOTPATH_CHECK(value.is_number_unsigned(), where, ": ", field, " is ", brief(value),
                 ", expected a non-negative integer below 2^64");
   return value.get<std::uint64_t>();
 }
@@ -148,7 +156,7 @@ Entry parse_entry(const std::string& name, const Json& value, const std::string&
   entry.view.name = name;
 
   const Json& dtype = json_field(value, "dtype", where);
-  HOTPATH_CHECK(dtype.is_string(), where, ": dtype is ", dtype.dump(), ", expected a string such as \"F32\"");
+  HOTPATH_CHECK(dtype.is_string(), where, ": dtype is ", brief(dtype), ", expected a string such as \"F32\"");
   const auto& dtype_text = dtype.get_ref<const std::string&>();
   const auto parsed = parse_dtype(dtype_text);
   HOTPATH_CHECK(parsed.has_value(), where, ": unknown dtype '", dtype_text, "' (known: ", known_dtype_names(),
@@ -156,7 +164,7 @@ Entry parse_entry(const std::string& name, const Json& value, const std::string&
   entry.view.dtype = *parsed;
 
   const Json& shape = json_field(value, "shape", where);
-  HOTPATH_CHECK(shape.is_array(), where, ": shape is ", shape.dump(), ", expected an array of sizes");
+  HOTPATH_CHECK(shape.is_array(), where, ": shape is ", brief(shape), ", expected an array of sizes");
   entry.view.shape.reserve(shape.size());
   for (std::size_t i = 0; i < shape.size(); ++i) {
     const std::uint64_t dim = json_unsigned(shape[i], where, detail::concat("shape[", i, "]"));
@@ -166,7 +174,7 @@ Entry parse_entry(const std::string& name, const Json& value, const std::string&
   }
 
   const Json& offsets = json_field(value, "data_offsets", where);
-  HOTPATH_CHECK(offsets.is_array() && offsets.size() == 2, where, ": data_offsets is ", offsets.dump(),
+  HOTPATH_CHECK(offsets.is_array() && offsets.size() == 2, where, ": data_offsets is ", brief(offsets),
                 ", expected [begin, end]");
   entry.begin = json_unsigned(offsets[0], where, "data_offsets[0]");
   entry.end = json_unsigned(offsets[1], where, "data_offsets[1]");
@@ -188,7 +196,7 @@ std::map<std::string, std::string> parse_metadata(const Json& value, const std::
   HOTPATH_CHECK(value.is_object(), source, ": __metadata__ is a JSON ", value.type_name(),
                 ", expected an object of string values");
   for (const auto& [key, v] : value.items()) {
-    HOTPATH_CHECK(v.is_string(), source, ": __metadata__ '", key, "' is ", v.dump(), ", expected a string");
+    HOTPATH_CHECK(v.is_string(), source, ": __metadata__ '", key, "' is ", brief(v), ", expected a string");
     metadata.emplace(key, v.get<std::string>());
   }
   return metadata;
