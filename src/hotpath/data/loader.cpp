@@ -153,6 +153,7 @@ struct Slot {
   at::Tensor labels;   // [B] int64
   std::vector<SampleRef> samples;
   std::vector<std::string> errors;  // per row: empty = ok
+  std::vector<std::string> plan_bad;  // samples the planner skipped while filling this batch
   int remaining = 0;
 };
 
@@ -201,6 +202,9 @@ struct Loader::State {
   std::uint64_t plan_seq = 0;
   std::unique_ptr<EpochPlan> plan;
   std::map<std::int64_t, std::int64_t> epoch_batches;  // epoch -> number of batches (once known)
+  // Skipped samples are counted when the consumer reaches them (with their batch, or at the end
+  // of their epoch), so counts never include what the planner merely looked at ahead of time.
+  std::map<std::int64_t, std::vector<std::string>> epoch_tail_bad;
   std::exception_ptr planner_error;
 
   // Consumer side.
@@ -222,6 +226,12 @@ struct Loader::State {
       if (bad_messages.size() < kMaxBadMessages) bad_messages.push_back(std::move(m));
     }
     found.clear();
+  }
+
+  void check_bad_budget() const {  // requires mu
+    HOTPATH_CHECK(options.max_bad_samples < 0 || bad_total <= options.max_bad_samples, "loader: ", bad_total,
+                  " bad samples skipped, more than the budget of ", options.max_bad_samples,
+                  " (max_bad_samples); last: ", bad_messages.empty() ? std::string("?") : bad_messages.back());
   }
 
   void allocate(Slot& slot) const {
@@ -331,8 +341,8 @@ void Loader::State::planner_loop() {
       slot.state = SlotState::kFree;
       continue;
     }
-    record_bad(bad);
     if (error) {
+      record_bad(bad);
       slot.state = SlotState::kFree;
       planner_error = error;
       planner_active = false;
@@ -343,6 +353,7 @@ void Loader::State::planner_loop() {
       slot.epoch = plan_epoch;
       slot.index = plan_batch;
       slot.samples = std::move(picked);
+      slot.plan_bad = std::move(bad);
       slot.errors.assign(slot.samples.size(), std::string());
       slot.remaining = static_cast<int>(slot.samples.size());
       slot.state = SlotState::kFilling;
@@ -352,6 +363,10 @@ void Loader::State::planner_loop() {
       work_cv.notify_all();
     } else {
       slot.state = SlotState::kFree;
+    }
+    if (!bad.empty()) {
+      auto& tail = epoch_tail_bad[plan_epoch];
+      tail.insert(tail.end(), std::make_move_iterator(bad.begin()), std::make_move_iterator(bad.end()));
     }
     if (epoch_end) {
       epoch_batches[plan_epoch] = plan_batch;
@@ -489,6 +504,7 @@ void Loader::seek(LoaderPosition position) {
   }
   s.held.clear();
   s.epoch_batches.clear();
+  s.epoch_tail_bad.clear();
   s.planner_error = nullptr;
   s.position = position;
   s.consume_seq = 0;
@@ -528,6 +544,11 @@ std::optional<Batch> Loader::next() {
     if (s.planner_error) std::rethrow_exception(s.planner_error);
     if (slot == nullptr) {  // end of this epoch
       const std::int64_t count = s.epoch_batches[s.position.epoch];
+      if (auto tail = s.epoch_tail_bad.find(s.position.epoch); tail != s.epoch_tail_bad.end()) {
+        s.record_bad(tail->second);
+        s.epoch_tail_bad.erase(tail);
+      }
+      s.check_bad_budget();
       HOTPATH_CHECK(count > 0, "loader: epoch ", s.position.epoch, " has no complete batch of ", o.batch_size,
                     " samples on rank ", o.rank, " of ", o.world_size,
                     " (shards empty, too few samples, or every sample bad; ", s.bad_total, " bad so far)");
@@ -537,7 +558,7 @@ std::optional<Batch> Loader::next() {
     }
 
     // Compact rows that failed to decode (rare): move later good rows up, keep order.
-    std::vector<std::string> bad;
+    std::vector<std::string> bad = std::move(slot->plan_bad);
     int good = 0;
     const int rows = static_cast<int>(slot->samples.size());
     const std::size_t row_bytes = static_cast<std::size_t>(s.row_elements) * slot->images.element_size();
@@ -556,9 +577,7 @@ std::optional<Batch> Loader::next() {
       ++good;
     }
     s.record_bad(bad);
-    HOTPATH_CHECK(o.max_bad_samples < 0 || s.bad_total <= o.max_bad_samples, "loader: ", s.bad_total,
-                  " bad samples skipped, more than the budget of ", o.max_bad_samples,
-                  " (max_bad_samples); last: ", s.bad_messages.empty() ? std::string("?") : s.bad_messages.back());
+    s.check_bad_budget();
 
     Batch batch;
     batch.epoch = slot->epoch;
