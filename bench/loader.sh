@@ -8,7 +8,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 workers=${1:-2}
 batches=${2:-16}
 build=$("$root/scripts/build" hotpath | tail -n 1)
-venv=$(readlink -f "$HOME/.cache/hotpath/venv")
+venv=$("$root/scripts/setup" | tail -n 1)
 out="$build/bench"
 mkdir -p "$out"
 if [ ! -f "$out/imagenet-like/train.json" ]; then

@@ -23,6 +23,7 @@ std::string first_line(const char* what) {
 int main(int argc, char** argv) {
   CLI::App app{"hotpath: fast data loading, training and inference for image and text models (C++/LibTorch)"};
   app.set_version_flag("--version", "hotpath 0.1.0");
+  app.option_defaults()->always_capture_default();
   app.require_subcommand(1);
 
   CLI::App* data = app.add_subcommand("data", "WebDataset shards: pack datasets, inspect shards, benchmark the loader");
