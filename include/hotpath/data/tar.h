@@ -33,7 +33,7 @@ struct BadRecord {
 struct SampleMember {
   std::string name;          // full member path as stored (pax / GNU long names resolved)
   std::string ext;           // WebDataset extension, lowercased ("jpg", "seg.png", "cls")
-  std::uint64_t header_offset = 0;
+  std::uint64_t header_offset = 0;  // its first header (the pax / GNU long-name one if any)
   std::uint64_t data_offset = 0;
   std::uint64_t size = 0;
 };

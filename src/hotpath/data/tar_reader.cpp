@@ -5,9 +5,8 @@
 #include "hotpath/data/tar.h"
 
 #include <algorithm>
-#include <array>
-#include <cstring>
 #include <optional>
+#include <string>
 #include <utility>
 
 namespace hotpath::data {
@@ -116,22 +115,23 @@ bool all_zero(Bytes b) {
 // Why the block at `h` is not a valid header, or "" if it is (checksum + numeric fields).
 std::string check_header(std::string_view h) {
   const Number stored = parse_number(h.substr(kChksum.offset, kChksum.length));
-  std::uint64_t unsigned_sum = 0;
-  std::int64_t signed_sum = 0;
-  for (std::size_t i = 0; i < kBlock; ++i) {
-    const bool in_chksum = i >= kChksum.offset && i < kChksum.offset + kChksum.length;
-    const char c = in_chksum ? ' ' : h[i];
-    unsigned_sum += static_cast<unsigned char>(c);
-    signed_sum += static_cast<signed char>(c);
-  }
   if (stored.status != NumberStatus::kOk) {
     return "bad header checksum: field " + quoted(h.substr(kChksum.offset, kChksum.length)) +
            " is not an octal number";
   }
-  if (stored.value != unsigned_sum &&
-      (signed_sum < 0 || stored.value != static_cast<std::uint64_t>(signed_sum))) {
+  // Sum with the checksum field counted as spaces. A plain loop (vectorised) then a fix-up is
+  // much cheaper than a per-byte branch; this runs once per member.
+  const auto sum_as = [&h]<typename Byte>() {
+    std::int64_t sum = 0;
+    for (std::size_t i = 0; i < kBlock; ++i) sum += static_cast<Byte>(h[i]);
+    for (std::size_t i = kChksum.offset; i < kChksum.offset + kChksum.length; ++i) sum -= static_cast<Byte>(h[i]);
+    return sum + 8 * ' ';
+  };
+  const std::int64_t unsigned_sum = sum_as.template operator()<unsigned char>();
+  if (stored.value != static_cast<std::uint64_t>(unsigned_sum) &&
+      stored.value != static_cast<std::uint64_t>(sum_as.template operator()<signed char>())) {
     return "bad header checksum: stored " + to_octal(stored.value) + " (octal), computed " +
-           to_octal(unsigned_sum);
+           to_octal(static_cast<std::uint64_t>(unsigned_sum));
   }
   for (const Field& f : {kMode, kUid, kGid, kSize, kMtime, kDevMajor, kDevMinor}) {
     const Number n = parse_number(h.substr(f.offset, f.length));
@@ -230,6 +230,37 @@ PaxRecords parse_pax(std::string_view data) {
       out.sparse = true;
     }
     pos += *length;
+  }
+  return out;
+}
+
+// Mirrors webdataset's base_plus_ext regex ^((?:.*/|)[^.]+)[.]([^/]*)$ exactly: the split is
+// always at the first dot of the basename; the regex only decides whether there is a match
+// (e.g. "a/.hidden" matches with key "a/", ".hidden" and "a.b/.c" do not).
+// Returns the position of the splitting dot, or npos when the name belongs to no sample.
+std::size_t key_end(std::string_view p) {
+  constexpr auto npos = std::string_view::npos;
+  const std::size_t last_slash = p.rfind('/');
+  const std::size_t base = last_slash == npos ? 0 : last_slash + 1;
+  const std::size_t dot = p.find('.', base);
+  if (dot == npos || dot == 0) return npos;
+  // The regex's "(?:.*/|)" ends at some slash j (or is empty), then "[^.]+" must reach `dot`
+  // without crossing another dot, and ".*" cannot cross a newline.
+  const std::size_t dir_dot = p.rfind('.', dot - 1);  // last dot in the directory part
+  const std::size_t newline = p.find('\n');
+  bool ok = dir_dot == npos;  // the empty alternative: "[^.]+" from the start
+  const std::size_t lo = dir_dot == npos ? 0 : dir_dot + 1;
+  const std::size_t hi = std::min(dot - 1, newline);  // j < dot - 1 and no newline before j
+  const std::size_t slash = p.find('/', lo);
+  if (slash != npos && slash < hi) ok = true;
+  return ok ? dot : npos;
+}
+
+// Extensions are compared lowercased (python's str.lower(); ASCII only here).
+std::string lowercase_ext(std::string_view ext) {
+  std::string out(ext);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
   }
   return out;
 }
@@ -347,7 +378,9 @@ class Indexer {
         pending_.sparse = pending_.sparse || pax.sparse;
       }
     } else if (type == 'g') {
-      // Global headers carry archive-wide defaults (mtime, charset) that do not affect samples.
+      // Global headers carry archive-wide defaults (mtime, charset, comments). tarfile would
+      // even apply a global "path" to every later member; no writer does that, so we only
+      // check that the records are well formed.
       if (PaxRecords pax = parse_pax(data); !pax.error.empty()) bad(offset, "", "global pax header: " + pax.error);
     } else {
       handle_entry(offset, h, type, regular, data_offset, size);
@@ -425,27 +458,30 @@ class Indexer {
   // webdataset's tar_file_iterator + group_by_keys for one regular member.
   void add_to_sample(std::string name, std::uint64_t header_offset, std::uint64_t data_offset, std::uint64_t size) {
     if (is_meta_member(name)) return;
-    KeyExt ke = split_key(name);
-    if (!ke.ok) return;  // no extension: webdataset drops it without ending the sample
-    if (is_reserved_ext(ke.ext)) {
+    const std::size_t dot = key_end(name);
+    if (dot == std::string_view::npos) return;  // no extension: dropped without ending the sample
+    // Views into `name` until we know a new key is needed: no allocation per member for keys.
+    const std::string_view key = std::string_view(name).substr(0, dot);
+    std::string ext = lowercase_ext(std::string_view(name).substr(dot + 1));
+    if (is_reserved_ext(ext)) {
       bad(header_offset, std::move(name),
-          "extension '" + ke.ext + "' collides with a field webdataset reserves; member skipped");
+          "extension '" + ext + "' collides with a field webdataset reserves; member skipped");
       return;
     }
-    if (out_.samples.empty() || out_.samples.back().key != ke.key) {
+    if (out_.samples.empty() || out_.samples.back().key != key) {
       TarSample& s = out_.samples.emplace_back();
-      s.key = std::move(ke.key);
+      s.key = key;
       s.offset = header_offset;
     }
     TarSample& sample = out_.samples.back();
-    if (const SampleMember* first = sample.find(ke.ext)) {
+    if (const SampleMember* first = sample.find(ext)) {
       bad(header_offset, std::move(name),
-          "duplicate extension '" + ke.ext + "' in sample '" + sample.key + "' (first at offset " +
+          "duplicate extension '" + ext + "' in sample '" + sample.key + "' (first at offset " +
               std::to_string(first->header_offset) + "); webdataset raises here; member skipped");
       return;
     }
-    if (ke.ext == "__bad__" && size > 0) marked_bad_ = true;
-    sample.members.push_back({std::move(name), std::move(ke.ext), header_offset, data_offset, size});
+    if (ext == "__bad__" && size > 0) marked_bad_ = true;
+    sample.members.push_back({std::move(name), std::move(ext), header_offset, data_offset, size});
   }
 
   // A non-empty "__bad__" member makes webdataset's valid_sample() drop the whole sample.
@@ -496,31 +532,12 @@ const SampleMember* TarSample::find(std::string_view ext) const {
   return nullptr;
 }
 
-// Mirrors webdataset's base_plus_ext regex ^((?:.*/|)[^.]+)[.]([^/]*)$ exactly: the split is
-// always at the first dot of the basename; the regex only decides whether there is a match
-// (e.g. "a/.hidden" matches with key "a/", ".hidden" and "a.b/.c" do not).
-KeyExt split_key(std::string_view p) {
-  constexpr auto npos = std::string_view::npos;
-  const std::size_t last_slash = p.rfind('/');
-  const std::size_t base = last_slash == npos ? 0 : last_slash + 1;
-  const std::size_t dot = p.find('.', base);
-  if (dot == npos || dot == 0) return {};
-  // The regex's "(?:.*/|)" ends at some slash j (or is empty), then "[^.]+" must reach `dot`
-  // without crossing another dot, and ".*" cannot cross a newline.
-  const std::size_t dir_dot = p.rfind('.', dot - 1);  // last dot in the directory part
-  const std::size_t newline = p.find('\n');
-  bool ok = dir_dot == npos;  // the empty alternative: "[^.]+" from the start
-  const std::size_t lo = dir_dot == npos ? 0 : dir_dot + 1;
-  const std::size_t hi = std::min(dot - 1, newline);  // j < dot - 1 and no newline before j
-  const std::size_t slash = p.find('/', lo);
-  if (slash != npos && slash < hi) ok = true;
-  if (!ok) return {};
-  KeyExt out{std::string(p.substr(0, dot)), std::string(p.substr(dot + 1)), true};
-  for (char& c : out.ext) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
+KeyExt split_key(std::string_view member_path) {
+  const std::size_t dot = key_end(member_path);
+  if (dot == std::string_view::npos) return {};
+  return {std::string(member_path.substr(0, dot)), lowercase_ext(member_path.substr(dot + 1)), true};
 }
+
 
 bool is_meta_member(std::string_view p) {
   if (!p.starts_with("__")) return false;

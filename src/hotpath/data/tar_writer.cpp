@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 
 #include "hotpath/core/error.h"
 #include "hotpath/data/tar.h"
