@@ -84,7 +84,7 @@ Block make_header(std::string_view prefix, std::string_view name, std::uint64_t 
   std::memcpy(h.data() + 257, "ustar\0" "00", 8);
   put_octal(h, 329, 8, 0);  // devmajor
   put_octal(h, 337, 8, 0);  // devminor
-  std::memcpy(h.data() + 345, prefix.data(), std::min(prefix.size(), kPrefixLength));
+  if (!prefix.empty()) std::memcpy(h.data() + 345, prefix.data(), std::min(prefix.size(), kPrefixLength));
   std::memset(h.data() + 148, ' ', 8);
   std::uint64_t sum = 0;
   for (char c : h) sum += static_cast<unsigned char>(c);
