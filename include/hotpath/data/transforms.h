@@ -32,7 +32,9 @@ struct RandomResizedCropParams {
 Box random_resized_crop_box(int width, int height, const RandomResizedCropParams& params, Rng& rng);
 
 // torchvision Resize(resize_shorter) followed by CenterCrop(crop), as a box of the source image
-// that maps onto the crop × crop output (same sizes and rounding as torchvision on PIL images).
+// that maps onto the crop × crop output (same sizes and rounding as torchvision on PIL images;
+// crop_first unset, since torchvision resizes the whole image before cropping). crop must not
+// exceed resize_shorter (torchvision would pad).
 Box resize_center_crop_box(int width, int height, int resize_shorter, int crop);
 
 enum class PixelType { kUInt8, kFloat32, kBFloat16 };
@@ -46,12 +48,17 @@ struct Normalization {
 struct StoreFormat {
   PixelType type = PixelType::kFloat32;
   PixelLayout layout = PixelLayout::kCHW;
-  bool normalize = true;  // float/bf16: (x/255 - mean)/std; uint8 is stored raw
+  bool normalize = true;  // float/bf16: (x/255 - mean)/std, or x/255 when false; uint8 is stored raw
 };
 
 // Writes one packed HWC uint8 image (optionally mirrored left-right) into `dst`, a sample slot of
-// width*height*channels elements of `format.type` in `format.layout`.
+// width*height*channels elements of `format.type` in `format.layout`. channels is 1 or 3 (gray
+// uses mean[0]/std[0]). Float math is x * (1/(255 std)) + (-mean/std), within 1e-6 of
+// torchvision's (x/255 - mean)/std; bf16 rounds that float to nearest even.
 void store_sample(const std::uint8_t* hwc, int width, int height, int channels, bool flip,
                   const Normalization& norm, const StoreFormat& format, void* dst);
+// The same with the inner loops chosen (SimdPath::kAuto above); for the twin tests and benchmarks.
+void store_sample(const std::uint8_t* hwc, int width, int height, int channels, bool flip,
+                  const Normalization& norm, const StoreFormat& format, void* dst, SimdPath path);
 
 }  // namespace hotpath::data

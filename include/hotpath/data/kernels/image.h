@@ -15,6 +15,8 @@
 #include <span>
 #include <vector>
 
+#include "hotpath/data/kernels/resample.h"  // Box, ResampleScratch
+
 namespace hotpath::data {
 
 enum class ImageFormat { kUnknown, kJpeg, kPng };
@@ -47,14 +49,6 @@ struct Image {
 // the JPEG/ITU-R 601 luma weights like PIL's convert("L"); alpha is dropped like PIL's convert("RGB")).
 Image decode_image(std::span<const std::byte> bytes, int channels = 3, const DecodeLimits& limits = {});
 
-// A region of the source image in source pixel coordinates (may be fractional).
-struct Box {
-  double x = 0;
-  double y = 0;
-  double w = 0;
-  double h = 0;
-};
-
 struct DecodeResizeOptions {
   int channels = 3;
   // JPEG: decode at 1/2, 1/4 or 1/8 scale in the DCT domain when the box at that scale still
@@ -65,15 +59,16 @@ struct DecodeResizeOptions {
 
 // Per-thread scratch memory reused across calls (no allocation in steady state).
 struct DecodeScratch {
-  std::vector<std::uint8_t> pixels;
-  std::vector<float> floats;
-  std::vector<std::int32_t> ints;
+  std::vector<std::uint8_t> pixels;  // the decoded region
+  ResampleScratch resample;
+  int dct_denominator = 1;  // JPEG DCT scale 1/N the last call decoded at (1 = full size)
 };
 
 // Decodes only the part of the image under `box` (JPEG: jpeg_crop_scanline / jpeg_skip_scanlines)
 // and resamples it to out_w × out_h with PIL's antialiased bilinear filter (the same result as
-// PIL `img.resize((out_w, out_h), BILINEAR, box=...)`), writing packed HWC uint8 to `dst`
-// (out_w * out_h * channels bytes). The box must lie inside the image.
+// PIL `img.resize((out_w, out_h), BILINEAR, box=...)`, or `img.crop(box).resize(...)` when
+// box.crop_first), writing packed HWC uint8 to `dst` (out_w * out_h * channels bytes). The box must
+// lie inside the image. Without DCT scaling the result equals decode_image + resample_bilinear.
 void decode_box_resized(std::span<const std::byte> bytes, const Box& box, int out_w, int out_h,
                         const DecodeResizeOptions& options, std::uint8_t* dst, DecodeScratch& scratch);
 
