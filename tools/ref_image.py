@@ -59,6 +59,7 @@ def photos(outdir):
     save("e_422_odd.jpg", b.resize((501, 333), Image.LANCZOS), quality=90, subsampling=1)
     save("f_cmyk.jpg", c.resize((300, 200), Image.LANCZOS).convert("CMYK"), quality=90)
     save("g_large.jpg", a.resize((1600, 1200), Image.LANCZOS), quality=90, subsampling=2)
+    save("h_restart.jpg", c.resize((512, 384), Image.LANCZOS), quality=90, restart_marker_rows=2)
     print(json.dumps(made))
 
 

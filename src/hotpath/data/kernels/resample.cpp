@@ -150,10 +150,10 @@ void horizontal_pass(const std::uint8_t* in, std::ptrdiff_t in_stride, int rows,
 }
 
 // Accumulates a chunk of the row tap by tap: contiguous bytes times one coefficient, which the
-// compiler vectorises (PIL's loop order, pixel-major, does not).
-[[gnu::always_inline]] inline void vertical_pass_body(const std::uint8_t* in, std::ptrdiff_t in_stride, int row_bytes,
-                                                      std::uint8_t* out, std::ptrdiff_t out_stride, int out_h,
-                                                      const std::int32_t* bounds, const std::int32_t* kk, int ksize) {
+// compiler vectorises (PIL's loop order, pixel-major, does not). Columns [col0, row_bytes).
+void vertical_pass_reference(const std::uint8_t* in, std::ptrdiff_t in_stride, int col0, int row_bytes,
+                             std::uint8_t* out, std::ptrdiff_t out_stride, int out_h, const std::int32_t* bounds,
+                             const std::int32_t* kk, int ksize) {
   constexpr int kChunk = 256;
   alignas(64) std::int32_t acc[kChunk];
   for (int yy = 0; yy < out_h; ++yy) {
@@ -161,7 +161,7 @@ void horizontal_pass(const std::uint8_t* in, std::ptrdiff_t in_stride, int rows,
     const int n = bounds[2 * yy + 1];
     const std::int32_t* k = kk + static_cast<std::ptrdiff_t>(yy) * ksize;
     std::uint8_t* dst = out + yy * out_stride;
-    for (int i0 = 0; i0 < row_bytes; i0 += kChunk) {
+    for (int i0 = col0; i0 < row_bytes; i0 += kChunk) {
       const int len = std::min(kChunk, row_bytes - i0);
       for (int j = 0; j < len; ++j) acc[j] = kHalf;
       for (int y = 0; y < n; ++y) {
@@ -173,22 +173,6 @@ void horizontal_pass(const std::uint8_t* in, std::ptrdiff_t in_stride, int rows,
     }
   }
 }
-
-void vertical_pass_reference(const std::uint8_t* in, std::ptrdiff_t in_stride, int row_bytes, std::uint8_t* out,
-                             std::ptrdiff_t out_stride, int out_h, const std::int32_t* bounds, const std::int32_t* kk,
-                             int ksize) {
-  vertical_pass_body(in, in_stride, row_bytes, out, out_stride, out_h, bounds, kk, ksize);
-}
-
-#ifdef HOTPATH_HAVE_AVX2
-// The same loop compiled for AVX2 (vpmulld instead of SSE2's emulated 32-bit multiply).
-__attribute__((target("avx2"))) void vertical_pass_avx2(const std::uint8_t* in, std::ptrdiff_t in_stride,
-                                                        int row_bytes, std::uint8_t* out, std::ptrdiff_t out_stride,
-                                                        int out_h, const std::int32_t* bounds, const std::int32_t* kk,
-                                                        int ksize) {
-  vertical_pass_body(in, in_stride, row_bytes, out, out_stride, out_h, bounds, kk, ksize);
-}
-#endif
 
 // Everything one pass needs besides the pixels.
 struct PassArgs {
@@ -227,11 +211,12 @@ void horizontal(bool avx2, int channels, const std::uint8_t* in, std::ptrdiff_t 
 
 void vertical(bool avx2, const std::uint8_t* in, std::ptrdiff_t in_stride, int row_bytes, std::uint8_t* out,
               std::ptrdiff_t out_stride, int out_h, const PassArgs& a) {
+  int done = 0;
 #ifdef HOTPATH_HAVE_AVX2
-  if (avx2) return vertical_pass_avx2(in, in_stride, row_bytes, out, out_stride, out_h, a.bounds, a.kk, a.ksize);
+  if (avx2) done = x86::vertical_avx2(in, in_stride, row_bytes, out, out_stride, out_h, a.bounds, a.kk, a.ksize, kPrecisionBits);
 #endif
   (void)avx2;
-  vertical_pass_reference(in, in_stride, row_bytes, out, out_stride, out_h, a.bounds, a.kk, a.ksize);
+  if (done < row_bytes) vertical_pass_reference(in, in_stride, done, row_bytes, out, out_stride, out_h, a.bounds, a.kk, a.ksize);
 }
 
 void check_arguments(int src_w, int src_h, int channels, const Box& box, int dst_w, int dst_h) {
