@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <iomanip>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,13 @@ namespace hotpath::train {
 namespace {
 
 constexpr int64_t kSteps = 100;
+
+// "1.2e-08": std::to_string would print 0.000000 for the differences these tests record.
+std::string scientific(double v) {
+  std::ostringstream out;
+  out << std::scientific << std::setprecision(2) << v;
+  return out.str();
+}
 
 nlohmann::json torch_schedule(nlohmann::json config) {
   config["steps"] = kSteps;
@@ -33,7 +42,7 @@ void expect_lrs_match(const Schedule& schedule, const nlohmann::json& ref) {
     EXPECT_LE(diff, 1e-12) << "step " << step << ": hotpath " << schedule.lr_at(step) << " torch "
                            << lrs[static_cast<size_t>(step)];
   }
-  testing::Test::RecordProperty("max_abs_diff", std::to_string(worst));
+  testing::Test::RecordProperty("max_abs_diff", scientific(worst));
 }
 
 TEST(Schedule, WarmupCosineMatchesTorchSequentialLR) {
