@@ -3,9 +3,13 @@
   models_ref.py make OUT_DIR      # for each case: OUT_DIR/NAME.safetensors (the state_dict, saved with
                                   #   safetensors.torch.save_file) and OUT_DIR/NAME_io.safetensors ("input",
                                   #   "output" of the eval-mode forward); prints JSON {NAME: {...}}
+  models_ref.py make-vit OUT_DIR  # the same for the ViT cases (VIT_CASES)
   models_ref.py forward NAME WEIGHTS INPUT OUT
                                   # builds case NAME, load_state_dict(strict=True) from WEIGHTS (e.g. written by
                                   #   hotpath), runs INPUT's "input" in eval mode, writes {"output"} to OUT
+
+ViT parameters that torchvision initialises to constants (class token, LayerNorm affine, attention and
+conv biases, the zero head) are randomised too, so each of them shows in the output.
 
 Batch-norm running statistics and affine parameters are randomised (stats from one train-mode pass on random
 data, then perturbed), so a model that ignored them, or mixed up running_mean and running_var, would fail.
@@ -25,8 +29,19 @@ CASES = {
     "resnet18_small": ("resnet18", 10, 1, True, (2, 1, 28, 28)),
 }
 
+# name: (VisionTransformer keyword arguments, input shape); the names and configs are hotpath's
+# (vit_tiny = registry's "vit_tiny": patch 16, 12 layers, 3 heads, D 192, MLP 768, 224×224).
+VIT_CASES = {
+    "vit_small_p8": (dict(image_size=32, patch_size=8, num_layers=2, num_heads=3, hidden_dim=192, mlp_dim=768,
+                          num_classes=10), (2, 3, 32, 32)),
+    "vit_tiny": (dict(image_size=224, patch_size=16, num_layers=12, num_heads=3, hidden_dim=192, mlp_dim=768,
+                      num_classes=10), (1, 3, 224, 224)),
+}
+
 
 def build(name):
+    if name in VIT_CASES:
+        return torchvision.models.vision_transformer.VisionTransformer(**VIT_CASES[name][0])
     arch, num_classes, in_channels, small, _ = CASES[name]
     model = getattr(torchvision.models, arch)(weights=None, num_classes=num_classes)
     if small:  # hotpath's "_small" stem for 28×28/32×32 data
@@ -51,6 +66,38 @@ def randomise_batch_norm(model, input_shape, generator):
             bn.running_var.mul_(torch.empty(bn.running_var.shape).uniform_(0.8, 1.25, generator=generator))
             bn.num_batches_tracked.fill_(int(torch.randint(1, 1000, (1,), generator=generator)))
     model.eval()
+
+
+def randomise_vit(model, generator):
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("class_token"):
+                p.normal_(0.0, 0.5, generator=generator)
+            elif ".ln" in name and name.endswith("weight"):
+                p.uniform_(0.5, 1.5, generator=generator)
+            elif name.endswith("bias"):
+                p.normal_(0.0, 0.05, generator=generator)
+            elif name == "heads.head.weight":
+                p.normal_(0.0, 0.2, generator=generator)
+    model.eval()
+
+
+def make_vit(out_dir):
+    summary = {}
+    for index, name in enumerate(VIT_CASES):
+        torch.manual_seed(4321 + index)
+        generator = torch.Generator().manual_seed(77 + index)
+        model = build(name)
+        randomise_vit(model, generator)
+        x = torch.randn(VIT_CASES[name][1], generator=generator)
+        with torch.no_grad():
+            y = model(x)
+        state = {k: v.contiguous() for k, v in model.state_dict().items()}
+        save_file(state, f"{out_dir}/{name}.safetensors")
+        save_file({"input": x, "output": y}, f"{out_dir}/{name}_io.safetensors")
+        summary[name] = {"keys": len(state), "parameters": sum(p.numel() for p in model.parameters()),
+                         "output_abs_max": float(y.abs().max()), "output_std": float(y.std())}
+    print(json.dumps(summary))
 
 
 def make(out_dir):
@@ -87,6 +134,8 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     if len(sys.argv) == 3 and sys.argv[1] == "make":
         make(sys.argv[2])
+    elif len(sys.argv) == 3 and sys.argv[1] == "make-vit":
+        make_vit(sys.argv[2])
     elif len(sys.argv) == 6 and sys.argv[1] == "forward":
         forward(*sys.argv[2:])
     else:

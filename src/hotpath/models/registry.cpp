@@ -5,6 +5,7 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/models/resnet.h"
+#include "hotpath/models/vit.h"
 
 namespace hotpath::models {
 namespace {
@@ -20,6 +21,14 @@ Factory resnet(int depth, bool small_input) {
   };
 }
 
+// ViTs at torchvision's 224×224 input (encoder.pos_embedding is sized for it); other sizes: ViT(vit_config(...)).
+Factory vit(const std::string& name) {
+  return [name](const ModelOptions& o) -> ModelHandle {
+    HOTPATH_CHECK(!o.zero_init_residual, name, ": zero_init_residual is a ResNet option; a ViT has no residual norm");
+    return std::make_shared<ViT>(vit_config(name, {.num_classes = o.num_classes, .in_channels = o.in_channels}));
+  };
+}
+
 const std::map<std::string, Factory>& factories() {
   static const std::map<std::string, Factory> table = [] {
     std::map<std::string, Factory> t;
@@ -28,6 +37,7 @@ const std::map<std::string, Factory>& factories() {
       t.emplace(name, resnet(depth, false));
       t.emplace(name + "_small", resnet(depth, true));
     }
+    for (const char* name : {"vit_b_16", "vit_tiny"}) t.emplace(name, vit(name));
     return t;
   }();
   return table;
