@@ -452,8 +452,10 @@ void Loader::State::worker_loop() {
     stats.decode_seconds += local.decode_seconds;
     stats.store_seconds += local.store_seconds;
     if (!error.empty()) slot.errors[static_cast<std::size_t>(task.row)] = std::move(error);
-    if (--slot.remaining == 0) slot.state = SlotState::kReady;
-    done_cv.notify_all();
+    // Wake the consumer only for a finished batch, and seek() only once the work has drained.
+    const bool batch_done = --slot.remaining == 0;
+    if (batch_done) slot.state = SlotState::kReady;
+    if (batch_done || active_tasks == 0) done_cv.notify_all();
   }
 }
 
