@@ -1,5 +1,7 @@
 #include "support/test_support.h"
 
+#include "hotpath/core/process.h"
+
 #include <unistd.h>
 
 #include <array>
@@ -42,33 +44,14 @@ std::string source_path(std::string_view relative) {
   return (std::filesystem::path(root) / relative).string();
 }
 
-namespace {
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
-  }
-  return out + "'";
-}
-}  // namespace
-
 std::string run_python(const std::string& script, const std::vector<std::string>& args) {
-  std::string cmd = shell_quote(python()) + " " + shell_quote(script);
-  for (const auto& a : args) cmd += " " + shell_quote(a);
-  struct Closer {
-    void operator()(std::FILE* f) const { ::pclose(f); }
-  };
-  std::FILE* raw = ::popen(cmd.c_str(), "r");
-  if (raw == nullptr) throw std::runtime_error("popen failed: " + cmd);
-  std::unique_ptr<std::FILE, Closer> pipe(raw);
-  std::string out;
-  std::array<char, 65536> buf{};
-  std::size_t n = 0;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe.get())) > 0) out.append(buf.data(), n);
-  const int status = ::pclose(pipe.release());
-  if (status != 0) throw std::runtime_error("python failed (status " + std::to_string(status) + "): " + cmd);
-  return out;
+  std::vector<std::string> argv{python(), script};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const CommandResult r = run_command(argv);
+  if (r.exit_code != 0) {
+    throw std::runtime_error("python failed (exit " + std::to_string(r.exit_code) + "): " + script);
+  }
+  return r.output;
 }
 
 void write_file(const std::string& path, std::span<const std::byte> bytes) {

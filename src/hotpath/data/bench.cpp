@@ -1,12 +1,9 @@
 #include "hotpath/data/bench.h"
 
-#include <sys/wait.h>
 #include <turbojpeg.h>
 
-#include <array>
 #include <atomic>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -14,6 +11,7 @@
 #include <thread>
 
 #include "hotpath/core/error.h"
+#include "hotpath/core/process.h"
 #include "hotpath/data/tar.h"
 
 namespace hotpath::data {
@@ -25,19 +23,6 @@ struct TjDeleter {
   void operator()(void* handle) const { tjDestroy(handle); }
 };
 using TjHandle = std::unique_ptr<void, TjDeleter>;
-
-struct PipeCloser {
-  void operator()(std::FILE* f) const { ::pclose(f); }
-};
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
-  }
-  return out + "'";
-}
 
 LoaderStats minus(const LoaderStats& a, const LoaderStats& b) {
   return {a.samples - b.samples,           a.bad_samples - b.bad_samples,       a.batches - b.batches,
@@ -135,22 +120,19 @@ std::string run_torch_data_peer(const TorchPeerOptions& o) {
   std::string script = o.script.empty() ? std::string(HOTPATH_SOURCE_DIR) + "/bench/torch_data_peer.py" : o.script;
   HOTPATH_CHECK(std::filesystem::exists(script), "bench --compare torch: peer script not found at ", script);
 
-  std::string cmd = shell_quote(python) + " " + shell_quote(script) + " --shards";
-  for (const auto& s : o.shards) cmd += " " + shell_quote(s);
-  cmd += " --batch-size " + std::to_string(o.batch_size) + " --workers " + std::to_string(o.workers) + " --size " +
-         std::to_string(o.size) + " --channels " + std::to_string(o.channels) + " --warmup-batches " +
-         std::to_string(o.warmup_batches) + " --batches " + std::to_string(o.batches) + " --seed " +
-         std::to_string(o.seed) + " --json-out -";
-  std::FILE* raw = ::popen(cmd.c_str(), "r");
-  HOTPATH_CHECK(raw != nullptr, "bench --compare torch: cannot start ", cmd);
-  std::unique_ptr<std::FILE, PipeCloser> pipe(raw);
-  std::string out;
-  std::array<char, 4096> buf{};
-  std::size_t n = 0;
-  while ((n = std::fread(buf.data(), 1, buf.size(), pipe.get())) > 0) out.append(buf.data(), n);
-  const int status = ::pclose(pipe.release());
-  HOTPATH_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "bench --compare torch: the PyTorch peer failed (exit ",
-                WIFEXITED(status) ? WEXITSTATUS(status) : -1, "): ", cmd);
+  std::vector<std::string> argv{python, script, "--shards"};
+  argv.insert(argv.end(), o.shards.begin(), o.shards.end());
+  for (const auto& [flag, value] :
+       {std::pair<const char*, std::string>{"--batch-size", std::to_string(o.batch_size)},
+        {"--workers", std::to_string(o.workers)}, {"--size", std::to_string(o.size)},
+        {"--channels", std::to_string(o.channels)}, {"--warmup-batches", std::to_string(o.warmup_batches)},
+        {"--batches", std::to_string(o.batches)}, {"--seed", std::to_string(o.seed)}, {"--json-out", "-"}}) {
+    argv.push_back(flag);
+    argv.push_back(value);
+  }
+  const CommandResult r = run_command(argv);
+  HOTPATH_CHECK(r.exit_code == 0, "bench --compare torch: the PyTorch peer failed (exit ", r.exit_code, "): ", script);
+  std::string out = r.output;
   // The report is the last non-empty line (the peer may log before it).
   while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
   const auto nl = out.rfind('\n');
