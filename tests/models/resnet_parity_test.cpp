@@ -10,6 +10,7 @@
 
 #include "hotpath/models/registry.h"
 #include "hotpath/models/weights.h"
+#include "models/model_test_support.h"
 #include "support/test_support.h"
 
 namespace hotpath::models {
@@ -18,13 +19,6 @@ namespace {
 using test::TempDir;
 
 constexpr double kTolerance = 1e-4;  // fp32, issue 4's bar
-
-// See resnet_test.cpp: two OpenMP threads on a busy 2-core machine are ~30x slower than one.
-class SingleThread : public ::testing::Environment {
- public:
-  void SetUp() override { at::set_num_threads(1); }
-};
-[[maybe_unused]] auto* const kSingleThread = ::testing::AddGlobalTestEnvironment(new SingleThread);
 
 struct Case {
   std::string name;  // models_ref.py's case name = hotpath's model name

@@ -14,23 +14,12 @@
 #include "hotpath/models/registry.h"
 #include "hotpath/models/resnet.h"
 #include "hotpath/models/weights.h"
+#include "models/model_test_support.h"
 
 namespace hotpath::models {
 namespace {
 
-// Two intra-op threads on a 2-core machine shared with other jobs spin at OpenMP barriers and run
-// convolutions ~30x slower; one thread keeps the tests quick and the results independent of load.
-class SingleThread : public ::testing::Environment {
- public:
-  void SetUp() override { at::set_num_threads(1); }
-};
-[[maybe_unused]] auto* const kSingleThread = ::testing::AddGlobalTestEnvironment(new SingleThread);
-
-std::int64_t parameter_count(const torch::nn::Module& module) {
-  std::int64_t n = 0;
-  for (const auto& p : module.parameters()) n += p.numel();
-  return n;
-}
+using model_test::parameter_count;
 
 using Shapes = std::map<std::string, std::vector<std::int64_t>>;
 

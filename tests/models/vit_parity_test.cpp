@@ -13,6 +13,7 @@
 #include "hotpath/models/registry.h"
 #include "hotpath/models/vit.h"
 #include "hotpath/models/weights.h"
+#include "models/model_test_support.h"
 #include "support/test_support.h"
 
 namespace hotpath::models {
@@ -21,13 +22,6 @@ namespace {
 using test::TempDir;
 
 constexpr double kTolerance = 1e-4;  // fp32, issue 4's bar
-
-// See resnet_test.cpp: two OpenMP threads on a busy 2-core machine are ~30x slower than one.
-class SingleThread : public ::testing::Environment {
- public:
-  void SetUp() override { at::set_num_threads(1); }
-};
-[[maybe_unused]] auto* const kSingleThread = ::testing::AddGlobalTestEnvironment(new SingleThread);
 
 // models_ref.py's "vit_small_p8": VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=3,
 // hidden_dim=192, mlp_dim=768, num_classes=10).

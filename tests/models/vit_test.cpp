@@ -16,22 +16,12 @@
 #include "hotpath/models/registry.h"
 #include "hotpath/models/vit.h"
 #include "hotpath/models/weights.h"
+#include "models/model_test_support.h"
 
 namespace hotpath::models {
 namespace {
 
-// See resnet_test.cpp: two OpenMP threads on a busy 2-core machine are ~30x slower than one.
-class SingleThread : public ::testing::Environment {
- public:
-  void SetUp() override { at::set_num_threads(1); }
-};
-[[maybe_unused]] auto* const kSingleThread = ::testing::AddGlobalTestEnvironment(new SingleThread);
-
-std::int64_t parameter_count(const torch::nn::Module& module) {
-  std::int64_t n = 0;
-  for (const auto& p : module.parameters()) n += p.numel();
-  return n;
-}
+using model_test::parameter_count;
 
 using Shape = std::vector<std::int64_t>;
 
