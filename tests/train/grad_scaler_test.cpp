@@ -17,20 +17,13 @@
 #include "hotpath/core/error.h"
 #include "hotpath/train/optimizer.h"
 #include "support/test_support.h"
+#include "train/train_test_support.h"
 
 namespace hotpath::train {
 namespace {
 
-nlohmann::json tensor_json(const at::Tensor& t) {
-  const at::Tensor c = t.detach().to(at::kDouble).contiguous();
-  return {{"shape", t.sizes().vec()},
-          {"data", std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel())}};
-}
-
-std::vector<double> values(const at::Tensor& t) {
-  const at::Tensor c = t.detach().to(at::kDouble).contiguous();
-  return {c.data_ptr<double>(), c.data_ptr<double>() + c.numel()};
-}
+using train_test::tensor_json;
+using train_test::values;
 
 struct Injection {
   int64_t index;

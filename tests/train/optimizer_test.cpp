@@ -19,27 +19,14 @@
 #include "hotpath/core/error.h"
 #include "hotpath/train/schedule.h"
 #include "support/test_support.h"
+#include "train/train_test_support.h"
 
 namespace hotpath::train {
 namespace {
 
-// "1.2e-08": std::to_string would print 0.000000 for the differences these tests record.
-std::string scientific(double v) {
-  std::ostringstream out;
-  out << std::scientific << std::setprecision(2) << v;
-  return out.str();
-}
-
-nlohmann::json tensor_json(const at::Tensor& t) {
-  const at::Tensor c = t.detach().to(at::kDouble).contiguous();
-  return {{"shape", t.sizes().vec()},
-          {"data", std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel())}};
-}
-
-std::vector<double> values(const at::Tensor& t) {
-  const at::Tensor c = t.detach().to(at::kDouble).contiguous();
-  return {c.data_ptr<double>(), c.data_ptr<double>() + c.numel()};
-}
+using train_test::scientific;
+using train_test::tensor_json;
+using train_test::values;
 
 // A small model's worth of parameters: linear weights (decayed), biases and norm scales (not).
 NamedParameters make_params(uint64_t seed) {

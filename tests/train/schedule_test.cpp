@@ -13,18 +13,14 @@
 
 #include "hotpath/core/error.h"
 #include "support/test_support.h"
+#include "train/train_test_support.h"
 
 namespace hotpath::train {
 namespace {
 
-constexpr int64_t kSteps = 100;
+using train_test::scientific;
 
-// "1.2e-08": std::to_string would print 0.000000 for the differences these tests record.
-std::string scientific(double v) {
-  std::ostringstream out;
-  out << std::scientific << std::setprecision(2) << v;
-  return out.str();
-}
+constexpr int64_t kSteps = 100;
 
 nlohmann::json torch_schedule(nlohmann::json config) {
   config["steps"] = kSteps;
