@@ -5,8 +5,9 @@
 //   at::Tensor logits = model->forward(images);
 //
 // Names: resnet18, resnet34, resnet50, resnet101, resnet152 (torchvision's architectures and
-// state_dict keys) and the same with "_small" (3x3 stride-1 stem, no max pool, for 28×28/32×32 data).
-// Later families (ViT, EfficientNet-Lite) add their names to the table in registry.cpp.
+// state_dict keys) and the same with "_small" (3x3 stride-1 stem, no max pool, for 28×28/32×32 data);
+// vit_b_16, vit_tiny (vit.h); efficientnet_b0, efficientnet_lite0 (efficientnet.h; pretrained Lite0
+// weights: pretrained.h). Families add their names to the table in registry.cpp.
 #pragma once
 
 #include <cstdint>

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "hotpath/core/error.h"
+#include "hotpath/models/efficientnet.h"
 #include "hotpath/models/resnet.h"
 #include "hotpath/models/vit.h"
 
@@ -29,6 +30,15 @@ Factory vit(const std::string& name) {
   };
 }
 
+Factory efficientnet(const std::string& name) {
+  return [name](const ModelOptions& o) -> ModelHandle {
+    HOTPATH_CHECK(!o.zero_init_residual, name,
+                  ": zero_init_residual is a ResNet option; an EfficientNet has no residual norm to zero");
+    return std::make_shared<EfficientNet>(
+        efficientnet_config(name, {.num_classes = o.num_classes, .in_channels = o.in_channels}));
+  };
+}
+
 const std::map<std::string, Factory>& factories() {
   static const std::map<std::string, Factory> table = [] {
     std::map<std::string, Factory> t;
@@ -38,6 +48,7 @@ const std::map<std::string, Factory>& factories() {
       t.emplace(name + "_small", resnet(depth, true));
     }
     for (const char* name : {"vit_b_16", "vit_tiny"}) t.emplace(name, vit(name));
+    for (const char* name : {"efficientnet_b0", "efficientnet_lite0"}) t.emplace(name, efficientnet(name));
     return t;
   }();
   return table;
