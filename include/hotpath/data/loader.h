@@ -44,6 +44,8 @@ struct LoaderOptions {
   RandomResizedCropParams rrc{};
   int resize_shorter = 256;            // kResizeCenterCrop only
   double flip_probability = 0.5;       // horizontal flip
+  int translate = 0;                   // torchvision RandomCrop(size, padding=translate): shift by up to
+                                       // ±translate pixels in x and y, uncovered pixels black (0)
   bool allow_dct_scaling = true;       // JPEG: decode at 1/2, 1/4, 1/8 when the crop allows
   StoreFormat format{};                // dtype + layout (kHWC = channels-last)
   Normalization normalization{};
@@ -81,6 +83,10 @@ struct LoaderStats {
   double store_seconds = 0;         // workers: flip + normalise + write to the batch
   double wait_seconds = 0;          // consumer: blocked waiting for the next batch
 };
+
+// Samples one epoch of `options` yields before batching (this rank's shards; samples without an
+// image or a label are not counted). Reads only the shard headers; steps per epoch for schedules.
+std::int64_t count_samples(const LoaderOptions& options);
 
 // Shards of `rank` among `world_size` ranks (round robin over the given order).
 std::vector<std::string> shards_for_rank(const std::vector<std::string>& shards, int rank, int world_size);

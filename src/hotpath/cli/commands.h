@@ -12,5 +12,8 @@ namespace hotpath::cli {
 void add_data_pack(CLI::App& data);
 void add_data_inspect(CLI::App& data);
 void add_data_bench(CLI::App& data);
+void add_train(CLI::App& app);
+void add_eval(CLI::App& app);
+void add_predict(CLI::App& app);
 
 }  // namespace hotpath::cli

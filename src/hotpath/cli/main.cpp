@@ -31,6 +31,9 @@ int main(int argc, char** argv) {
   hotpath::cli::add_data_pack(*data);
   hotpath::cli::add_data_inspect(*data);
   hotpath::cli::add_data_bench(*data);
+  hotpath::cli::add_train(app);
+  hotpath::cli::add_eval(app);
+  hotpath::cli::add_predict(app);
 
   try {
     app.parse(argc, argv);

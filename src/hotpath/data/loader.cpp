@@ -174,6 +174,16 @@ std::vector<std::string> shards_for_rank(const std::vector<std::string>& shards,
   return mine;
 }
 
+std::int64_t count_samples(const LoaderOptions& options) {
+  LoaderOptions plain = options;
+  plain.shuffle = false;  // order does not change the count; no shuffle buffer to fill
+  EpochPlan plan(plain, 0);
+  std::vector<std::string> bad;
+  std::int64_t n = 0;
+  while (plan.next(bad)) ++n;
+  return n;
+}
+
 struct Loader::State {
   explicit State(LoaderOptions opts) : options(std::move(opts)) {}
 
@@ -397,6 +407,38 @@ void Loader::State::planner_loop() {
   }
 }
 
+namespace {
+
+// Moves the packed HWC image by (dx, dy) pixels in place, filling what is uncovered with 0.
+void shift_image(std::uint8_t* hwc, int width, int height, int channels, int dx, int dy) {
+  if (dx == 0 && dy == 0) return;
+  const std::size_t row_bytes = static_cast<std::size_t>(width) * static_cast<std::size_t>(channels);
+  const auto row = [&](int y) { return hwc + static_cast<std::size_t>(y) * row_bytes; };
+  const int abs_dx = std::min(std::abs(dx), width);
+  const std::size_t move = static_cast<std::size_t>(width - abs_dx) * static_cast<std::size_t>(channels);
+  const std::size_t fill = row_bytes - move;
+  // Walk rows so a source row is read before it is overwritten.
+  for (int i = 0; i < height; ++i) {
+    const int y = dy > 0 ? height - 1 - i : i;
+    const int src_y = y - dy;
+    std::uint8_t* dst = row(y);
+    if (src_y < 0 || src_y >= height) {
+      std::memset(dst, 0, row_bytes);
+      continue;
+    }
+    const std::uint8_t* src = row(src_y);
+    if (dx >= 0) {
+      std::memmove(dst + fill, src, move);
+      std::memset(dst, 0, fill);
+    } else {
+      std::memmove(dst, src + fill, move);
+      std::memset(dst + move, 0, fill);
+    }
+  }
+}
+
+}  // namespace
+
 void Loader::State::process(Slot& slot, int row, std::uint8_t* hwc, DecodeScratch& scratch, LoaderStats& local) {
   const auto& o = options;
   const SampleRef& ref = slot.samples[static_cast<std::size_t>(row)];
@@ -415,6 +457,13 @@ void Loader::State::process(Slot& slot, int row, std::uint8_t* hwc, DecodeScratc
   const bool flip = o.flip_probability > 0 && rng.bernoulli(o.flip_probability);
   DecodeResizeOptions decode{.channels = o.channels, .allow_dct_scaling = o.allow_dct_scaling, .limits = o.limits};
   decode_box_resized(bytes, box, o.size, o.size, decode, hwc, scratch);
+  if (o.translate > 0) {
+    // RandomCrop(size, padding=t) on the resized image: top-left of the crop in the padded image.
+    const auto top = rng.uniform_int(0, 2 * o.translate);
+    const auto left = rng.uniform_int(0, 2 * o.translate);
+    shift_image(hwc, o.size, o.size, o.channels, static_cast<int>(o.translate - left),
+                static_cast<int>(o.translate - top));
+  }
   const auto t1 = Clock::now();
   const std::size_t elem = slot.images.element_size();
   auto* dst = static_cast<std::uint8_t*>(slot.images.data_ptr()) +
@@ -468,6 +517,8 @@ Loader::Loader(LoaderOptions options) : state_(std::make_unique<State>(std::move
   HOTPATH_CHECK(o.prefetch >= 1, "loader: prefetch must be >= 1, got ", o.prefetch);
   HOTPATH_CHECK(o.size >= 1 && o.size <= 8192, "loader: size must be in [1, 8192], got ", o.size);
   HOTPATH_CHECK(o.channels == 1 || o.channels == 3, "loader: channels must be 1 or 3, got ", o.channels);
+  HOTPATH_CHECK(o.translate >= 0 && o.translate < o.size, "loader: translate must be in [0, size), got ",
+                o.translate);
   HOTPATH_CHECK(o.flip_probability >= 0 && o.flip_probability <= 1, "loader: flip probability must be in [0, 1], got ",
                 o.flip_probability);
   shards_for_rank(o.shards, o.rank, o.world_size);  // validates rank/world_size

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "hotpath/core/error.h"
+#include "hotpath/models/cnn.h"
 #include "hotpath/models/efficientnet.h"
 #include "hotpath/models/resnet.h"
 #include "hotpath/models/vit.h"
@@ -39,6 +40,14 @@ Factory efficientnet(const std::string& name) {
   };
 }
 
+Factory cnn(std::int64_t width) {
+  return [width](const ModelOptions& o) -> ModelHandle {
+    HOTPATH_CHECK(!o.zero_init_residual, "cnn: zero_init_residual is a ResNet option; this CNN has no residual");
+    return std::make_shared<SmallCnn>(SmallCnnConfig{.width = width, .num_classes = o.num_classes,
+                                                     .in_channels = o.in_channels});
+  };
+}
+
 const std::map<std::string, Factory>& factories() {
   static const std::map<std::string, Factory> table = [] {
     std::map<std::string, Factory> t;
@@ -49,6 +58,8 @@ const std::map<std::string, Factory>& factories() {
     }
     for (const char* name : {"vit_b_16", "vit_tiny"}) t.emplace(name, vit(name));
     for (const char* name : {"efficientnet_b0", "efficientnet_lite0"}) t.emplace(name, efficientnet(name));
+    t.emplace("cnn_small", cnn(32));
+    t.emplace("cnn_medium", cnn(64));
     return t;
   }();
   return table;

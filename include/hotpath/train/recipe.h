@@ -1,0 +1,126 @@
+// hotpath/train/recipe.h — the YAML training recipe: every key typed, defaulted and validated.
+//
+//   Recipe r = load_recipe("configs/fashion_mnist.yaml", {"train.epochs=3", "optimizer.lr=0.05"});
+//   std::cout << to_yaml(r);          // the resolved recipe, every key with its value
+//
+// A recipe has the sections model, data, train, optimizer, schedule, checkpoint plus the top-level
+// `name` and `output_dir`. An unknown key, a value of the wrong type or outside its allowed set is
+// an error naming the file, line, dotted key and what was expected. `--set key=value` overrides
+// are parsed as YAML scalars/flow lists and applied before validation, so they are checked alike.
+// The list of keys lives in one place (visit_recipe in recipe.cpp) for reading, checking and writing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hotpath::train {
+
+struct ModelSection {
+  std::string name = "resnet18";        // see models::model_names()
+  std::int64_t num_classes = 1000;
+  std::string weights;                  // safetensors to start from ("" = random init)
+  bool allow_partial = false;           // with weights: keep missing/mismatched keys (new head)
+  std::vector<std::string> freeze;      // parameter-name prefixes that are not trained
+  bool channels_last = true;            // NHWC activations (faster convolutions in oneDNN/cuDNN)
+  bool zero_init_residual = false;      // ResNet: last BN of each block starts at 0
+};
+
+struct DataSection {
+  std::vector<std::string> train;       // shard patterns (brace ranges, globs)
+  std::vector<std::string> eval;
+  std::int64_t image_size = 224;
+  std::int64_t channels = 3;            // 1 = gray, 3 = RGB
+  std::string train_crop = "random_resized_crop";  // random_resized_crop | resize
+  double scale_min = 0.08;              // RandomResizedCrop area range
+  double scale_max = 1.0;
+  std::string eval_crop = "resize_center_crop";    // resize_center_crop | resize
+  std::int64_t resize_shorter = 256;    // eval Resize before CenterCrop
+  double flip = 0.5;                    // horizontal flip probability (train)
+  std::int64_t translate = 0;           // RandomCrop(size, padding=translate) (train)
+  std::vector<double> mean{0.485, 0.456, 0.406};
+  std::vector<double> std{0.229, 0.224, 0.225};
+  std::int64_t workers = 2;             // decode threads
+  std::int64_t prefetch = 4;
+  std::int64_t shuffle_buffer = 2000;
+  std::int64_t max_bad_samples = 100;
+  std::vector<std::string> class_names; // "" = taken from the shards' pack report (train.json) if any
+};
+
+struct TrainSection {
+  std::int64_t epochs = 10;
+  std::int64_t batch_size = 256;        // samples per optimizer step (all micro-batches)
+  std::int64_t accum_steps = 1;         // micro-batches per optimizer step; batch_size must divide
+  std::string precision = "fp32";       // fp32 | bf16 (autocast) | fp16 (autocast + loss scaler, CUDA)
+  double label_smoothing = 0.0;
+  double clip_grad_norm = 0.0;          // max global L2 norm, 0 = off
+  double ema_decay = 0.0;               // EMA of weights, 0 = off (e.g. 0.999)
+  std::uint64_t seed = 0;
+  std::int64_t threads = 0;             // LibTorch intra-op threads, 0 = cores - loader workers (≥ 1)
+  std::string device = "auto";          // auto | cpu | cuda
+  std::int64_t log_every = 50;          // optimizer steps between metrics lines
+  std::int64_t eval_every = 1;          // epochs between evaluations (0 = only at the end)
+  std::int64_t max_steps = 0;           // stop after this many optimizer steps (0 = all epochs)
+  double scaler_init_scale = 65536.0;
+  std::int64_t scaler_growth_interval = 2000;
+};
+
+struct OptimizerSection {
+  std::string name = "sgd";             // sgd | adamw
+  double lr = 0.1;
+  double weight_decay = 0.0;
+  bool no_decay_norm_bias = true;
+  double momentum = 0.9;
+  double dampening = 0.0;
+  bool nesterov = false;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+struct ScheduleSection {
+  std::string name = "warmup_cosine";   // constant | warmup_cosine | step | one_cycle
+  double warmup_epochs = 0.0;
+  double warmup_start_factor = 0.1;
+  double min_lr = 0.0;
+  double step_epochs = 30.0;            // step: decay every this many epochs
+  double gamma = 0.1;
+  double pct_start = 0.3;
+  double div_factor = 25.0;
+  double final_div_factor = 1e4;
+  bool cycle_momentum = true;
+  double base_momentum = 0.85;
+  double max_momentum = 0.95;
+};
+
+struct CheckpointSection {
+  std::int64_t every_epochs = 1;        // 0 = only at the end
+  std::int64_t every_steps = 0;         // additionally every N optimizer steps (0 = off)
+  std::int64_t keep_last = 2;
+  bool keep_best = true;                // best/ holds the weights with the best eval metric
+  std::string metric = "top1";          // top1 | top5 | loss
+};
+
+struct Recipe {
+  std::string name = "run";
+  std::string output_dir = "runs/run";
+  ModelSection model;
+  DataSection data;
+  TrainSection train;
+  OptimizerSection optimizer;
+  ScheduleSection schedule;
+  CheckpointSection checkpoint;
+  std::string source = "<defaults>";    // the YAML file it came from (for messages)
+};
+
+// Reads a recipe file, applies `overrides` ("dotted.key=value"), validates every key.
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
+// The same from YAML text; `source` names it in messages.
+Recipe parse_recipe(const std::string& yaml_text, const std::vector<std::string>& overrides = {},
+                    const std::string& source = "<string>");
+// Every key with its value, in the order of the sections above; parse_recipe(to_yaml(r)) == r.
+std::string to_yaml(const Recipe& recipe);
+// The dotted names of every key a recipe accepts (for help and messages).
+std::vector<std::string> recipe_keys();
+
+}  // namespace hotpath::train

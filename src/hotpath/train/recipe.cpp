@@ -1,0 +1,427 @@
+#include "hotpath/train/recipe.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <initializer_list>
+#include <set>
+#include <sstream>
+#include <string_view>
+#include <type_traits>
+
+#include "hotpath/core/error.h"
+
+namespace hotpath::train {
+namespace {
+
+using Allowed = std::initializer_list<const char*>;
+
+// The one list of recipe keys. V is called as v("section.key", member) or with the allowed values
+// of a string choice; Reader, Writer and KeyLister give it meaning.
+template <class R, class V>
+void visit_recipe(R& r, V& v) {
+  v("name", r.name);
+  v("output_dir", r.output_dir);
+
+  auto& m = r.model;
+  v("model.name", m.name);
+  v("model.num_classes", m.num_classes);
+  v("model.weights", m.weights);
+  v("model.allow_partial", m.allow_partial);
+  v("model.freeze", m.freeze);
+  v("model.channels_last", m.channels_last);
+  v("model.zero_init_residual", m.zero_init_residual);
+
+  auto& d = r.data;
+  v("data.train", d.train);
+  v("data.eval", d.eval);
+  v("data.image_size", d.image_size);
+  v("data.channels", d.channels);
+  v("data.train_crop", d.train_crop, Allowed{"random_resized_crop", "resize"});
+  v("data.scale_min", d.scale_min);
+  v("data.scale_max", d.scale_max);
+  v("data.eval_crop", d.eval_crop, Allowed{"resize_center_crop", "resize"});
+  v("data.resize_shorter", d.resize_shorter);
+  v("data.flip", d.flip);
+  v("data.translate", d.translate);
+  v("data.mean", d.mean);
+  v("data.std", d.std);
+  v("data.workers", d.workers);
+  v("data.prefetch", d.prefetch);
+  v("data.shuffle_buffer", d.shuffle_buffer);
+  v("data.max_bad_samples", d.max_bad_samples);
+  v("data.class_names", d.class_names);
+
+  auto& t = r.train;
+  v("train.epochs", t.epochs);
+  v("train.batch_size", t.batch_size);
+  v("train.accum_steps", t.accum_steps);
+  v("train.precision", t.precision, Allowed{"fp32", "bf16", "fp16"});
+  v("train.label_smoothing", t.label_smoothing);
+  v("train.clip_grad_norm", t.clip_grad_norm);
+  v("train.ema_decay", t.ema_decay);
+  v("train.seed", t.seed);
+  v("train.threads", t.threads);
+  v("train.device", t.device, Allowed{"auto", "cpu", "cuda"});
+  v("train.log_every", t.log_every);
+  v("train.eval_every", t.eval_every);
+  v("train.max_steps", t.max_steps);
+  v("train.scaler_init_scale", t.scaler_init_scale);
+  v("train.scaler_growth_interval", t.scaler_growth_interval);
+
+  auto& o = r.optimizer;
+  v("optimizer.name", o.name, Allowed{"sgd", "adamw"});
+  v("optimizer.lr", o.lr);
+  v("optimizer.weight_decay", o.weight_decay);
+  v("optimizer.no_decay_norm_bias", o.no_decay_norm_bias);
+  v("optimizer.momentum", o.momentum);
+  v("optimizer.dampening", o.dampening);
+  v("optimizer.nesterov", o.nesterov);
+  v("optimizer.beta1", o.beta1);
+  v("optimizer.beta2", o.beta2);
+  v("optimizer.eps", o.eps);
+
+  auto& s = r.schedule;
+  v("schedule.name", s.name, Allowed{"constant", "warmup_cosine", "step", "one_cycle"});
+  v("schedule.warmup_epochs", s.warmup_epochs);
+  v("schedule.warmup_start_factor", s.warmup_start_factor);
+  v("schedule.min_lr", s.min_lr);
+  v("schedule.step_epochs", s.step_epochs);
+  v("schedule.gamma", s.gamma);
+  v("schedule.pct_start", s.pct_start);
+  v("schedule.div_factor", s.div_factor);
+  v("schedule.final_div_factor", s.final_div_factor);
+  v("schedule.cycle_momentum", s.cycle_momentum);
+  v("schedule.base_momentum", s.base_momentum);
+  v("schedule.max_momentum", s.max_momentum);
+
+  auto& c = r.checkpoint;
+  v("checkpoint.every_epochs", c.every_epochs);
+  v("checkpoint.every_steps", c.every_steps);
+  v("checkpoint.keep_last", c.keep_last);
+  v("checkpoint.keep_best", c.keep_best);
+  v("checkpoint.metric", c.metric, Allowed{"top1", "top5", "loss"});
+}
+
+std::vector<std::string> split_dots(std::string_view key) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (true) {
+    const auto dot = key.find('.', start);
+    parts.emplace_back(key.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
+    if (dot == std::string_view::npos) return parts;
+    start = dot + 1;
+  }
+}
+
+std::string join(const std::vector<std::string>& items, std::string_view sep) {
+  std::string out;
+  for (const auto& s : items) out += (out.empty() ? "" : std::string(sep)) + s;
+  return out;
+}
+
+std::string format_double(double v) {
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, v);
+  std::string s(buf, res.ptr);
+  // Keep it a float in YAML's eyes (1 → 1.0) so the type reads back the same.
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+struct KeyLister {
+  std::vector<std::string> keys;
+  template <class T>
+  void operator()(const char* key, T&, Allowed = {}) {
+    keys.emplace_back(key);
+  }
+};
+
+// Reads values from a YAML tree, checking each type; records where each key came from.
+class Reader {
+ public:
+  Reader(YAML::Node root, std::string source) : root_(std::move(root)), source_(std::move(source)) {}
+
+  void operator()(const char* key, std::string& value, Allowed allowed = {}) {
+    const YAML::Node n = find(key);
+    if (!n) return;
+    HOTPATH_CHECK(n.IsScalar(), where(n, key), ": expected a string, got a ", kind(n));
+    value = n.Scalar();
+    if (allowed.size() != 0) {
+      const bool ok = std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return value == a; });
+      std::vector<std::string> names(allowed.begin(), allowed.end());
+      HOTPATH_CHECK(ok, where(n, key), ": '", value, "' is not one of: ", join(names, ", "));
+    }
+  }
+  void operator()(const char* key, bool& value, Allowed = {}) { scalar(key, value, "a boolean (true/false)"); }
+  void operator()(const char* key, std::int64_t& value, Allowed = {}) { scalar(key, value, "an integer"); }
+  void operator()(const char* key, std::uint64_t& value, Allowed = {}) {
+    scalar(key, value, "a non-negative integer");
+  }
+  void operator()(const char* key, double& value, Allowed = {}) { scalar(key, value, "a number"); }
+  void operator()(const char* key, std::vector<std::string>& value, Allowed = {}) { list(key, value, "strings"); }
+  void operator()(const char* key, std::vector<double>& value, Allowed = {}) { list(key, value, "numbers"); }
+
+ private:
+  // The node at a dotted key, or an invalid node when absent.
+  YAML::Node find(const std::string& key) const {
+    YAML::Node node = root_;
+    for (const std::string& part : split_dots(key)) {
+      if (!node.IsMap()) return YAML::Node(YAML::NodeType::Undefined);
+      const YAML::Node& cnode = node;  // const lookups: a missing key must not be created
+      YAML::Node next = cnode[part];
+      if (!next) return YAML::Node(YAML::NodeType::Undefined);
+      node.reset(next);
+    }
+    if (node.IsNull()) return YAML::Node(YAML::NodeType::Undefined);  // `key:` with no value keeps the default
+    return node;
+  }
+
+  std::string where(const YAML::Node& n, const std::string& key) const {
+    const YAML::Mark mark = n.Mark();
+    if (mark.is_null()) return source_ + ": " + key + " (from --set)";
+    return source_ + ":" + std::to_string(mark.line + 1) + ": " + key;
+  }
+
+  static const char* kind(const YAML::Node& n) {
+    if (n.IsMap()) return "mapping";
+    if (n.IsSequence()) return "list";
+    return "scalar";
+  }
+
+  template <class T>
+  void scalar(const std::string& key, T& value, const char* expected) {
+    const YAML::Node n = find(key);
+    if (!n) return;
+    HOTPATH_CHECK(n.IsScalar(), where(n, key), ": expected ", expected, ", got a ", kind(n));
+    try {
+      value = n.as<T>();
+    } catch (const YAML::Exception&) {
+      HOTPATH_CHECK(false, where(n, key), ": expected ", expected, ", got '", n.Scalar(), "'");
+    }
+  }
+
+  template <class T>
+  void list(const std::string& key, std::vector<T>& value, const char* expected) {
+    const YAML::Node n = find(key);
+    if (!n) return;
+    std::vector<T> out;
+    if (std::is_same_v<T, std::string> && n.IsScalar()) {
+      // One shard pattern or name needs no brackets: `train: a-{000..009}.tar`.
+      if constexpr (std::is_same_v<T, std::string>) out.push_back(n.Scalar());
+    } else {
+      HOTPATH_CHECK(n.IsSequence(), where(n, key), ": expected a list of ", expected, ", got a ", kind(n));
+      for (std::size_t i = 0; i < n.size(); ++i) {
+        const YAML::Node item = n[i];
+        HOTPATH_CHECK(item.IsScalar(), where(item, key), "[", i, "]: expected one of ", expected, ", got a ",
+                      kind(item));
+        try {
+          out.push_back(item.as<T>());
+        } catch (const YAML::Exception&) {
+          HOTPATH_CHECK(false, where(item, key), "[", i, "]: expected one of ", expected, ", got '", item.Scalar(),
+                        "'");
+        }
+      }
+    }
+    value = std::move(out);
+  }
+
+  YAML::Node root_;
+  std::string source_;
+};
+
+// Builds the YAML tree of a recipe, keys in visit order.
+class Writer {
+ public:
+  template <class T>
+  void operator()(const char* key, const T& value, Allowed = {}) {
+    const auto parts = split_dots(key);
+    YAML::Node node = root_;
+    for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+      YAML::Node child = node[parts[i]];
+      node.reset(child);
+    }
+    node[parts.back()] = encode(value);
+  }
+  [[nodiscard]] const YAML::Node& root() const { return root_; }
+
+ private:
+  static YAML::Node encode(const std::string& v) { return YAML::Node(v); }
+  static YAML::Node encode(bool v) { return YAML::Node(v ? "true" : "false"); }
+  static YAML::Node encode(std::int64_t v) { return YAML::Node(std::to_string(v)); }
+  static YAML::Node encode(std::uint64_t v) { return YAML::Node(std::to_string(v)); }
+  static YAML::Node encode(double v) { return YAML::Node(format_double(v)); }
+  template <class T>
+  static YAML::Node encode(const std::vector<T>& v) {
+    YAML::Node seq(YAML::NodeType::Sequence);
+    for (const auto& x : v) seq.push_back(encode(x));
+    seq.SetStyle(YAML::EmitterStyle::Flow);
+    return seq;
+  }
+  YAML::Node root_{YAML::NodeType::Map};
+};
+
+// Every key in the tree that no visit names: "model.nmae" → error listing the section's keys.
+void check_unknown_keys(const YAML::Node& root, const std::string& source) {
+  HOTPATH_CHECK(root.IsMap() || root.IsNull(), source, ": a recipe must be a mapping of sections, got ",
+                root.IsSequence() ? "a list" : "a scalar");
+  const std::vector<std::string> keys = recipe_keys();
+  const std::set<std::string> known(keys.begin(), keys.end());
+  std::set<std::string> sections;
+  for (const auto& k : keys) {
+    if (const auto dot = k.find('.'); dot != std::string::npos) sections.insert(k.substr(0, dot));
+  }
+  const auto allowed_in = [&](const std::string& prefix) {
+    std::vector<std::string> names;
+    for (const auto& k : keys) {
+      if (prefix.empty() ? k.find('.') == std::string::npos : k.rfind(prefix + ".", 0) == 0) {
+        names.push_back(prefix.empty() ? k : k.substr(prefix.size() + 1));
+      }
+    }
+    if (prefix.empty()) names.insert(names.end(), sections.begin(), sections.end());
+    return join(names, ", ");
+  };
+  const auto where = [&](const YAML::Node& n) {
+    const YAML::Mark mark = n.Mark();
+    return mark.is_null() ? source + " (from --set)" : source + ":" + std::to_string(mark.line + 1);
+  };
+  if (root.IsNull()) return;
+  for (const auto& top : root) {
+    const std::string name = top.first.as<std::string>();
+    if (sections.count(name) != 0) {
+      if (top.second.IsNull()) continue;
+      HOTPATH_CHECK(top.second.IsMap(), where(top.second), ": ", name, ": expected a mapping of keys (",
+                    allowed_in(name), ")");
+      for (const auto& kv : top.second) {
+        const std::string key = name + "." + kv.first.as<std::string>();
+        HOTPATH_CHECK(known.count(key) != 0, where(kv.first), ": unknown key '", key, "'; ", name, " accepts: ",
+                      allowed_in(name));
+      }
+      continue;
+    }
+    HOTPATH_CHECK(known.count(name) != 0, where(top.first), ": unknown key '", name,
+                  "'; a recipe accepts: ", allowed_in(""));
+  }
+}
+
+// Applies "a.b.c=value" to the tree (value parsed as YAML, so numbers, booleans and [lists] work).
+void apply_override(YAML::Node& root, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  HOTPATH_CHECK(eq != std::string::npos && eq > 0, "--set '", assignment, "': expected key=value, e.g. train.epochs=5");
+  const std::string key = assignment.substr(0, eq);
+  const std::string text = assignment.substr(eq + 1);
+  YAML::Node value;
+  try {
+    value = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    HOTPATH_CHECK(false, "--set ", key, ": cannot parse '", text, "' as a YAML value: ", e.msg);
+  }
+  if (!value.IsDefined() || value.IsNull()) value = YAML::Node(text);
+  const auto parts = split_dots(key);
+  YAML::Node node = root;
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    YAML::Node child = node[parts[i]];
+    if (!child.IsMap()) child = YAML::Node(YAML::NodeType::Map);
+    node[parts[i]] = child;
+    node.reset(node[parts[i]]);
+  }
+  // A fresh scalar has no mark: messages say "(from --set)".
+  node[parts.back()] = YAML::Clone(value);
+}
+
+void check_range(bool ok, const Recipe& r, const char* key, const std::string& expected) {
+  HOTPATH_CHECK(ok, r.source, ": ", key, ": expected ", expected);
+}
+
+void validate(const Recipe& r) {
+  const auto& d = r.data;
+  const auto& t = r.train;
+  check_range(!r.model.name.empty(), r, "model.name", "a model name");
+  check_range(r.model.num_classes >= 1, r, "model.num_classes", ">= 1, got " + std::to_string(r.model.num_classes));
+  check_range(d.image_size >= 8 && d.image_size <= 4096, r, "data.image_size",
+              "in [8, 4096], got " + std::to_string(d.image_size));
+  check_range(d.channels == 1 || d.channels == 3, r, "data.channels", "1 or 3, got " + std::to_string(d.channels));
+  check_range(d.scale_min > 0 && d.scale_min <= d.scale_max && d.scale_max <= 1, r, "data.scale_min/scale_max",
+              "0 < scale_min <= scale_max <= 1");
+  check_range(d.flip >= 0 && d.flip <= 1, r, "data.flip", "a probability in [0, 1], got " + format_double(d.flip));
+  check_range(d.translate >= 0 && d.translate < d.image_size, r, "data.translate", "in [0, image_size)");
+  check_range(d.resize_shorter >= d.image_size, r, "data.resize_shorter", ">= data.image_size");
+  check_range(d.mean.size() == static_cast<std::size_t>(d.channels), r, "data.mean",
+              std::to_string(d.channels) + " values (one per channel)");
+  check_range(d.std.size() == static_cast<std::size_t>(d.channels), r, "data.std",
+              std::to_string(d.channels) + " values (one per channel)");
+  check_range(std::all_of(d.std.begin(), d.std.end(), [](double s) { return s > 0; }), r, "data.std",
+              "positive values");
+  check_range(d.workers >= 1 && d.workers <= 256, r, "data.workers", "in [1, 256]");
+  check_range(d.prefetch >= 1 && d.prefetch <= 64, r, "data.prefetch", "in [1, 64]");
+  check_range(d.shuffle_buffer >= 1, r, "data.shuffle_buffer", ">= 1");
+  check_range(t.epochs >= 1, r, "train.epochs", ">= 1, got " + std::to_string(t.epochs));
+  check_range(t.batch_size >= 1, r, "train.batch_size", ">= 1, got " + std::to_string(t.batch_size));
+  check_range(t.accum_steps >= 1 && t.batch_size % t.accum_steps == 0, r, "train.accum_steps",
+              ">= 1 and dividing train.batch_size (" + std::to_string(t.batch_size) + "), got " +
+                  std::to_string(t.accum_steps));
+  check_range(t.label_smoothing >= 0 && t.label_smoothing < 1, r, "train.label_smoothing", "in [0, 1)");
+  check_range(t.clip_grad_norm >= 0, r, "train.clip_grad_norm", ">= 0 (0 = off)");
+  check_range(t.ema_decay >= 0 && t.ema_decay < 1, r, "train.ema_decay", "in [0, 1) (0 = off)");
+  check_range(t.threads >= 0, r, "train.threads", ">= 0 (0 = automatic)");
+  check_range(t.log_every >= 1, r, "train.log_every", ">= 1");
+  check_range(t.eval_every >= 0, r, "train.eval_every", ">= 0");
+  check_range(t.max_steps >= 0, r, "train.max_steps", ">= 0 (0 = all epochs)");
+  check_range(t.scaler_init_scale > 0, r, "train.scaler_init_scale", "> 0");
+  check_range(t.scaler_growth_interval >= 1, r, "train.scaler_growth_interval", ">= 1");
+  check_range(r.optimizer.lr > 0, r, "optimizer.lr", "> 0");
+  check_range(r.schedule.warmup_epochs >= 0, r, "schedule.warmup_epochs", ">= 0");
+  check_range(r.schedule.step_epochs > 0, r, "schedule.step_epochs", "> 0");
+  check_range(r.checkpoint.every_epochs >= 0, r, "checkpoint.every_epochs", ">= 0");
+  check_range(r.checkpoint.every_steps >= 0, r, "checkpoint.every_steps", ">= 0");
+  check_range(r.checkpoint.keep_last >= 1, r, "checkpoint.keep_last", ">= 1");
+  check_range(!r.output_dir.empty(), r, "output_dir", "a directory");
+}
+
+}  // namespace
+
+std::vector<std::string> recipe_keys() {
+  KeyLister lister;
+  Recipe r;
+  visit_recipe(r, lister);
+  return lister.keys;
+}
+
+Recipe parse_recipe(const std::string& yaml_text, const std::vector<std::string>& overrides,
+                    const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    HOTPATH_CHECK(false, source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": invalid YAML: ", e.msg);
+  }
+  if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  for (const auto& o : overrides) apply_override(root, o);
+  check_unknown_keys(root, source);
+  Recipe recipe;
+  recipe.source = source;
+  Reader reader(root, source);
+  visit_recipe(recipe, reader);
+  validate(recipe);
+  return recipe;
+}
+
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  HOTPATH_CHECK(in.good(), path, ": cannot open the recipe file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_recipe(ss.str(), overrides, path);
+}
+
+std::string to_yaml(const Recipe& recipe) {
+  Writer writer;
+  visit_recipe(recipe, writer);
+  YAML::Emitter out;
+  out << writer.root();
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace hotpath::train
