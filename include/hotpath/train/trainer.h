@@ -35,6 +35,9 @@ struct TrainOptions {
   std::ostream* out = nullptr;              // progress and messages (nullptr: std::cerr)
   bool is_tty = false;                      // progress bar redraws in place
   bool quiet = false;                       // no progress, only the final summary
+  // Benchmark mode (>= 0): no checkpoints, no eval, no model package; throughput is also measured
+  // from this many optimizer steps on (TrainResult::steady_samples_per_s). Stop with train.max_steps.
+  std::int64_t benchmark_warmup_steps = -1;
 };
 
 // Where step time went. Fractions of the summed phases; on CUDA the phases are timed with a
@@ -67,6 +70,8 @@ struct TrainResult {
   std::optional<EvalResult> eval;     // the last evaluation
   double seconds = 0;                 // wall time of this invocation
   double samples_per_s = 0;           // training throughput of this invocation
+  double steady_samples_per_s = 0;    // benchmark mode: after the warm-up steps
+  std::int64_t steady_steps = 0;
   StepBreakdown breakdown;
 };
 

@@ -142,7 +142,8 @@ struct KeyLister {
 // Reads values from a YAML tree, checking each type; records where each key came from.
 class Reader {
  public:
-  Reader(YAML::Node root, std::string source) : root_(std::move(root)), source_(std::move(source)) {}
+  Reader(YAML::Node root, std::string source, std::set<std::string> overridden)
+      : root_(std::move(root)), source_(std::move(source)), overridden_(std::move(overridden)) {}
 
   void operator()(const char* key, std::string& value, Allowed allowed = {}) {
     const YAML::Node n = find(key);
@@ -181,7 +182,7 @@ class Reader {
 
   std::string where(const YAML::Node& n, const std::string& key) const {
     const YAML::Mark mark = n.Mark();
-    if (mark.is_null()) return source_ + ": " + key + " (from --set)";
+    if (mark.is_null() || overridden_.count(key) != 0) return source_ + ": " + key + " (from --set)";
     return source_ + ":" + std::to_string(mark.line + 1) + ": " + key;
   }
 
@@ -230,6 +231,7 @@ class Reader {
 
   YAML::Node root_;
   std::string source_;
+  std::set<std::string> overridden_;  // keys set by --set: their marks point into the --set text
 };
 
 // Builds the YAML tree of a recipe, keys in visit order.
@@ -264,7 +266,7 @@ class Writer {
 };
 
 // Every key in the tree that no visit names: "model.nmae" → error listing the section's keys.
-void check_unknown_keys(const YAML::Node& root, const std::string& source) {
+void check_unknown_keys(const YAML::Node& root, const std::string& source, const std::set<std::string>& overridden) {
   HOTPATH_CHECK(root.IsMap() || root.IsNull(), source, ": a recipe must be a mapping of sections, got ",
                 root.IsSequence() ? "a list" : "a scalar");
   const std::vector<std::string> keys = recipe_keys();
@@ -283,31 +285,33 @@ void check_unknown_keys(const YAML::Node& root, const std::string& source) {
     if (prefix.empty()) names.insert(names.end(), sections.begin(), sections.end());
     return join(names, ", ");
   };
-  const auto where = [&](const YAML::Node& n) {
+  const auto where = [&](const YAML::Node& n, const std::string& key) {
     const YAML::Mark mark = n.Mark();
-    return mark.is_null() ? source + " (from --set)" : source + ":" + std::to_string(mark.line + 1);
+    return mark.is_null() || overridden.count(key) != 0 ? source + " (from --set)"
+                                                          : source + ":" + std::to_string(mark.line + 1);
   };
   if (root.IsNull()) return;
   for (const auto& top : root) {
     const std::string name = top.first.as<std::string>();
     if (sections.count(name) != 0) {
       if (top.second.IsNull()) continue;
-      HOTPATH_CHECK(top.second.IsMap(), where(top.second), ": ", name, ": expected a mapping of keys (",
+      HOTPATH_CHECK(top.second.IsMap(), where(top.second, name), ": ", name, ": expected a mapping of keys (",
                     allowed_in(name), ")");
       for (const auto& kv : top.second) {
         const std::string key = name + "." + kv.first.as<std::string>();
-        HOTPATH_CHECK(known.count(key) != 0, where(kv.first), ": unknown key '", key, "'; ", name, " accepts: ",
+        HOTPATH_CHECK(known.count(key) != 0, where(kv.first, key), ": unknown key '", key, "'; ", name, " accepts: ",
                       allowed_in(name));
       }
       continue;
     }
-    HOTPATH_CHECK(known.count(name) != 0, where(top.first), ": unknown key '", name,
+    HOTPATH_CHECK(known.count(name) != 0, where(top.first, name), ": unknown key '", name,
                   "'; a recipe accepts: ", allowed_in(""));
   }
 }
 
-// Applies "a.b.c=value" to the tree (value parsed as YAML, so numbers, booleans and [lists] work).
-void apply_override(YAML::Node& root, const std::string& assignment) {
+// Applies "a.b.c=value" to the tree (value parsed as YAML, so numbers, booleans and [lists] work);
+// returns the dotted key.
+std::string apply_override(YAML::Node& root, const std::string& assignment) {
   const auto eq = assignment.find('=');
   HOTPATH_CHECK(eq != std::string::npos && eq > 0, "--set '", assignment, "': expected key=value, e.g. train.epochs=5");
   const std::string key = assignment.substr(0, eq);
@@ -327,8 +331,8 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
     node[parts[i]] = child;
     node.reset(node[parts[i]]);
   }
-  // A fresh scalar has no mark: messages say "(from --set)".
   node[parts.back()] = YAML::Clone(value);
+  return key;
 }
 
 void check_range(bool ok, const Recipe& r, const char* key, const std::string& expected) {
@@ -398,11 +402,12 @@ Recipe parse_recipe(const std::string& yaml_text, const std::vector<std::string>
     HOTPATH_CHECK(false, source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": invalid YAML: ", e.msg);
   }
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-  for (const auto& o : overrides) apply_override(root, o);
-  check_unknown_keys(root, source);
+  std::set<std::string> overridden;
+  for (const auto& o : overrides) overridden.insert(apply_override(root, o));
+  check_unknown_keys(root, source, overridden);
   Recipe recipe;
   recipe.source = source;
-  Reader reader(root, source);
+  Reader reader(root, source, overridden);
   visit_recipe(recipe, reader);
   validate(recipe);
   return recipe;

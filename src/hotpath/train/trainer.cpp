@@ -300,12 +300,13 @@ void set_normalization(data::LoaderOptions& o, const DataSection& d) {
 std::vector<std::string> resolve_or_fail(const std::vector<std::string>& patterns, const char* key,
                                          const Recipe& recipe) {
   HOTPATH_CHECK(!patterns.empty(), recipe.source, ": ", key, ": no shards given (a list of .tar paths or patterns)");
-  std::vector<std::string> shards = data::resolve_shards(patterns);
-  HOTPATH_CHECK(!shards.empty(), recipe.source, ": ", key, ": no shard matches ", patterns.front());
-  for (const auto& s : shards) {
-    HOTPATH_CHECK(fs::exists(s), recipe.source, ": ", key, ": shard ", s,
-                  " does not exist (pack data with `hotpath data pack`)");
+  std::vector<std::string> shards;
+  try {
+    shards = data::resolve_shards(patterns);
+  } catch (const Error& e) {
+    HOTPATH_CHECK(false, recipe.source, ": ", key, ": ", e.what(), " (pack data with `hotpath data pack`)");
   }
+  HOTPATH_CHECK(!shards.empty(), recipe.source, ": ", key, ": no shard matches ", patterns.front());
   return shards;
 }
 
@@ -424,6 +425,8 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
                 ": train.precision: fp16 needs a CUDA device; use bf16 on CPU");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(tr.threads > 0 ? static_cast<int>(tr.threads) : cores);
+  // Initial weights (and dropout until a checkpoint restores its state) follow train.seed.
+  at::manual_seed(tr.seed);
 
   const fs::path run_dir(recipe.output_dir);
   const fs::path ckpt_root = run_dir / "checkpoints";
@@ -587,7 +590,13 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   const std::int64_t trace_begin = state.step + std::min<std::int64_t>(3, total_steps / 4);
   const std::int64_t trace_end = trace_begin + options.trace_steps;
 
+  const bool benchmark = options.benchmark_warmup_steps >= 0;
+  const std::int64_t steady_from = state.step + std::max<std::int64_t>(options.benchmark_warmup_steps, 0);
+  std::optional<Clock::time_point> steady_start;
+  std::int64_t steady_samples_base = 0;
+  if (benchmark && options.benchmark_warmup_steps == 0) steady_start = Clock::now();
   const auto save = [&](const char* why) {
+    if (benchmark) return;
     if (scaler.is_enabled()) state.scaler = scaler.state();
     CheckpointData data;
     data.model = models::named_state(*model);
@@ -710,6 +719,10 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
       const double elapsed = seconds(epoch_start, Clock::now());
       const double rate = elapsed > 0 ? static_cast<double>(epoch_samples) / elapsed : 0;
 
+      if (benchmark && state.step == steady_from) {
+        steady_start = Clock::now();
+        steady_samples_base = samples_done;
+      }
       const bool non_finite = !std::isfinite(step_loss);
       if (non_finite && !(scaler.is_enabled() && !stepped)) {
         log_line({{"split", "train"}, {"step", state.step}, {"epoch", epoch}, {"loss", nullptr}, {"lr", lr}});
@@ -753,7 +766,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     result.epochs_completed = epoch + 1;
 
     const bool last_epoch = epoch + 1 == tr.epochs;
-    const bool eval_now = !recipe.data.eval.empty() &&
+    const bool eval_now = !benchmark && !recipe.data.eval.empty() &&
                           (last_epoch || (tr.eval_every > 0 && (epoch + 1) % tr.eval_every == 0));
     if (eval_now) {
       models::ImageClassifier& eval_model = ema ? ema->model() : *model;
@@ -789,10 +802,17 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     tb.flush();
   }
 
+  if (steady_start) {
+    result.steady_steps = state.step - steady_from;
+    const double s = seconds(*steady_start, Clock::now());
+    result.steady_samples_per_s = s > 0 ? static_cast<double>(samples_done - steady_samples_base) / s : 0;
+  }
   // The trained model package: EMA weights when EMA is on (that is what EMA is for).
-  models::save_safetensors(ema ? static_cast<torch::nn::Module&>(ema->model()) : *model,
-                           (run_dir / "model.safetensors").string());
-  write_file_atomic((run_dir / "model.json").string(), package_to_json(package));
+  if (!benchmark) {
+    models::save_safetensors(ema ? static_cast<torch::nn::Module&>(ema->model()) : *model,
+                             (run_dir / "model.safetensors").string());
+    write_file_atomic((run_dir / "model.json").string(), package_to_json(package));
+  }
   write_file_atomic((run_dir / "profile.json").string(), bd.to_json());
   if (!options.trace_path.empty()) trace.write(options.trace_path);
   tb.flush();
