@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# `hotpath train|eval|predict` as a user runs them: bad inputs give exit code 1 and ONE line on stderr
+# naming the problem; SIGINT mid-epoch leaves a resumable checkpoint. Usage: train_cli_test.sh HOTPATH
+set -uo pipefail
+hp=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+# Real data: Fashion-MNIST test split (Debian dataset-fashion-mnist), 2000 samples per shard.
+"$hp" data pack /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz -o "$work/fm" \
+  --max-samples-per-shard 2000 >/dev/null 2>&1 || { echo "cannot pack fixture" >&2; exit 1; }
+cat > recipe.yaml <<YAML
+name: cli
+output_dir: $work/run
+model: {name: cnn_small, num_classes: 10}
+data:
+  train: $work/fm-{000000..000004}.tar
+  eval: $work/fm-000004.tar
+  image_size: 28
+  channels: 1
+  train_crop: resize
+  eval_crop: resize
+  resize_shorter: 28
+  mean: [0.286]
+  std: [0.353]
+train: {epochs: 1, batch_size: 64, threads: 1, log_every: 1}
+optimizer: {name: sgd, lr: 0.05}
+schedule: {name: constant}
+YAML
+
+# expect_error NAME PATTERN ARGS...: exit 1, exactly one stderr line, containing PATTERN.
+expect_error() {
+  local name=$1 pattern=$2
+  shift 2
+  "$hp" "$@" >out.txt 2>err.txt
+  local rc=$?
+  [ "$rc" -eq 1 ] || fail "$name: exit code $rc, expected 1"
+  [ "$(wc -l <err.txt)" -eq 1 ] || fail "$name: expected one stderr line, got: $(cat err.txt)"
+  grep -q -- "$pattern" err.txt || fail "$name: stderr lacks '$pattern': $(cat err.txt)"
+}
+
+expect_error unknown-key "unknown key 'train.epochz'" train recipe.yaml --set train.epochz=3
+expect_error wrong-type "train.epochs (from --set): expected an integer, got 'three'" train recipe.yaml --set train.epochs=three
+expect_error missing-shard "data.train: shard '$work/none-000000.tar' does not exist" train recipe.yaml --set "data.train=$work/none-000000.tar"
+head -c 100 /dev/urandom >bad.safetensors
+expect_error truncated-weights "bad.safetensors" train recipe.yaml --set model.weights=bad.safetensors
+printf 'model: [unclosed\n' >broken.yaml
+expect_error invalid-yaml "broken.yaml:" train broken.yaml
+
+# SIGINT mid-epoch: checkpoint, exit 130; the checkpoint resumes; a wrong-shape resume is refused.
+"$hp" train recipe.yaml >train.out 2>train.err &
+pid=$!
+for _ in $(seq 1 600); do
+  [ -f run/metrics.jsonl ] && [ "$(wc -l <run/metrics.jsonl)" -ge 5 ] && break
+  sleep 0.1
+done
+kill -INT "$pid"
+wait "$pid"
+rc=$?
+[ "$rc" -eq 130 ] || fail "sigint: exit code $rc, expected 130 ($(tail -n 2 train.err))"
+ckpt=$(ls -d run/checkpoints/step-* 2>/dev/null | tail -n 1)
+[ -n "$ckpt" ] || fail "sigint: no checkpoint written"
+[ -f "$ckpt/model.safetensors" ] && [ -f "$ckpt/trainer.json" ] || fail "sigint: incomplete checkpoint $ckpt"
+grep -q "Resume with" train.err || fail "sigint: no resume hint: $(tail -n 2 train.err)"
+expect_error resume-wrong-shape "features.0.weight" train recipe.yaml --resume --set model.name=cnn_medium
+step=$(sed 's/.*step-0*//' <<<"$ckpt")
+"$hp" train recipe.yaml --resume --set train.max_steps=$((step + 3)) --quiet >resume.out 2>resume.err ||
+  fail "resume failed: $(cat resume.err)"
+grep -q "resuming from" resume.err || true
+last=$(tail -n 1 run/metrics.jsonl)
+grep -q "\"step\":$((step + 3))" <<<"$last" || fail "resume: last metrics line is not step $((step + 3)): $last"
+
+# eval / predict on the run directory.
+"$hp" train recipe.yaml --set train.max_steps=20 --set output_dir=$work/run2 --quiet >/dev/null 2>&1 || fail "short train failed"
+"$hp" eval --model-dir run2 "$work/fm-000004.tar" --json >eval.json 2>eval.err || fail "eval failed: $(cat eval.err)"
+grep -q '"top1"' eval.json || fail "eval: no top1 in $(cat eval.json)"
+tar -xf "$work/fm-000000.tar" --wildcards '*.png' 2>/dev/null
+img=$(ls ./*.png | head -n 1)
+"$hp" predict --model-dir run2 "$img" --json -k 3 >pred.json 2>pred.err || fail "predict failed: $(cat pred.err)"
+python3 -c 'import json,sys; d=json.loads(open(sys.argv[1]).readline()); assert len(d["top"])==3 and "label" in d["top"][0] and "prob" in d["top"][0], d' pred.json ||
+  fail "predict: bad JSON $(cat pred.json)"
+expect_error predict-missing-model-dir "model.json: not found" predict --model-dir "$work/nothing" "$img"
+echo "not an image" >fake.png
+expect_error predict-bad-image "fake.png" predict --model-dir run2 fake.png
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures failure(s)" >&2
+  exit 1
+fi
+echo "all CLI checks passed"
