@@ -1,6 +1,6 @@
 # The README's two commands. Both run scripts/setup (idempotent) first.
 .PHONY: demo test test-fast fuzz build setup
-demo:      ## pack Fashion-MNIST and benchmark the loader vs PyTorch
+demo:      ## main job: pack Fashion-MNIST, train the default recipe, print test accuracy
 	scripts/demo
 test:      ## build and run every test
 	scripts/test
