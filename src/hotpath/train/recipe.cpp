@@ -393,8 +393,10 @@ std::vector<std::string> recipe_keys() {
   return lister.keys;
 }
 
-Recipe parse_recipe(const std::string& yaml_text, const std::vector<std::string>& overrides,
-                    const std::string& source) {
+namespace {
+
+Recipe parse_recipe_unguarded(const std::string& yaml_text, const std::vector<std::string>& overrides,
+                              const std::string& source) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -411,6 +413,19 @@ Recipe parse_recipe(const std::string& yaml_text, const std::vector<std::string>
   visit_recipe(recipe, reader);
   validate(recipe);
   return recipe;
+}
+
+}  // namespace
+
+Recipe parse_recipe(const std::string& yaml_text, const std::vector<std::string>& overrides,
+                    const std::string& source) {
+  try {
+    return parse_recipe_unguarded(yaml_text, overrides, source);
+  } catch (const YAML::Exception& e) {
+    // Whatever yaml-cpp still objects to (odd keys such as `? [a]: 1`, nesting too deep) is one line too.
+    HOTPATH_CHECK(false, source, ": invalid recipe: ", e.what());
+  }
+  return {};
 }
 
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
