@@ -56,7 +56,7 @@ struct TrainSection {
   double clip_grad_norm = 0.0;          // max global L2 norm, 0 = off
   double ema_decay = 0.0;               // EMA of weights, 0 = off (e.g. 0.999)
   std::uint64_t seed = 0;
-  std::int64_t threads = 0;             // LibTorch intra-op threads, 0 = cores - loader workers (≥ 1)
+  std::int64_t threads = 0;             // LibTorch intra-op threads, 0 = all cores
   std::string device = "auto";          // auto | cpu | cuda
   std::int64_t log_every = 50;          // optimizer steps between metrics lines
   std::int64_t eval_every = 1;          // epochs between evaluations (0 = only at the end)
