@@ -86,6 +86,13 @@ expect_error predict-missing-model-dir "model.json: not found" predict --model-d
 echo "not an image" >fake.png
 expect_error predict-bad-image "fake.png" predict --model-dir run2 fake.png
 
+# The real pretrained EfficientNet-Lite0 (converted by scripts/setup) on darknet's dog photo.
+if [ -f /usr/share/darknet/data/dog.jpg ]; then
+  "$hp" predict --model efficientnet_lite0 --pretrained /usr/share/darknet/data/dog.jpg --json -k 5 >lite.json 2>lite.err ||
+    fail "predict --pretrained failed: $(cat lite.err)"
+  grep -q '"label":"German shepherd"' lite.json || fail "predict --pretrained: expected German shepherd in the top 5: $(cat lite.json)"
+fi
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)" >&2
   exit 1
