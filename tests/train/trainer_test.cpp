@@ -215,6 +215,23 @@ TEST_F(Trainer, GradientAccumulationEqualsTheLargeBatchStep) {
   EXPECT_GT(max_weight_diff(dir_.file("init.safetensors"), dir_.file("one/model.safetensors")), 1e-3);
 }
 
+TEST_F(Trainer, Bf16AutocastTrainsCloseToFp32ButNotIdentically) {
+  const std::string shards = write_shards(dir_, 64, 16);
+  auto fp32 = base_overrides(shards, dir_.file("fp32"));
+  fp32.push_back("train.max_steps=3");
+  auto bf16 = base_overrides(shards, dir_.file("bf16"));
+  bf16.push_back("train.max_steps=3");
+  bf16.push_back("train.precision=bf16");
+  train(make_recipe(fp32), quiet());
+  train(make_recipe(bf16), quiet());
+  const auto a = losses(dir_.file("fp32")), b = losses(dir_.file("bf16"));
+  ASSERT_EQ(b.size(), 3u);
+  for (const auto& [step, loss] : a) {
+    EXPECT_NEAR(loss, b.at(step), 0.05) << "step " << step;
+  }
+  EXPECT_NE(a.at(1), b.at(1)) << "bf16 convolutions round differently: autocast must be active";
+}
+
 TEST_F(Trainer, FrozenPrefixesAndANewHeadFromPartialWeights) {
   const std::string shards = write_shards(dir_, 32, 16);
   auto o = base_overrides(shards, dir_.file("pre"));
