@@ -15,5 +15,6 @@ void add_data_bench(CLI::App& data);
 void add_train(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_predict(CLI::App& app);
+void add_bench(CLI::App& app);
 
 }  // namespace hotpath::cli

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   hotpath::cli::add_train(app);
   hotpath::cli::add_eval(app);
   hotpath::cli::add_predict(app);
+  hotpath::cli::add_bench(app);
 
   try {
     app.parse(argc, argv);
