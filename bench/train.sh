@@ -6,7 +6,7 @@
 # batch-32 step takes ~4 minutes (docs/benchmarks.md has the batch-32 run).
 # Packs the data first when missing (scripts/demo's Fashion-MNIST pack, bench/loader.sh's set).
 # Usage: bench/train.sh [repeats]   Output: build/bench/train-fashion-mnist.json, train-resnet50.json
-# Takes ~15 minutes with repeats=2 on the shared 2-core machine.
+# Takes ~20 minutes on the shared 2-core machine (Fashion-MNIST ~6 with repeats=2, ResNet-50 ~10).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 repeats=${1:-2}

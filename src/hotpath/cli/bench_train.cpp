@@ -130,6 +130,9 @@ std::string fixed(double v, int digits) {
   return s.str();
 }
 
+// Samples/s with three significant digits at least (a bf16 ResNet-50 step on an AVX2 CPU: 0.134).
+std::string rate_text(double v) { return fixed(v, v >= 100 ? 1 : v >= 10 ? 2 : 3); }
+
 void write_report(const json& report, const std::string& path) {
   const std::string text = report.dump(2) + "\n";
   if (path.empty() || path == "-") {
@@ -200,7 +203,7 @@ void run(const BenchTrainArgs& a) {
     const train::TrainResult result = train::train(recipe, options);
     HOTPATH_CHECK(result.steady_steps == a.steps, "bench train: hotpath ran ", result.steady_steps,
                   " timed steps, expected ", a.steps);
-    std::cerr << "  run " << r + 1 << ": hotpath " << fixed(result.steady_samples_per_s, 1) << " samples/s";
+    std::cerr << "  run " << r + 1 << ": hotpath " << rate_text(result.steady_samples_per_s) << " samples/s";
     hp_runs.push_back(result.steady_samples_per_s);
     if (result.steady_samples_per_s > best.steady_samples_per_s) best = result;
     if (!peer_argv.empty()) {
@@ -209,7 +212,7 @@ void run(const BenchTrainArgs& a) {
                     peer_argv[1]);
       const json peer = parse_peer_report(c.output);
       const double rate = peer["samples_per_s"].get<double>();
-      std::cerr << ", PyTorch " << fixed(rate, 1) << " samples/s";
+      std::cerr << ", PyTorch " << rate_text(rate) << " samples/s";
       torch_runs.push_back(rate);
       if (rate > torch_best) {
         torch_best = rate;
@@ -246,7 +249,7 @@ void run(const BenchTrainArgs& a) {
       {"load_average_before", load_before},
       {"load_average_after", load_average()},
   };
-  std::cerr << "  hotpath:  " << fixed(best.steady_samples_per_s, 1) << " samples/s; " << bd.summary() << "\n";
+  std::cerr << "  hotpath:  " << rate_text(best.steady_samples_per_s) << " samples/s; " << bd.summary() << "\n";
   if (!peer_argv.empty()) {
     report["torch_samples_per_s"] = torch_best;
     report["ratio"] = best.steady_samples_per_s / torch_best;
@@ -262,7 +265,7 @@ void run(const BenchTrainArgs& a) {
                      "% · backward " + fixed(100 * f.value("backward", 0.0), 1) + "% · optimizer " +
                      fixed(100 * f.value("optimizer", 0.0), 1) + "%";
     }
-    std::cerr << "  PyTorch:  " << fixed(torch_best, 1) << " samples/s; " << peer_summary << "\n";
+    std::cerr << "  PyTorch:  " << rate_text(torch_best) << " samples/s; " << peer_summary << "\n";
     std::cerr << "  ratio:    " << fixed(best.steady_samples_per_s / torch_best, 2) << "x\n";
   }
   write_report(report, a.json_path);
