@@ -1,0 +1,41 @@
+// hotpath/text/tokenize_bench.h — tokenizer throughput: lines/s and tokens/s of batch encode at a
+// given thread count (what `hotpath tokenize --bench` and the benchmark script report).
+//
+//   auto tok = hotpath::text::Tokenizer::from_directory(dir);
+//   auto r = hotpath::text::bench_tokenize(tok, lines, {.threads = 2});
+//   std::cout << r.tokens_per_s << " tokens/s\n";
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hotpath/text/tokenizer.h"
+
+namespace hotpath::text {
+
+struct TokenizeBenchResult {
+  unsigned threads = 1;
+  std::size_t lines = 0;   // per pass
+  std::size_t tokens = 0;  // per pass, special tokens included, padding excluded
+  std::size_t bytes = 0;   // per pass
+  double seconds = 0;      // the fastest pass
+  double lines_per_s = 0;
+  double tokens_per_s = 0;
+  double megabytes_per_s = 0;
+};
+
+// Encodes `lines` with encode_batch in batches of `batch_size` (0: all at once), `repeats`
+// times, and reports the fastest pass (the first also warms the caches).
+TokenizeBenchResult bench_tokenize(const Tokenizer& tokenizer, std::span<const std::string_view> lines,
+                                   const EncodeOptions& options, std::size_t batch_size = 0, int repeats = 3);
+
+// The lines of a text (without their '\n' or "\r\n"), viewing into `text`.
+std::vector<std::string_view> split_lines(std::string_view text);
+
+// One result as a JSON object, e.g. for --json output.
+std::string to_json(const TokenizeBenchResult& result);
+
+}  // namespace hotpath::text

@@ -1,0 +1,224 @@
+// Parity with Hugging Face `tokenizers` (tools/tokenizer_ref.py, run once for the whole binary):
+// token ids, type ids, attention masks and character offsets on > 10,000 real lines (Debian
+// fortunes, Weka's Reuters ARFF, generated non-ASCII text), pairs, every truncation strategy,
+// padding, the MiniLM tokenizer.json and vocab.txt under four normalizer settings; and the
+// normalizer and pre-tokenizer classes of every Unicode code point.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "hotpath/core/mapped_file.h"
+#include "hotpath/text/bert_normalizer.h"
+#include "hotpath/text/tokenizer.h"
+#include "support/test_support.h"
+
+namespace hotpath::text {
+namespace {
+
+using nlohmann::json;
+
+// The reference JSON. ctest runs each TEST in its own process, so the file is cached in $TMPDIR
+// under a hash of the script and the python that ran it: python runs once per change of either.
+const json& reference() {
+  static const std::unique_ptr<json> ref = [] {
+    const std::string script = test::source_path("tools/tokenizer_ref.py");
+    const std::size_t key = std::hash<std::string>{}(read_file(script) + "\n" + test::python());
+    const std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("hotpath-tokenizer-ref-" + std::to_string(key) + ".json");
+    if (!std::filesystem::exists(path)) {
+      const std::string partial = path.string() + "." + std::to_string(::getpid()) + ".partial";
+      test::run_python(script, {"parity", partial});
+      std::filesystem::rename(partial, path);  // atomic: parallel test processes never see half a file
+    }
+    return std::make_unique<json>(json::parse(read_file(path.string())));
+  }();
+  return *ref;
+}
+
+Tokenizer load(const std::string& name) {
+  const json& spec = reference()["tokenizers"].at(name);
+  if (spec.contains("json")) return Tokenizer::from_json_file(spec["json"].get<std::string>());
+  VocabConfig config;
+  if (spec.contains("lowercase")) config.normalizer.lowercase = spec["lowercase"].get<bool>();
+  if (spec.contains("strip_accents")) config.normalizer.strip_accents = spec["strip_accents"].get<bool>();
+  if (spec.contains("clean_text")) config.normalizer.clean_text = spec["clean_text"].get<bool>();
+  if (spec.contains("handle_chinese_chars")) config.normalizer.handle_chinese_chars = spec["handle_chinese_chars"].get<bool>();
+  return Tokenizer::from_vocab(read_file(spec["vocab"].get<std::string>()), config);
+}
+
+EncodeOptions options_of(const json& c, const Tokenizer& tok) {
+  EncodeOptions o;
+  if (c.value("file_defaults", false)) o = tok.file_options();
+  o.return_offsets = true;
+  o.offset_unit = OffsetUnit::kChars;
+  o.threads = 2;
+  if (c.contains("truncation") && !c["truncation"].is_null()) {
+    const json& t = c["truncation"];
+    o.max_length = t["max_length"].get<std::size_t>();
+    const std::string strategy = t.value("strategy", "longest_first");
+    o.truncation = strategy == "only_first"    ? TruncationStrategy::kOnlyFirst
+                   : strategy == "only_second" ? TruncationStrategy::kOnlySecond
+                                               : TruncationStrategy::kLongestFirst;
+    o.truncation_side = t.value("direction", "right") == "left" ? Side::kLeft : Side::kRight;
+  }
+  if (c.contains("padding") && !c["padding"].is_null()) {
+    const json& p = c["padding"];
+    o.padding = p.contains("length") && !p["length"].is_null() ? Padding::kMaxLength : Padding::kLongest;
+    if (o.padding == Padding::kMaxLength) o.pad_length = p["length"].get<std::size_t>();
+    if (p.contains("pad_to_multiple_of")) o.pad_to_multiple_of = p["pad_to_multiple_of"].get<std::size_t>();
+    o.padding_side = p.value("direction", "right") == "left" ? Side::kLeft : Side::kRight;
+  }
+  return o;
+}
+
+std::string escaped(std::string_view s) { return json(std::string(s)).dump(); }
+
+std::string tokens_of(const Tokenizer& tok, const std::vector<std::int32_t>& ids) {
+  std::string out;
+  for (const std::int32_t id : ids) out += std::string(out.empty() ? "" : " ") + std::string(tok.id_to_token(id));
+  return out;
+}
+
+// Runs every case whose name starts with `prefix`; returns the number of encodings compared.
+std::size_t check_cases(const std::string& prefix) {
+  const json& ref = reference();
+  const json& lines = ref["lines"];
+  std::size_t compared = 0;
+  for (const json& c : ref["cases"]) {
+    const std::string name = c["name"].get<std::string>();
+    if (name.rfind(prefix, 0) != 0) continue;
+    SCOPED_TRACE(name);
+    const Tokenizer tok = load(c["tokenizer"].get<std::string>());
+    const EncodeOptions o = options_of(c, tok);
+    std::vector<std::string_view> firsts;
+    std::vector<std::string_view> seconds;
+    for (const json& input : c["inputs"]) {
+      if (input.is_array()) {
+        firsts.push_back(lines[input[0].get<std::size_t>()].get_ref<const std::string&>());
+        seconds.push_back(lines[input[1].get<std::size_t>()].get_ref<const std::string&>());
+      } else {
+        firsts.push_back(lines[input.get<std::size_t>()].get_ref<const std::string&>());
+      }
+    }
+    const bool pair = !seconds.empty();
+    const std::vector<Encoding> got = pair ? tok.encode_pair_batch(firsts, seconds, o) : tok.encode_batch(firsts, o);
+    const json& want = c["encodings"];
+    EXPECT_EQ(got.size(), want.size());
+    int failures = 0;
+    for (std::size_t i = 0; i < std::min(got.size(), want.size()) && failures < 5; ++i) {
+      const Encoding& e = got[i];
+      const json& w = want[i];
+      std::vector<Offset> offsets;
+      for (const json& off : w["offsets"]) offsets.push_back({off[0].get<std::uint32_t>(), off[1].get<std::uint32_t>()});
+      const auto ids = w["ids"].get<std::vector<std::int32_t>>();
+      const bool same = e.ids == ids && e.type_ids == w["type_ids"].get<std::vector<std::int32_t>>() &&
+                        e.attention_mask == w["attention_mask"].get<std::vector<std::int32_t>>() && e.offsets == offsets;
+      if (!same) {
+        ++failures;
+        std::ostringstream msg;
+        msg << "input " << i << ": " << escaped(firsts[i]) << (pair ? " + " + escaped(seconds[i]) : "") << "\n  hf:      "
+            << tokens_of(tok, ids) << "\n  hotpath: " << tokens_of(tok, e.ids) << "\n  hf offsets:     ";
+        for (const Offset& off : offsets) msg << off.begin << "-" << off.end << " ";
+        msg << "\n  hotpath offsets: ";
+        for (const Offset& off : e.offsets) msg << off.begin << "-" << off.end << " ";
+        ADD_FAILURE() << msg.str();
+      }
+      ++compared;
+    }
+  }
+  return compared;
+}
+
+TEST(TokenizerParity, CorpusHasOverTenThousandRealAndNonAsciiLines) {
+  const json& ref = reference();
+  EXPECT_GE(ref["lines"].size(), 10000u);
+  const json& sources = ref["sources"];
+  EXPECT_GE(sources["fortune_lines"].get<int>() + sources["fortunes"].get<int>() + sources["reuters_lines"].get<int>() +
+                sources["reuters_documents"].get<int>(),
+            10000);
+  EXPECT_GE(sources["generated"].get<int>(), 2000);
+}
+
+TEST(TokenizerParity, SinglesMatchOnEveryLineUnderEveryNormalizerSetting) {
+  EXPECT_GE(check_cases("singles/"), 2 * 13000u);
+}
+
+TEST(TokenizerParity, PairsAndEveryTruncationStrategyMatch) { EXPECT_GE(check_cases("pairs/"), 10000u); }
+
+TEST(TokenizerParity, PaddingMatches) { EXPECT_GE(check_cases("padding/"), 2000u); }
+
+TEST(TokenizerParity, TokenizerJsonTruncationAndPaddingApplyLikeHf) {
+  EXPECT_GE(check_cases("file_defaults/"), 1000u);
+  const Tokenizer tok = load("minilm_json");
+  EXPECT_EQ(tok.file_options().max_length, 128u);
+  EXPECT_EQ(tok.file_options().padding, Padding::kMaxLength);
+}
+
+// Every code point through the normalizer, as HF's BertNormalizer.normalize_str sees it.
+TEST(TokenizerParity, NormalizerMatchesOnEveryCodePoint) {
+  const json& probe = reference()["codepoints"];
+  const std::pair<const char*, NormalizerOptions> configs[] = {
+      {"default", {true, true, std::nullopt, true}},
+      {"cased", {true, false, std::nullopt, false}},
+      {"strip_only", {false, false, true, false}},
+      {"lower_only", {false, false, false, true}},
+  };
+  for (const auto& [name, options] : configs) {
+    SCOPED_TRACE(name);
+    const std::string kSpaced = "\xff";         // never valid UTF-8, so never an output
+    std::map<char32_t, std::string> expected;  // absent: unchanged; kSpaced: " c "
+    for (const json& run : probe[name]) {
+      for (auto c = run[0].get<char32_t>(); c <= run[1].get<char32_t>(); ++c) {
+        expected[c] = run[2].is_null() ? kSpaced : run[2].get<std::string>();
+      }
+    }
+    const BertNormalizer normalizer(options);
+    int failures = 0;
+    for (char32_t c = 0; c < 0x110000; ++c) {
+      if ((c >= 0xD800 && c < 0xE000) || c == '#') continue;
+      std::string in;
+      append_utf8(in, c);
+      auto it = expected.find(c);
+      std::string want = it == expected.end() ? in : it->second;
+      if (want == kSpaced) want = " " + in + " ";
+      const std::string got = normalizer.normalize(in);
+      if (got != want && ++failures <= 40) {
+        ADD_FAILURE() << std::hex << "U+" << static_cast<std::uint32_t>(c) << ": hf " << escaped(want) << ", hotpath "
+                      << escaped(got);
+      }
+    }
+    EXPECT_EQ(failures, 0);
+  }
+}
+
+TEST(TokenizerParity, PreTokenizerClassesMatchOnEveryCodePoint) {
+  const json& probe = reference()["codepoints"];
+  const auto punct = probe["punctuation"].get<std::set<char32_t>>();
+  const auto space = probe["whitespace"].get<std::set<char32_t>>();
+  EXPECT_GT(punct.size(), 500u);
+  int failures = 0;
+  for (char32_t c = 0; c < 0x110000; ++c) {
+    if ((c >= 0xD800 && c < 0xE000) || c == '#') continue;
+    if (is_bert_punctuation(c) != punct.contains(c) && ++failures <= 40) {
+      ADD_FAILURE() << std::hex << "U+" << static_cast<std::uint32_t>(c) << ": hf punctuation " << punct.contains(c);
+    }
+    if (is_bert_whitespace(c) != space.contains(c) && ++failures <= 40) {
+      ADD_FAILURE() << std::hex << "U+" << static_cast<std::uint32_t>(c) << ": hf whitespace " << space.contains(c);
+    }
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+}  // namespace
+}  // namespace hotpath::text
