@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "hotpath/core/error.h"
+#include "hotpath/models/fused_bn_relu.h"  // BN + ReLU pairs: one fused op on CPU fp32
 
 namespace hotpath::models {
 namespace {
@@ -48,7 +49,7 @@ class BasicBlock : public torch::nn::Module {
   }
 
   at::Tensor forward(const at::Tensor& x) {
-    at::Tensor out = bn1->forward(conv1->forward(x)).relu_();
+    at::Tensor out = fused_bn_relu(*bn1, conv1->forward(x));
     out = bn2->forward(conv2->forward(out));
     out += shortcut(downsample, x);
     return out.relu_();
@@ -78,8 +79,8 @@ class Bottleneck : public torch::nn::Module {
   }
 
   at::Tensor forward(const at::Tensor& x) {
-    at::Tensor out = bn1->forward(conv1->forward(x)).relu_();
-    out = bn2->forward(conv2->forward(out)).relu_();
+    at::Tensor out = fused_bn_relu(*bn1, conv1->forward(x));
+    out = fused_bn_relu(*bn2, conv2->forward(out));
     out = bn3->forward(conv3->forward(out));
     out += shortcut(downsample, x);
     return out.relu_();
@@ -175,7 +176,7 @@ std::int64_t ResNet::feature_dim() const { return 512 * expansion(config_.block)
 at::Tensor ResNet::features(const at::Tensor& images) {
   HOTPATH_CHECK(images.dim() == 4 && images.size(1) == config_.options.in_channels, "ResNet: expected images [N, ",
                 config_.options.in_channels, ", H, W], got ", images.sizes());
-  at::Tensor x = bn1->forward(conv1->forward(images)).relu_();
+  at::Tensor x = fused_bn_relu(*bn1, conv1->forward(images));
   if (!config_.options.small_input) x = at::max_pool2d(x, {3, 3}, {2, 2}, {1, 1});
   x = layer1->forward(x);
   x = layer2->forward(x);
