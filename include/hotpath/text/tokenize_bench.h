@@ -38,4 +38,26 @@ std::vector<std::string_view> split_lines(std::string_view text);
 // One result as a JSON object, e.g. for --json output.
 std::string to_json(const TokenizeBenchResult& result);
 
+// The Hugging Face side, run in a child process (bench/tokenizer_peer.py in the venv) on the same
+// lines, tokenizer, threads (RAYON_NUM_THREADS) and batch size.
+struct TokenizerPeerOptions {
+  std::string python;  // empty: $HOTPATH_PYTHON, else ~/.cache/hotpath/venv/bin/python
+  std::string script;  // bench/tokenizer_peer.py
+  std::string tokenizer_dir;
+  std::string input;   // one line per text
+  unsigned threads = 1;
+  std::size_t batch_size = 1024;
+  std::size_t max_length = 0;
+  int repeats = 1;
+  std::string mode = "batch";  // "batch": encode_batch; "fast": encode_batch_fast (no offsets)
+};
+struct TokenizerPeerResult {
+  std::string peer;  // e.g. "tokenizers 0.23.3 encode_batch"
+  std::size_t lines = 0;
+  std::size_t tokens = 0;
+  double lines_per_s = 0;
+  double tokens_per_s = 0;
+};
+TokenizerPeerResult run_tokenizer_peer(const TokenizerPeerOptions& options);
+
 }  // namespace hotpath::text

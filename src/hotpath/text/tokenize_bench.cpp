@@ -2,8 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
+
+#include "hotpath/core/error.h"
+#include "hotpath/core/process.h"
 
 namespace hotpath::text {
 
@@ -17,14 +22,18 @@ TokenizeBenchResult bench_tokenize(const Tokenizer& tokenizer, std::span<const s
   double best = std::numeric_limits<double>::infinity();
   for (int pass = 0; pass < std::max(repeats, 1); ++pass) {
     std::size_t tokens = 0;
-    const auto start = std::chrono::steady_clock::now();
+    double seconds = 0;
     for (std::size_t begin = 0; begin < lines.size(); begin += batch_size) {
       const auto batch = lines.subspan(begin, std::min(batch_size, lines.size() - begin));
-      for (const Encoding& e : tokenizer.encode_batch(batch, options)) {
+      // Only encode_batch is timed, as on the python side.
+      const auto start = std::chrono::steady_clock::now();
+      const std::vector<Encoding> encodings = tokenizer.encode_batch(batch, options);
+      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      for (const Encoding& e : encodings) {
         tokens += static_cast<std::size_t>(std::count(e.attention_mask.begin(), e.attention_mask.end(), 1));
       }
     }
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    best = std::min(best, seconds);
     r.tokens = tokens;
   }
   r.seconds = best;
@@ -56,6 +65,42 @@ std::string to_json(const TokenizeBenchResult& r) {
                         {"seconds", r.seconds},         {"lines_per_s", r.lines_per_s},
                         {"tokens_per_s", r.tokens_per_s}, {"megabytes_per_s", r.megabytes_per_s}}
       .dump();
+}
+
+TokenizerPeerResult run_tokenizer_peer(const TokenizerPeerOptions& o) {
+  std::string python = o.python;
+  if (python.empty()) {
+    if (const char* env = std::getenv("HOTPATH_PYTHON")) python = env;
+  }
+  if (python.empty()) {
+    const char* home = std::getenv("HOME");
+    python = std::string(home ? home : "") + "/.cache/hotpath/venv/bin/python";
+  }
+  HOTPATH_CHECK(std::filesystem::exists(python), "tokenizer bench --compare hf: python not found at ", python,
+                " (run scripts/setup, or pass --python)");
+  HOTPATH_CHECK(std::filesystem::exists(o.script), "tokenizer bench --compare hf: peer script not found at ", o.script);
+  const CommandResult r = run_command({python, o.script, "--tokenizer", o.tokenizer_dir, "--input", o.input, "--threads",
+                                       std::to_string(o.threads), "--batch-size", std::to_string(o.batch_size),
+                                       "--repeats", std::to_string(o.repeats), "--max-length",
+                                       std::to_string(o.max_length), "--mode", o.mode});
+  HOTPATH_CHECK(r.exit_code == 0, "tokenizer bench --compare hf: the peer failed (exit ", r.exit_code, "): ", o.script);
+  // The report is the last non-empty line (the peer may log before it).
+  std::string out = r.output;
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  const std::size_t nl = out.rfind('\n');
+  const std::string line = nl == std::string::npos ? out : out.substr(nl + 1);
+  TokenizerPeerResult result;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    result.peer = j.at("peer").get<std::string>();
+    result.lines = j.at("lines").get<std::size_t>();
+    result.tokens = j.at("tokens").get<std::size_t>();
+    result.lines_per_s = j.at("lines_per_s").get<double>();
+    result.tokens_per_s = j.at("tokens_per_s").get<double>();
+  } catch (const nlohmann::json::exception& e) {
+    HOTPATH_CHECK(false, "tokenizer bench --compare hf: the peer printed no JSON report (", e.what(), "): '", line, "'");
+  }
+  return result;
 }
 
 }  // namespace hotpath::text

@@ -1,0 +1,99 @@
+// libFuzzer target: the tokenizer's loaders and encoder. The first byte picks what the rest is:
+//   0: a tokenizer.json   1: a vocab.txt   2: a tokenizer_config.json
+//   3: text to encode (a pair when it holds a tab) with options drawn from the first byte's high bits.
+// Bad input must end in hotpath::Error (never a crash, hang or a JSON exception escaping); an
+// encoding must keep its invariants: equal lengths, offsets on character boundaries inside the text.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hotpath/core/error.h"
+#include "hotpath/text/tokenizer.h"
+
+namespace {
+
+using hotpath::text::Encoding;
+using hotpath::text::EncodeOptions;
+using hotpath::text::Tokenizer;
+
+const Tokenizer& fixed_tokenizer() {
+  static const Tokenizer tok = Tokenizer::from_vocab(
+      "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\nworld\n,\n!\n.\ntoken\n##izer\n##s\na\n##a\nb\n##b\n\xE4\xB8\xAD\n"
+      "\xC3\xA9\n##\xC3\xA9\ncafe\n$\n-\n'\n");
+  return tok;
+}
+
+[[noreturn]] void fail(const char* what, std::string_view text) {
+  std::fprintf(stderr, "fuzz_tokenizer: %s (input of %zu bytes)\n", what, text.size());
+  std::abort();
+}
+
+bool on_boundary(std::string_view text, std::uint32_t i) {
+  return i == text.size() || (i < text.size() && (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80);
+}
+
+void check(const Encoding& e, std::string_view first, std::string_view second, const EncodeOptions& o) {
+  if (e.type_ids.size() != e.ids.size() || e.attention_mask.size() != e.ids.size()) fail("lengths differ", first);
+  if (o.return_offsets && e.offsets.size() != e.ids.size()) fail("offsets missing", first);
+  for (std::size_t i = 0; i < e.offsets.size(); ++i) {
+    const auto [begin, end] = e.offsets[i];
+    const std::string_view text = e.type_ids[i] == 0 ? first : second;
+    if (begin > end || end > text.size() || !on_boundary(text, begin) || !on_boundary(text, end)) {
+      fail("offset out of range or inside a character", first);
+    }
+  }
+  const std::size_t specials = fixed_tokenizer().num_special_tokens(!second.empty());
+  if (o.max_length >= specials && o.max_length > 0 && o.padding == hotpath::text::Padding::kNone &&
+      e.ids.size() > o.max_length) {
+    fail("longer than max_length", first);
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  const std::uint8_t mode = data[0];
+  const std::string_view input(reinterpret_cast<const char*>(data) + 1, size - 1);
+  try {
+    switch (mode & 3) {
+      case 0: {
+        const Tokenizer tok = Tokenizer::from_json(input);
+        (void)tok.encode_pair("Hello, world! [SEP] caf\xC3\xA9", "\xE4\xB8\xAD token", {.max_length = 12});
+        break;
+      }
+      case 1: {
+        const Tokenizer tok = Tokenizer::from_vocab(input);
+        (void)tok.encode("hello world tokenizers", {.return_offsets = true});
+        break;
+      }
+      case 2:
+        (void)hotpath::text::VocabConfig::from_config_json(input);
+        break;
+      default: {
+        EncodeOptions o;
+        o.return_offsets = true;
+        o.max_length = (mode >> 2) & 7 ? ((mode >> 2) & 7) * 3 : 0;
+        o.truncation = static_cast<hotpath::text::TruncationStrategy>((mode >> 5) % 3);
+        o.truncation_side = mode & 0x80 ? hotpath::text::Side::kLeft : hotpath::text::Side::kRight;
+        o.offset_unit = mode & 0x40 ? hotpath::text::OffsetUnit::kChars : hotpath::text::OffsetUnit::kBytes;
+        const std::size_t tab = input.find('\t');
+        const std::string_view first = input.substr(0, tab);
+        const std::string_view second = tab == std::string_view::npos ? std::string_view() : input.substr(tab + 1);
+        const Tokenizer& tok = fixed_tokenizer();
+        const Encoding e = tab == std::string_view::npos ? tok.encode(first, o) : tok.encode_pair(first, second, o);
+        if (o.offset_unit == hotpath::text::OffsetUnit::kBytes) check(e, first, second, o);
+        const std::vector<std::string_view> lines = {first, second};
+        (void)tok.encode_batch(lines, {.padding = hotpath::text::Padding::kLongest, .pad_to_multiple_of = 8, .threads = 2});
+        break;
+      }
+    }
+  } catch (const hotpath::Error&) {
+    return 0;  // rejected with a message
+  }
+  return 0;
+}
