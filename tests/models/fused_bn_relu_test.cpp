@@ -9,6 +9,7 @@
 #include <torch/nn/modules/batchnorm.h>
 
 #include <cstdint>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -212,6 +213,20 @@ TEST(FusedBnRelu, FallsBackToAtenAndSaysWhy) {
                            /*equal_nan=*/true));
   torch::nn::BatchNorm2d bn(4);
   EXPECT_THROW(fused_bn_relu(*bn, one), c10::Error);
+}
+
+// A NaN reaches the loss (the trainer stops on a NaN loss), as through ATen: relu(NaN) is NaN.
+TEST(FusedBnRelu, NanPropagatesLikeAten) {
+  for (const bool training : {true, false}) {
+    at::Tensor x = layout(at::randn({2, 3, 4, 4}), true);
+    x[1][2][3][0] = std::numeric_limits<float>::quiet_NaN();
+    const at::Tensor w = at::ones({3});
+    const at::Tensor b = at::zeros({3});
+    const at::Tensor got = batch_norm_relu(x, w, b, at::zeros({3}), at::ones({3}), training, 0.1, 1e-5);
+    const at::Tensor want = reference(x, w, b, at::zeros({3}), at::ones({3}), training);
+    EXPECT_TRUE(at::equal(got.isnan(), want.isnan())) << (training ? "train" : "eval");
+    EXPECT_TRUE(got.isnan().any().item<bool>());
+  }
 }
 
 // The module form does what bn->forward(x).relu_() does to the module: counts the batch and
