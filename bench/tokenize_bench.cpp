@@ -37,8 +37,7 @@ void run(const Args& a) {
   using namespace hotpath::text;
   const Tokenizer tok = Tokenizer::from_directory(a.tokenizer);
   const std::string text = hotpath::read_file(a.input);
-  std::vector<std::string_view> lines = split_lines(text);
-  if (!lines.empty() && lines.back().empty()) lines.pop_back();
+  const std::vector<std::string_view> lines = split_lines(text);
   nlohmann::json report = {{"input", a.input}, {"lines", lines.size()}, {"bytes", text.size()},
                            {"tokenizer", a.tokenizer}, {"batch_size", a.batch_size}, {"max_length", a.max_length},
                            {"offsets", a.offsets}, {"repeats", a.repeats}, {"results", nlohmann::json::array()}};

@@ -16,5 +16,6 @@ void add_train(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_predict(CLI::App& app);
 void add_bench(CLI::App& app);
+void add_tokenize(CLI::App& app);
 
 }  // namespace hotpath::cli

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   hotpath::cli::add_eval(app);
   hotpath::cli::add_predict(app);
   hotpath::cli::add_bench(app);
+  hotpath::cli::add_tokenize(app);
 
   try {
     app.parse(argc, argv);
