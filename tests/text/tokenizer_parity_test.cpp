@@ -163,6 +163,11 @@ TEST(TokenizerParity, TokenizerJsonTruncationAndPaddingApplyLikeHf) {
   const Tokenizer tok = load("minilm_json");
   EXPECT_EQ(tok.file_options().max_length, 128u);
   EXPECT_EQ(tok.file_options().padding, Padding::kMaxLength);
+  // The model directory: tokenizer.json wins over vocab.txt; tokenizer_config.json adds the limit.
+  const Tokenizer dir = Tokenizer::from_directory(reference()["model_dir"].get<std::string>());
+  EXPECT_EQ(dir.model_max_length(), 512u);
+  EXPECT_EQ(dir.file_options().max_length, 128u);
+  EXPECT_EQ(dir.vocab_size(), 30522u);
 }
 
 // Every code point through the normalizer, as HF's BertNormalizer.normalize_str sees it.
