@@ -428,10 +428,7 @@ std::string_view Tokenizer::id_to_token(std::int32_t id) const {
   return impl_->id_to_token[static_cast<std::size_t>(id)];
 }
 
-std::size_t Tokenizer::vocab_size() const {
-  return static_cast<std::size_t>(std::count_if(impl_->id_to_token.begin(), impl_->id_to_token.end(),
-                                                [](const std::string& s) { return !s.empty(); }));
-}
+std::size_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
 
 std::int32_t Tokenizer::unk_id() const { return impl_->unk_id; }
 std::int32_t Tokenizer::pad_id() const { return impl_->pad_id; }

@@ -42,6 +42,7 @@ struct Tokenizer::Impl {
   std::string continuing_subword_prefix = "##";
   std::size_t max_input_chars_per_word = 100;
   std::int32_t unk_id = 0;
+  std::size_t vocab_size = 0;  // ids that have a token (set by finish())
 
   std::vector<AddedToken> added;               // longest first
   std::array<bool, 256> added_first_byte{};    // quick reject before trying `added`

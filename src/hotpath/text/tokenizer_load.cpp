@@ -277,6 +277,8 @@ void Tokenizer::Impl::finish() {
     entries.emplace_back(t.content, t.id);
   }
   added_lookup.build(entries);
+  vocab_size = static_cast<std::size_t>(
+      std::count_if(id_to_token.begin(), id_to_token.end(), [](const std::string& t) { return !t.empty(); }));
   if (!has_post_processor) {
     single_template = {sequence_item(0, 0)};
     pair_template = {sequence_item(0, 0), sequence_item(1, 1)};
