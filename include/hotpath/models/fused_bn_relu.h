@@ -39,4 +39,12 @@ at::Tensor fused_bn_relu(torch::nn::BatchNorm2dImpl& bn, const at::Tensor& input
 // Why fused_bn_relu would take the module's own forward + relu_, or nullptr.
 const char* fused_bn_relu_skip_reason(const torch::nn::BatchNorm2dImpl& bn, const at::Tensor& input);
 
+// The fused loops are compiled for baseline x86-64 and for AVX2 (chosen at run time); both give
+// bit-identical results. kAuto takes AVX2 where the CPU has it; kPortable pins the baseline loops
+// (tests, benchmarks); kAvx2 throws on a CPU without AVX2.
+enum class BnReluKernels { kAuto, kPortable, kAvx2 };
+void set_batch_norm_relu_kernels(BnReluKernels kernels);
+// The loops in use: "avx2", or "portable: <why not avx2>".
+const char* batch_norm_relu_kernels();
+
 }  // namespace hotpath::models

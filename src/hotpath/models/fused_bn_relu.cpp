@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -45,20 +46,206 @@ at::MemoryFormat memory_format_of(const Geometry& g) {
   return g.nhwc ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
 }
 
-// The one place the pre-activation is computed, so the forward's ReLU and the backward's mask agree
-// bit for bit (the portable build has no FMA, so the compiler cannot contract one and not the other).
-inline float affine(float x, float scale, float shift) { return x * scale + shift; }
+// ---- kernels: loops over raw buffers -------------------------------------------------------------
+// Each loop is written once, as an always-inline body, and compiled twice: for baseline x86-64
+// (SSE2) and for AVX2 (Twin below); the auto-vectoriser does the rest. Neither build may use FMA,
+// so both give bit-identical results and the forward's ReLU and the backward's mask, computed by
+// the same affine(), agree bit for bit (a contracted x*s+b in one place only would break that).
+#define HOTPATH_BODY inline __attribute__((always_inline))
+
+namespace body {
+
+HOTPATH_BODY float affine(float x, float scale, float shift) { return x * scale + shift; }
 // threshold_backward's rule: the gradient passes unless the output is <= 0 (a NaN passes, as in ATen).
 // Both operands are loaded unconditionally so the select vectorises (a conditional load would not).
-inline float masked(float pre, float dy) { return pre <= 0.0f ? 0.0f : dy; }
-inline float relu(float pre) { return std::max(pre, 0.0f); }  // max(NaN, 0) is NaN, as torch.relu
+HOTPATH_BODY float masked(float pre, float dy) { return pre <= 0.0f ? 0.0f : dy; }
+HOTPATH_BODY float relu(float pre) { return std::max(pre, 0.0f); }  // max(NaN, 0) is NaN, as torch.relu
 
-// Two per-channel sums sum1[c], sum2[c] of values that `row` (NHWC) or `plane` (NCHW) adds into
+// Elements [0, count) in kLanes independent accumulators: the lane of an element depends on its
+// index only, so any vector width adds in the same order.
+template <typename Step>
+HOTPATH_BODY void for_lanes(std::int64_t count, Step step) {
+  std::int64_t i = 0;
+  for (; i + kLanes <= count; i += kLanes) {
+    for (std::int64_t j = 0; j < kLanes; ++j) step(i + j, j);
+  }
+  for (std::int64_t j = 0; i < count; ++i, ++j) step(i, j);
+}
+
+// Statistics: a1 += d, a2 += d*d with d = x - shift (the channel's first value: shifting keeps
+// E[d^2] - E[d]^2 free of cancellation when |mean| >> std).
+HOTPATH_BODY void moments_rows(const float* __restrict x, std::int64_t rows, std::int64_t C,
+                               const float* __restrict shift, float* __restrict a1, float* __restrict a2) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* __restrict xr = x + r * C;
+    for (std::int64_t c = 0; c < C; ++c) {
+      const float d = xr[c] - shift[c];
+      a1[c] += d;
+      a2[c] += d * d;
+    }
+  }
+}
+HOTPATH_BODY void moments_plane(const float* __restrict x, std::int64_t count, float shift, float* __restrict a1,
+                                float* __restrict a2) {
+  for_lanes(count, [&](std::int64_t i, std::int64_t j) {
+    const float d = x[i] - shift;
+    a1[j] += d;
+    a2[j] += d * d;
+  });
+}
+
+// Forward: y = relu(x * scale + shift).
+HOTPATH_BODY void normalize_rows(const float* __restrict x, float* __restrict y, std::int64_t rows, std::int64_t C,
+                                 const float* __restrict scale, const float* __restrict shift) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    for (std::int64_t c = 0; c < C; ++c) y[r * C + c] = relu(affine(x[r * C + c], scale[c], shift[c]));
+  }
+}
+HOTPATH_BODY void normalize_plane(const float* __restrict x, float* __restrict y, std::int64_t count, float scale,
+                                  float shift) {
+  for (std::int64_t i = 0; i < count; ++i) y[i] = relu(affine(x[i], scale, shift));
+}
+
+// Backward sums: a1 += gm, a2 += gm * (x - mean), gm = dy where the ReLU let the value through.
+HOTPATH_BODY void dy_sums_rows(const float* __restrict x, const float* __restrict dy, std::int64_t rows,
+                               std::int64_t C, const float* __restrict scale, const float* __restrict shift,
+                               const float* __restrict mean, float* __restrict a1, float* __restrict a2) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* __restrict xr = x + r * C;
+    const float* __restrict gr = dy + r * C;
+    for (std::int64_t c = 0; c < C; ++c) {
+      const float gm = masked(affine(xr[c], scale[c], shift[c]), gr[c]);
+      a1[c] += gm;
+      a2[c] += gm * (xr[c] - mean[c]);
+    }
+  }
+}
+HOTPATH_BODY void dy_sums_plane(const float* __restrict x, const float* __restrict dy, std::int64_t count,
+                                float scale, float shift, float mean, float* __restrict a1, float* __restrict a2) {
+  for_lanes(count, [&](std::int64_t i, std::int64_t j) {
+    const float gm = masked(affine(x[i], scale, shift), dy[i]);
+    a1[j] += gm;
+    a2[j] += gm * (x[i] - mean);
+  });
+}
+
+// Backward: dx = gm * a + (x - mean) * b + k  (native_batch_norm_backward's formula, folded per channel).
+}  // namespace body
+
+// dx coefficients per channel, see grad_input_rows.
+struct GradCoefficients {
+  const float* scale;
+  const float* shift;
+  const float* mean;
+  const float* a;
+  const float* b;
+  const float* k;
+};
+
+namespace body {
+
+HOTPATH_BODY void grad_input_rows(const float* __restrict x, const float* __restrict dy, float* __restrict dx,
+                                  std::int64_t rows, std::int64_t C, const GradCoefficients& p) {
+  const float* __restrict scale = p.scale;
+  const float* __restrict shift = p.shift;
+  const float* __restrict mean = p.mean;
+  const float* __restrict a = p.a;
+  const float* __restrict b = p.b;
+  const float* __restrict k = p.k;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* __restrict xr = x + r * C;
+    const float* __restrict gr = dy + r * C;
+    float* __restrict dr = dx + r * C;
+    for (std::int64_t c = 0; c < C; ++c) {
+      const float gm = masked(affine(xr[c], scale[c], shift[c]), gr[c]);
+      dr[c] = gm * a[c] + (xr[c] - mean[c]) * b[c] + k[c];
+    }
+  }
+}
+HOTPATH_BODY void grad_input_plane(const float* __restrict x, const float* __restrict dy, float* __restrict dx,
+                                   std::int64_t count, std::int64_t c, const GradCoefficients& p) {
+  const float scale = p.scale[c];
+  const float shift = p.shift[c];
+  const float mean = p.mean[c];
+  const float a = p.a[c];
+  const float b = p.b[c];
+  const float k = p.k[c];
+  for (std::int64_t i = 0; i < count; ++i) {
+    const float gm = masked(affine(x[i], scale, shift), dy[i]);
+    dx[i] = gm * a + (x[i] - mean) * b + k;
+  }
+}
+
+}  // namespace body
+
+// One body, two compilations: Twin<&body>::portable and Twin<&body>::avx2 (inlined into each).
+template <auto Body>
+struct Twin;
+template <typename... Args, void (*Body)(Args...)>
+struct Twin<Body> {
+  static void portable(Args... args) { Body(args...); }
+#if defined(__x86_64__)
+  __attribute__((target("avx2"))) static void avx2(Args... args) { Body(args...); }
+#endif
+};
+
+struct Kernels {
+  const char* name;
+  decltype(&body::moments_rows) moments_rows;
+  decltype(&body::moments_plane) moments_plane;
+  decltype(&body::normalize_rows) normalize_rows;
+  decltype(&body::normalize_plane) normalize_plane;
+  decltype(&body::dy_sums_rows) dy_sums_rows;
+  decltype(&body::dy_sums_plane) dy_sums_plane;
+  decltype(&body::grad_input_rows) grad_input_rows;
+  decltype(&body::grad_input_plane) grad_input_plane;
+};
+
+// `pick` maps a Twin<&body> to one of its two compilations.
+constexpr Kernels kernel_table(const char* name, auto pick) {
+  return {name,
+          pick(Twin<&body::moments_rows>{}),
+          pick(Twin<&body::moments_plane>{}),
+          pick(Twin<&body::normalize_rows>{}),
+          pick(Twin<&body::normalize_plane>{}),
+          pick(Twin<&body::dy_sums_rows>{}),
+          pick(Twin<&body::dy_sums_plane>{}),
+          pick(Twin<&body::grad_input_rows>{}),
+          pick(Twin<&body::grad_input_plane>{})};
+}
+
+const Kernels kPortableKernels = kernel_table("portable", [](auto twin) { return &decltype(twin)::portable; });
+#if defined(__x86_64__)
+const Kernels kAvx2Kernels = kernel_table("avx2", [](auto twin) { return &decltype(twin)::avx2; });
+#endif
+
+bool cpu_has_avx2() {
+#if defined(__x86_64__)
+  static const bool has = __builtin_cpu_supports("avx2") != 0;
+  return has;
+#else
+  return false;
+#endif
+}
+
+std::atomic<BnReluKernels> g_kernel_choice{BnReluKernels::kAuto};
+
+const Kernels& kernels() {
+#if defined(__x86_64__)
+  if (g_kernel_choice.load(std::memory_order_relaxed) != BnReluKernels::kPortable && cpu_has_avx2()) return kAvx2Kernels;
+#endif
+  return kPortableKernels;
+}
+
+// ---- drivers: threads, chunks, deterministic reductions --------------------------------------------
+
+// Two per-channel sums sum1[c], sum2[c] of values that `rows` (NHWC) or `plane` (NCHW) add into
 // float accumulators:
-//   row(r, acc1, acc2)                      adds row r (C values) into acc1[0..C), acc2[0..C)
-//   plane(n, c, i0, i1, acc1, acc2)         adds plane (n, c) elements [i0, i1) into the 8 lanes
-template <typename RowFn, typename PlaneFn>
-void channel_sums(const Geometry& g, RowFn row, PlaneFn plane, std::vector<double>& sum1, std::vector<double>& sum2) {
+//   rows(r0, r1, acc1, acc2)       adds rows [r0, r1) (C values each) into acc1[0..C), acc2[0..C)
+//   plane(n, c, i0, i1, acc1, acc2) adds plane (n, c) elements [i0, i1) into kLanes lanes
+template <typename RowsFn, typename PlaneFn>
+void channel_sums(const Geometry& g, RowsFn rows_fn, PlaneFn plane_fn, std::vector<double>& sum1,
+                  std::vector<double>& sum2) {
   const std::int64_t C = g.c;
   sum1.assign(static_cast<std::size_t>(C), 0.0);
   sum2.assign(static_cast<std::size_t>(C), 0.0);
@@ -75,8 +262,7 @@ void channel_sums(const Geometry& g, RowFn row, PlaneFn plane, std::vector<doubl
         const std::int64_t r_end = std::min(rows, (chunk + 1) * rows_per_chunk);
         for (std::int64_t r0 = chunk * rows_per_chunk; r0 < r_end; r0 += kFlushSteps) {
           std::fill(acc.begin(), acc.end(), 0.0f);
-          const std::int64_t r1 = std::min(r_end, r0 + kFlushSteps);
-          for (std::int64_t r = r0; r < r1; ++r) row(r, acc.data(), acc.data() + C);
+          rows_fn(r0, std::min(r_end, r0 + kFlushSteps), acc.data(), acc.data() + C);
           for (std::int64_t c = 0; c < C; ++c) {
             p1[c] += acc[static_cast<std::size_t>(c)];
             p2[c] += acc[static_cast<std::size_t>(C + c)];
@@ -104,7 +290,7 @@ void channel_sums(const Geometry& g, RowFn row, PlaneFn plane, std::vector<doubl
       for (std::int64_t i0 = 0; i0 < g.hw; i0 += kFlushSteps * kLanes) {
         float a1[kLanes] = {};
         float a2[kLanes] = {};
-        plane(p / C, p % C, i0, std::min(g.hw, i0 + kFlushSteps * kLanes), a1, a2);
+        plane_fn(p / C, p % C, i0, std::min(g.hw, i0 + kFlushSteps * kLanes), a1, a2);
         for (std::int64_t j = 0; j < kLanes; ++j) {
           s1 += a1[j];
           s2 += a2[j];
@@ -122,144 +308,67 @@ void channel_sums(const Geometry& g, RowFn row, PlaneFn plane, std::vector<doubl
   }
 }
 
-// Elements [i0, i1) of one NCHW plane in 8 lanes; `step(i, lane)` handles element i.
-template <typename Step>
-inline void for_lanes(std::int64_t i0, std::int64_t i1, Step step) {
-  std::int64_t i = i0;
-  for (; i + kLanes <= i1; i += kLanes) {
-    for (std::int64_t j = 0; j < kLanes; ++j) step(i + j, j);
-  }
-  for (std::int64_t j = 0; i < i1; ++i, ++j) step(i, j);
-}
-
-// Element-wise pass: row(r) for every NHWC row, or plane(n, c) for every NCHW plane.
-template <typename RowFn, typename PlaneFn>
-void for_each_row_or_plane(const Geometry& g, RowFn row, PlaneFn plane) {
+// Element-wise pass: rows(r0, r1) over NHWC row ranges, or plane(n, c) for every NCHW plane.
+template <typename RowsFn, typename PlaneFn>
+void for_each_range(const Geometry& g, RowsFn rows_fn, PlaneFn plane_fn) {
   if (g.nhwc) {
     const std::int64_t grain = std::max<std::int64_t>(1, kChunkElements / g.c);
-    at::parallel_for(0, g.count(), grain, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t r = begin; r < end; ++r) row(r);
-    });
+    at::parallel_for(0, g.count(), grain, [&](std::int64_t begin, std::int64_t end) { rows_fn(begin, end); });
   } else {
     const std::int64_t grain = std::max<std::int64_t>(1, kChunkElements / std::max<std::int64_t>(1, g.hw));
     at::parallel_for(0, g.n * g.c, grain, [&](std::int64_t begin, std::int64_t end) {
-      for (std::int64_t p = begin; p < end; ++p) plane(p / g.c, p % g.c);
+      for (std::int64_t p = begin; p < end; ++p) plane_fn(p / g.c, p % g.c);
     });
   }
 }
 
-// Per-channel sums of (x - shift) and (x - shift)^2, shift = the channel's first value: shifting
-// keeps E[d^2] - E[d]^2 free of cancellation when |mean| >> std.
 void batch_moments(const float* x, const Geometry& g, const float* shift, std::vector<double>& sum1,
                    std::vector<double>& sum2) {
+  const Kernels& k = kernels();
   const std::int64_t C = g.c;
-  const std::int64_t hw = g.hw;
   channel_sums(
-      g,
-      [&](std::int64_t r, float* __restrict a1, float* __restrict a2) {
-        const float* __restrict xr = x + r * C;
-        for (std::int64_t c = 0; c < C; ++c) {
-          const float d = xr[c] - shift[c];
-          a1[c] += d;
-          a2[c] += d * d;
-        }
-      },
-      [&](std::int64_t n, std::int64_t c, std::int64_t i0, std::int64_t i1, float* __restrict a1,
-          float* __restrict a2) {
-        const float* __restrict xp = x + (n * C + c) * hw;
-        const float k = shift[c];
-        for_lanes(i0, i1, [&](std::int64_t i, std::int64_t j) {
-          const float d = xp[i] - k;
-          a1[j] += d;
-          a2[j] += d * d;
-        });
+      g, [&](std::int64_t r0, std::int64_t r1, float* a1, float* a2) { k.moments_rows(x + r0 * C, r1 - r0, C, shift, a1, a2); },
+      [&](std::int64_t n, std::int64_t c, std::int64_t i0, std::int64_t i1, float* a1, float* a2) {
+        k.moments_plane(x + (n * C + c) * g.hw + i0, i1 - i0, shift[c], a1, a2);
       },
       sum1, sum2);
 }
 
-// y = relu(x * scale[c] + shift[c]).
 void normalize_relu(const float* x, float* y, const Geometry& g, const float* scale, const float* shift) {
+  const Kernels& k = kernels();
   const std::int64_t C = g.c;
-  const std::int64_t hw = g.hw;
-  for_each_row_or_plane(
-      g,
-      [&](std::int64_t r) {
-        const float* __restrict xr = x + r * C;
-        float* __restrict yr = y + r * C;
-        for (std::int64_t c = 0; c < C; ++c) yr[c] = relu(affine(xr[c], scale[c], shift[c]));
-      },
+  for_each_range(
+      g, [&](std::int64_t r0, std::int64_t r1) { k.normalize_rows(x + r0 * C, y + r0 * C, r1 - r0, C, scale, shift); },
       [&](std::int64_t n, std::int64_t c) {
-        const float* __restrict xp = x + (n * C + c) * hw;
-        float* __restrict yp = y + (n * C + c) * hw;
-        const float s = scale[c];
-        const float b = shift[c];
-        for (std::int64_t i = 0; i < hw; ++i) yp[i] = relu(affine(xp[i], s, b));
+        const std::int64_t off = (n * C + c) * g.hw;
+        k.normalize_plane(x + off, y + off, g.hw, scale[c], shift[c]);
       });
 }
 
-// Per-channel sums of gm and gm * (x - mean), gm = dy where the ReLU let the value through.
 void backward_sums(const float* x, const float* dy, const Geometry& g, const float* scale, const float* shift,
                    const float* mean, std::vector<double>& sum_dy, std::vector<double>& sum_dy_xmu) {
+  const Kernels& k = kernels();
   const std::int64_t C = g.c;
-  const std::int64_t hw = g.hw;
   channel_sums(
       g,
-      [&](std::int64_t r, float* __restrict a1, float* __restrict a2) {
-        const float* __restrict xr = x + r * C;
-        const float* __restrict gr = dy + r * C;
-        for (std::int64_t c = 0; c < C; ++c) {
-          const float gm = masked(affine(xr[c], scale[c], shift[c]), gr[c]);
-          a1[c] += gm;
-          a2[c] += gm * (xr[c] - mean[c]);
-        }
+      [&](std::int64_t r0, std::int64_t r1, float* a1, float* a2) {
+        k.dy_sums_rows(x + r0 * C, dy + r0 * C, r1 - r0, C, scale, shift, mean, a1, a2);
       },
-      [&](std::int64_t n, std::int64_t c, std::int64_t i0, std::int64_t i1, float* __restrict a1,
-          float* __restrict a2) {
-        const float* __restrict xp = x + (n * C + c) * hw;
-        const float* __restrict gp = dy + (n * C + c) * hw;
-        const float s = scale[c];
-        const float b = shift[c];
-        const float m = mean[c];
-        for_lanes(i0, i1, [&](std::int64_t i, std::int64_t j) {
-          const float gm = masked(affine(xp[i], s, b), gp[i]);
-          a1[j] += gm;
-          a2[j] += gm * (xp[i] - m);
-        });
+      [&](std::int64_t n, std::int64_t c, std::int64_t i0, std::int64_t i1, float* a1, float* a2) {
+        const std::int64_t off = (n * C + c) * g.hw + i0;
+        k.dy_sums_plane(x + off, dy + off, i1 - i0, scale[c], shift[c], mean[c], a1, a2);
       },
       sum_dy, sum_dy_xmu);
 }
 
-// dx = gm * a[c] + (x - mean[c]) * b[c] + k[c]   (native_batch_norm_backward's formula, folded).
-void grad_input(const float* x, const float* dy, float* dx, const Geometry& g, const float* scale, const float* shift,
-                const float* mean, const float* a, const float* b, const float* k) {
+void grad_input(const float* x, const float* dy, float* dx, const Geometry& g, const GradCoefficients& p) {
+  const Kernels& k = kernels();
   const std::int64_t C = g.c;
-  const std::int64_t hw = g.hw;
-  for_each_row_or_plane(
-      g,
-      [&](std::int64_t r) {
-        const float* __restrict xr = x + r * C;
-        const float* __restrict gr = dy + r * C;
-        float* __restrict dr = dx + r * C;
-        for (std::int64_t c = 0; c < C; ++c) {
-          const float gm = masked(affine(xr[c], scale[c], shift[c]), gr[c]);
-          dr[c] = gm * a[c] + (xr[c] - mean[c]) * b[c] + k[c];
-        }
-      },
+  for_each_range(
+      g, [&](std::int64_t r0, std::int64_t r1) { k.grad_input_rows(x + r0 * C, dy + r0 * C, dx + r0 * C, r1 - r0, C, p); },
       [&](std::int64_t n, std::int64_t c) {
-        const std::int64_t off = (n * C + c) * hw;
-        const float* __restrict xp = x + off;
-        const float* __restrict gp = dy + off;
-        float* __restrict dp = dx + off;
-        const float s = scale[c];
-        const float sh = shift[c];
-        const float m = mean[c];
-        const float ac = a[c];
-        const float bc = b[c];
-        const float kc = k[c];
-        for (std::int64_t i = 0; i < hw; ++i) {
-          const float gm = masked(affine(xp[i], s, sh), gp[i]);
-          dp[i] = gm * ac + (xp[i] - m) * bc + kc;
-        }
+        const std::int64_t off = (n * C + c) * g.hw;
+        k.grad_input_plane(x + off, dy + off, dx + off, g.hw, c, p);
       });
 }
 
@@ -365,8 +474,8 @@ struct FusedBatchNormRelu : public torch::autograd::Function<FusedBatchNormRelu>
       const at::Tensor b_t = float_vector(b);
       const at::Tensor k_t = float_vector(k);
       at::Tensor dx = at::empty_like(x, memory_format_of(g));
-      grad_input(xp, gp, dx.data_ptr<float>(), g, scale, shift, mean, a_t.const_data_ptr<float>(),
-                 b_t.const_data_ptr<float>(), k_t.const_data_ptr<float>());
+      grad_input(xp, gp, dx.data_ptr<float>(), g,
+                 {scale, shift, mean, a_t.const_data_ptr<float>(), b_t.const_data_ptr<float>(), k_t.const_data_ptr<float>()});
       out[0] = dx;
     }
     if (ctx->needs_input_grad(1)) {
@@ -393,6 +502,19 @@ at::Tensor reference_batch_norm_relu(const at::Tensor& input, const at::Tensor& 
 }
 
 }  // namespace
+
+void set_batch_norm_relu_kernels(BnReluKernels choice) {
+  HOTPATH_CHECK(choice != BnReluKernels::kAvx2 || cpu_has_avx2(),
+                "fused batch_norm + relu: the AVX2 kernels were requested but this CPU (or build) lacks AVX2");
+  g_kernel_choice.store(choice, std::memory_order_relaxed);
+}
+
+const char* batch_norm_relu_kernels() {
+  const Kernels& k = kernels();
+  if (&k != &kPortableKernels) return k.name;
+  if (g_kernel_choice.load(std::memory_order_relaxed) == BnReluKernels::kPortable) return "portable: pinned";
+  return cpu_has_avx2() ? "portable" : "portable: this CPU (or build) lacks AVX2";
+}
 
 const char* batch_norm_relu_skip_reason(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
                                         const at::Tensor& running_mean, const at::Tensor& running_var,
