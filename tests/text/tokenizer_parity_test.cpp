@@ -29,11 +29,15 @@ namespace {
 using nlohmann::json;
 
 // The reference JSON. ctest runs each TEST in its own process, so the file is cached in $TMPDIR
-// under a hash of the script and the python that ran it: python runs once per change of either.
+// under a hash of the script and the venv that ran it (the resolved path: its name carries the
+// hash of requirements.txt): python runs once per change of either.
 const json& reference() {
   static const std::unique_ptr<json> ref = [] {
     const std::string script = test::source_path("tools/tokenizer_ref.py");
-    const std::size_t key = std::hash<std::string>{}(read_file(script) + "\n" + test::python());
+    std::error_code ec;
+    // The bin/ folder, not python itself: a venv's python links to the base interpreter.
+    const std::filesystem::path venv = std::filesystem::canonical(std::filesystem::path(test::python()).parent_path(), ec);
+    const std::size_t key = std::hash<std::string>{}(read_file(script) + "\n" + (ec ? test::python() : venv.string()));
     const std::filesystem::path path =
         std::filesystem::temp_directory_path() / ("hotpath-tokenizer-ref-" + std::to_string(key) + ".json");
     if (!std::filesystem::exists(path)) {
