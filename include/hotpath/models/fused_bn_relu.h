@@ -44,7 +44,7 @@ const char* fused_bn_relu_skip_reason(const torch::nn::BatchNorm2dImpl& bn, cons
 // (tests, benchmarks); kAvx2 throws on a CPU without AVX2.
 enum class BnReluKernels { kAuto, kPortable, kAvx2 };
 void set_batch_norm_relu_kernels(BnReluKernels kernels);
-// The loops in use: "avx2", or "portable: <why not avx2>".
+// The loops in use: "avx2", or "portable: <why not avx2>" (", serial: ..." when built without OpenMP).
 const char* batch_norm_relu_kernels();
 
 }  // namespace hotpath::models

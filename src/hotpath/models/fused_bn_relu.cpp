@@ -190,7 +190,6 @@ struct Twin<Body> {
 };
 
 struct Kernels {
-  const char* name;
   decltype(&body::moments_rows) moments_rows;
   decltype(&body::moments_plane) moments_plane;
   decltype(&body::normalize_rows) normalize_rows;
@@ -202,9 +201,8 @@ struct Kernels {
 };
 
 // `pick` maps a Twin<&body> to one of its two compilations.
-constexpr Kernels kernel_table(const char* name, auto pick) {
-  return {name,
-          pick(Twin<&body::moments_rows>{}),
+constexpr Kernels kernel_table(auto pick) {
+  return {pick(Twin<&body::moments_rows>{}),
           pick(Twin<&body::moments_plane>{}),
           pick(Twin<&body::normalize_rows>{}),
           pick(Twin<&body::normalize_plane>{}),
@@ -214,9 +212,9 @@ constexpr Kernels kernel_table(const char* name, auto pick) {
           pick(Twin<&body::grad_input_plane>{})};
 }
 
-const Kernels kPortableKernels = kernel_table("portable", [](auto twin) { return &decltype(twin)::portable; });
+const Kernels kPortableKernels = kernel_table([](auto twin) { return &decltype(twin)::portable; });
 #if defined(__x86_64__)
-const Kernels kAvx2Kernels = kernel_table("avx2", [](auto twin) { return &decltype(twin)::avx2; });
+const Kernels kAvx2Kernels = kernel_table([](auto twin) { return &decltype(twin)::avx2; });
 #endif
 
 bool cpu_has_avx2() {
@@ -510,10 +508,15 @@ void set_batch_norm_relu_kernels(BnReluKernels choice) {
 }
 
 const char* batch_norm_relu_kernels() {
-  const Kernels& k = kernels();
-  if (&k != &kPortableKernels) return k.name;
-  if (g_kernel_choice.load(std::memory_order_relaxed) == BnReluKernels::kPortable) return "portable: pinned";
-  return cpu_has_avx2() ? "portable" : "portable: this CPU (or build) lacks AVX2";
+#ifdef _OPENMP
+#define HOTPATH_SERIAL ""
+#else
+#define HOTPATH_SERIAL ", serial: built without OpenMP"  // at::parallel_for then runs on one thread
+#endif
+  if (&kernels() != &kPortableKernels) return "avx2" HOTPATH_SERIAL;
+  if (g_kernel_choice.load(std::memory_order_relaxed) == BnReluKernels::kPortable) return "portable: pinned" HOTPATH_SERIAL;
+  return cpu_has_avx2() ? "portable" HOTPATH_SERIAL : "portable: this CPU (or build) lacks AVX2" HOTPATH_SERIAL;
+#undef HOTPATH_SERIAL
 }
 
 const char* batch_norm_relu_skip_reason(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
