@@ -22,4 +22,8 @@ std::string shell_quote(const std::string& arg);
 // Runs argv (argv[0] looked up in PATH) and waits for it. Throws hotpath::Error if it cannot start.
 CommandResult run_command(const std::vector<std::string>& argv);
 
+// The python that runs the side-by-side peers: `explicit_path` if given, else $HOTPATH_PYTHON, else
+// ~/.cache/hotpath/venv/bin/python. Throws naming `who` (e.g. "bench --compare torch") when it is missing.
+std::string peer_python(const std::string& explicit_path, const std::string& who);
+
 }  // namespace hotpath

@@ -72,19 +72,6 @@ class ScratchDir {
   bool keep_;
 };
 
-std::string venv_python(const std::string& given) {
-  std::string python = given;
-  if (python.empty()) {
-    if (const char* env = std::getenv("HOTPATH_PYTHON")) python = env;
-  }
-  if (python.empty()) {
-    const char* home = std::getenv("HOME");
-    python = std::string(home ? home : "") + "/.cache/hotpath/venv/bin/python";
-  }
-  HOTPATH_CHECK(fs::exists(python), "bench train --compare torch: python not found at ", python,
-                " (run scripts/setup, or pass --python)");
-  return python;
-}
 
 // The last non-empty line of the peer's stdout, parsed (the peer may log before its report).
 json parse_peer_report(std::string out) {
@@ -173,7 +160,7 @@ void run(const BenchTrainArgs& a) {
   if (!a.compare.empty()) {
     const std::string script = std::string(HOTPATH_SOURCE_DIR) + "/bench/torch_train_peer.py";
     HOTPATH_CHECK(fs::exists(script), "bench train --compare torch: peer script not found at ", script);
-    peer_argv = {venv_python(a.python), script,  "--recipe", recipe_path,
+    peer_argv = {peer_python(a.python, "bench train --compare torch"), script,  "--recipe", recipe_path,
                  "--steps", std::to_string(a.steps), "--warmup", std::to_string(a.warmup),
                  "--schedule-steps", std::to_string(schedule_steps), "--steps-per-epoch",
                  std::to_string(steps_per_epoch)};

@@ -3,8 +3,11 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cstdlib>
+#include <filesystem>
 #include <cstdio>
 #include <memory>
+#include <string>
 
 #include "hotpath/core/error.h"
 
@@ -40,6 +43,20 @@ CommandResult run_command(const std::vector<std::string>& argv) {
   const int status = ::pclose(pipe.release());
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+std::string peer_python(const std::string& explicit_path, const std::string& who) {
+  std::string python = explicit_path;
+  if (python.empty()) {
+    if (const char* env = std::getenv("HOTPATH_PYTHON")) python = env;
+  }
+  if (python.empty()) {
+    const char* home = std::getenv("HOME");
+    python = std::string(home ? home : "") + "/.cache/hotpath/venv/bin/python";
+  }
+  HOTPATH_CHECK(std::filesystem::exists(python), who, ": python not found at ", python,
+                " (run scripts/setup, or pass --python)");
+  return python;
 }
 
 }  // namespace hotpath

@@ -107,16 +107,7 @@ double bench_decode_ceiling(const std::vector<std::string>& shards, int threads,
 }
 
 std::string run_torch_data_peer(const TorchPeerOptions& o) {
-  std::string python = o.python;
-  if (python.empty()) {
-    if (const char* env = std::getenv("HOTPATH_PYTHON")) python = env;
-  }
-  if (python.empty()) {
-    const char* home = std::getenv("HOME");
-    python = std::string(home ? home : "") + "/.cache/hotpath/venv/bin/python";
-  }
-  HOTPATH_CHECK(std::filesystem::exists(python), "bench --compare torch: python not found at ", python,
-                " (run scripts/setup, or pass --python)");
+  const std::string python = peer_python(o.python, "bench --compare torch");
   std::string script = o.script.empty() ? std::string(HOTPATH_SOURCE_DIR) + "/bench/torch_data_peer.py" : o.script;
   HOTPATH_CHECK(std::filesystem::exists(script), "bench --compare torch: peer script not found at ", script);
 

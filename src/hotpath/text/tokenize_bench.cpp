@@ -68,16 +68,7 @@ std::string to_json(const TokenizeBenchResult& r) {
 }
 
 TokenizerPeerResult run_tokenizer_peer(const TokenizerPeerOptions& o) {
-  std::string python = o.python;
-  if (python.empty()) {
-    if (const char* env = std::getenv("HOTPATH_PYTHON")) python = env;
-  }
-  if (python.empty()) {
-    const char* home = std::getenv("HOME");
-    python = std::string(home ? home : "") + "/.cache/hotpath/venv/bin/python";
-  }
-  HOTPATH_CHECK(std::filesystem::exists(python), "tokenizer bench --compare hf: python not found at ", python,
-                " (run scripts/setup, or pass --python)");
+  const std::string python = peer_python(o.python, "tokenizer bench --compare hf");
   HOTPATH_CHECK(std::filesystem::exists(o.script), "tokenizer bench --compare hf: peer script not found at ", o.script);
   const CommandResult r = run_command({python, o.script, "--tokenizer", o.tokenizer_dir, "--input", o.input, "--threads",
                                        std::to_string(o.threads), "--batch-size", std::to_string(o.batch_size),
