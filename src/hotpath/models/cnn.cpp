@@ -6,6 +6,7 @@
 #include <torch/nn/modules/pooling.h>
 
 #include "hotpath/core/error.h"
+#include "hotpath/models/autocast_ops.h"
 #include "hotpath/models/fused_bn_relu.h"
 
 namespace hotpath::models {
@@ -45,6 +46,8 @@ at::Tensor SmallCnn::forward(const at::Tensor& images) {
     if (bn != nullptr && next != features->end() && next->ptr()->as<torch::nn::ReLUImpl>() != nullptr) {
       x = fused_bn_relu(*bn, x);
       it = next;  // the ReLU ran inside the fused op
+    } else if (auto* conv = it->ptr()->as<torch::nn::Conv2dImpl>(); conv != nullptr) {
+      x = conv2d(*conv, x);
     } else {
       x = it->forward(x);
     }

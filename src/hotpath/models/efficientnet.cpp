@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "hotpath/core/error.h"
+#include "hotpath/models/autocast_ops.h"
 
 namespace hotpath::models {
 namespace detail {
@@ -64,7 +65,7 @@ class ConvNormAct : public torch::nn::Module {
   }
 
   at::Tensor forward(const at::Tensor& x) {
-    at::Tensor y = bn->forward(conv->forward(pad_explicitly_ ? pad_tf_same(x, kernel_, stride_) : x));
+    at::Tensor y = bn->forward(conv2d(*conv, pad_explicitly_ ? pad_tf_same(x, kernel_, stride_) : x));
     return activation_ ? activate_(y, *activation_) : y;
   }
 
@@ -97,8 +98,8 @@ class SqueezeExcitation : public torch::nn::Module {
         activation_(activation) {}
 
   at::Tensor forward(const at::Tensor& x) {
-    at::Tensor scale = activate_(fc1->forward(at::adaptive_avg_pool2d(x, {1, 1})), activation_);
-    return x * fc2->forward(scale).sigmoid_();
+    at::Tensor scale = activate_(conv2d(*fc1, at::adaptive_avg_pool2d(x, {1, 1})), activation_);
+    return x * conv2d(*fc2, scale).sigmoid_();
   }
 
   Conv2d fc1;

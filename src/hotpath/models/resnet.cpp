@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "hotpath/core/error.h"
+#include "hotpath/models/autocast_ops.h"  // convs and fc under bf16 autocast on CPUs without bf16 math
 #include "hotpath/models/fused_bn_relu.h"  // BN + ReLU pairs: one fused op on CPU fp32
 
 namespace hotpath::models {
@@ -32,7 +33,10 @@ torch::nn::Sequential make_downsample(std::int64_t in, std::int64_t out, std::in
 }
 
 at::Tensor shortcut(torch::nn::Sequential& downsample, const at::Tensor& x) {
-  return downsample ? downsample->forward(x) : x;
+  if (!downsample) return x;
+  // downsample[0] is the conv, [1] its batch norm (torchvision's names: downsample.0, downsample.1).
+  at::Tensor y = conv2d(*downsample[0]->as<torch::nn::Conv2dImpl>(), x);
+  return downsample[1]->as<torch::nn::BatchNorm2dImpl>()->forward(y);
 }
 
 class BasicBlock : public torch::nn::Module {
@@ -49,8 +53,8 @@ class BasicBlock : public torch::nn::Module {
   }
 
   at::Tensor forward(const at::Tensor& x) {
-    at::Tensor out = fused_bn_relu(*bn1, conv1->forward(x));
-    out = bn2->forward(conv2->forward(out));
+    at::Tensor out = fused_bn_relu(*bn1, conv2d(*conv1, x));
+    out = bn2->forward(conv2d(*conv2, out));
     out += shortcut(downsample, x);
     return out.relu_();
   }
@@ -79,9 +83,9 @@ class Bottleneck : public torch::nn::Module {
   }
 
   at::Tensor forward(const at::Tensor& x) {
-    at::Tensor out = fused_bn_relu(*bn1, conv1->forward(x));
-    out = fused_bn_relu(*bn2, conv2->forward(out));
-    out = bn3->forward(conv3->forward(out));
+    at::Tensor out = fused_bn_relu(*bn1, conv2d(*conv1, x));
+    out = fused_bn_relu(*bn2, conv2d(*conv2, out));
+    out = bn3->forward(conv2d(*conv3, out));
     out += shortcut(downsample, x);
     return out.relu_();
   }
@@ -176,7 +180,7 @@ std::int64_t ResNet::feature_dim() const { return 512 * expansion(config_.block)
 at::Tensor ResNet::features(const at::Tensor& images) {
   HOTPATH_CHECK(images.dim() == 4 && images.size(1) == config_.options.in_channels, "ResNet: expected images [N, ",
                 config_.options.in_channels, ", H, W], got ", images.sizes());
-  at::Tensor x = fused_bn_relu(*bn1, conv1->forward(images));
+  at::Tensor x = fused_bn_relu(*bn1, conv2d(*conv1, images));
   if (!config_.options.small_input) x = at::max_pool2d(x, {3, 3}, {2, 2}, {1, 1});
   x = layer1->forward(x);
   x = layer2->forward(x);
@@ -185,6 +189,6 @@ at::Tensor ResNet::features(const at::Tensor& images) {
   return at::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
 }
 
-at::Tensor ResNet::forward(const at::Tensor& images) { return fc->forward(features(images)); }
+at::Tensor ResNet::forward(const at::Tensor& images) { return linear(*fc, features(images)); }
 
 }  // namespace hotpath::models

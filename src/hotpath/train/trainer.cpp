@@ -30,6 +30,7 @@
 #include "hotpath/core/tensorboard.h"
 #include "hotpath/core/trace.h"
 #include "hotpath/data/shard_list.h"
+#include "hotpath/models/autocast_ops.h"
 #include "hotpath/models/registry.h"
 #include "hotpath/models/weights.h"
 #include "hotpath/train/checkpoint.h"
@@ -46,34 +47,6 @@ using Clock = std::chrono::steady_clock;
 using json = nlohmann::ordered_json;
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-// Autocast for the forward pass (and the loss), as torch.autocast does it: on for one device type
-// with one dtype, the cast cache cleared when the outermost region ends.
-class AutocastGuard {
- public:
-  AutocastGuard(at::DeviceType device, std::optional<at::ScalarType> dtype) : device_(device), active_(dtype) {
-    if (!active_) return;
-    prev_enabled_ = at::autocast::is_autocast_enabled(device_);
-    prev_dtype_ = at::autocast::get_autocast_dtype(device_);
-    at::autocast::set_autocast_enabled(device_, true);
-    at::autocast::set_autocast_dtype(device_, *dtype);
-    at::autocast::increment_nesting();
-  }
-  ~AutocastGuard() {
-    if (!active_) return;
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    at::autocast::set_autocast_enabled(device_, prev_enabled_);
-    at::autocast::set_autocast_dtype(device_, prev_dtype_);
-  }
-  AutocastGuard(const AutocastGuard&) = delete;
-  AutocastGuard& operator=(const AutocastGuard&) = delete;
-
- private:
-  at::DeviceType device_;
-  std::optional<at::ScalarType> active_;
-  bool prev_enabled_ = false;
-  at::ScalarType prev_dtype_ = at::kFloat;
-};
 
 std::optional<at::ScalarType> autocast_dtype(const std::string& precision) {
   if (precision == "bf16") return at::kBFloat16;
@@ -392,7 +365,7 @@ EvalResult evaluate(models::ImageClassifier& model, data::Loader& loader, const 
     const at::Tensor labels = batch->labels.to(device, /*non_blocking=*/true);
     at::Tensor logits;
     {
-      AutocastGuard autocast(device.type(), dtype);
+      models::AutocastGuard autocast(device.type(), dtype);
       logits = model.forward(images);
     }
     logits = logits.to(at::kFloat);
@@ -569,7 +542,8 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   if (!options.quiet) {
     out << "train: " << recipe.model.name << " (" << n_trainable << " of " << n_params << " parameters trainable, "
         << std::fixed << std::setprecision(2) << 100.0 * static_cast<double>(n_trainable) / static_cast<double>(n_params)
-        << "%) on " << device.str() << ", " << at::get_num_threads() << " threads, " << tr.precision << "; "
+        << "%) on " << device.str() << ", " << at::get_num_threads() << " threads, " << tr.precision
+        << (tr.precision == "bf16" && device.is_cpu() ? std::string(" (") + models::bf16_math_name() + ")" : "") << "; "
         << samples << " samples, " << steps_per_epoch << " steps/epoch × " << tr.epochs << " epochs, batch "
         << tr.batch_size << (accum > 1 ? " (" + std::to_string(accum) + " × " + std::to_string(lo.batch_size) + ")" : "")
         << "\n";
@@ -658,7 +632,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
         at::Tensor loss;
         {
           TraceScope s(&trace, "forward", "train");
-          AutocastGuard autocast(device.type(), precision);
+          models::AutocastGuard autocast(device.type(), precision);
           const at::Tensor logits = model->forward(images);
           loss = at::cross_entropy_loss(logits, labels, {}, at::Reduction::Mean, -100, tr.label_smoothing);
           if (timed) sync(device);
