@@ -2,8 +2,8 @@
 # Side-by-side training benchmark, hotpath vs eager PyTorch on the same resolved recipe
 # (`hotpath bench train --compare torch`): the Fashion-MNIST default recipe (cnn_small, fp32,
 # batch 256) and ResNet-50 at 224 in bf16 autocast on the ImageNet-like JPEG shards, at batch 8 here:
-# this AVX2 CPU has no bf16 convolution kernels, so both sides take ATen's slow im2col path and a
-# batch-32 step takes ~4 minutes (docs/benchmarks.md has the batch-32 run).
+# this AVX2 CPU has no bf16 convolution kernels: PyTorch's autocast takes ATen's slow im2col path
+# (~40 s per batch-8 step), hotpath its fp32-math bf16 scheme (models/autocast_ops.h; docs/benchmarks.md).
 # Packs the data first when missing (scripts/demo's Fashion-MNIST pack, bench/loader.sh's set).
 # Usage: bench/train.sh [repeats]   Output: build/bench/train-fashion-mnist.json, train-resnet50.json
 # Takes ~20 minutes on the shared 2-core machine (Fashion-MNIST ~6 with repeats=2, ResNet-50 ~10).
@@ -33,5 +33,5 @@ cd "$root"
 "$hp" bench train configs/fashion_mnist.yaml --set "data.train=['$fm/train-*.tar']" \
   --steps 60 --warmup 5 --repeats "$repeats" --compare torch --json "$out/train-fashion-mnist.json"
 "$hp" bench train configs/resnet50_imagenet_like.yaml --set "data.train=['$inet/train-*.tar']" \
-  --set train.batch_size=8 --steps 2 --warmup 1 --repeats 1 --compare torch --json "$out/train-resnet50.json"
+  --set train.batch_size=8 --steps 3 --warmup 1 --repeats 1 --compare torch --json "$out/train-resnet50.json"
 cat "$out/train-fashion-mnist.json" "$out/train-resnet50.json"
