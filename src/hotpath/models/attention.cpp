@@ -79,330 +79,14 @@ std::int64_t backward_scratch_floats(std::int64_t lq, std::int64_t lk, std::int6
   return 3 * lq * dp + 3 * dp * lkp + 2 * kBwdKeys * dp + 2 * kBwdQueries * kBwdKeys + 2 * lq;
 }
 
-// ---- loops over raw buffers, written once for W-lane vectors ---------------------------------------
-// Every body is always-inline and compiled inside a per-ISA entry point (baseline: W = 4, AVX2+FMA:
-// W = 8, AVX-512F: W = 16). Vectors cross helpers by reference only, so no vector ever passes a
-// function boundary (whose ABI would differ between the compilations).
+// ---- one compilation per ISA ----------------------------------------------------------------------
 #define HOTPATH_BODY inline __attribute__((always_inline))
 
-template <int W>
-struct Lanes {
-  typedef float F __attribute__((vector_size(4 * W)));
-  typedef std::int32_t I __attribute__((vector_size(4 * W)));
-};
+namespace portable {
+constexpr int W = 4;
+#include "attention_kernels.inc"
+}  // namespace portable
 
-template <int W>
-HOTPATH_BODY void load(typename Lanes<W>::F& v, const float* p) {
-  std::memcpy(&v, p, sizeof v);
-}
-template <int W>
-HOTPATH_BODY void store(float* p, const typename Lanes<W>::F& v) {
-  std::memcpy(p, &v, sizeof v);
-}
-template <int W>
-HOTPATH_BODY void splat(typename Lanes<W>::F& v, float x) {
-  v = typename Lanes<W>::F{} + x;
-}
-template <int W>
-HOTPATH_BODY float hmax(const typename Lanes<W>::F& v) {
-  float m = v[0];
-  for (int i = 1; i < W; ++i) m = std::max(m, v[i]);
-  return m;
-}
-template <int W>
-HOTPATH_BODY float hsum(const typename Lanes<W>::F& v) {
-  float s = 0.0F;
-  for (int i = 0; i < W; ++i) s += v[i];
-  return s;
-}
-
-// e^x lane-wise (Cephes expf: range reduction by ln 2, degree-5 polynomial; ~2 ulp). Lanes below
-// −87 (masked scores: −inf) give exactly 0, like std::exp's underflow; no lane is ever +inf here
-// because the running max is subtracted first.
-template <int W>
-HOTPATH_BODY void exp_inplace(typename Lanes<W>::F& x) {
-  using F = typename Lanes<W>::F;
-  using I = typename Lanes<W>::I;
-  const auto underflow = x < -87.0F;
-  x = x < -87.0F ? F{} - 87.0F : x;
-  x = x > 88.0F ? F{} + 88.0F : x;
-  const F magic = F{} + 12582912.0F;  // 1.5·2^23: adding and subtracting it rounds to an integer
-  const F n = (x * 1.44269504088896341F + magic) - magic;
-  F r = x - n * 0.693359375F;
-  r = r - n * -2.12194440e-4F;
-  F p = F{} + 1.9875691500E-4F;
-  p = p * r + 1.3981999507E-3F;
-  p = p * r + 8.3334519073E-3F;
-  p = p * r + 4.1665795894E-2F;
-  p = p * r + 1.6666665459E-1F;
-  p = p * r + 5.0000001201E-1F;
-  p = p * r * r + r + 1.0F;
-  const I bits = (__builtin_convertvector(n, I) + 127) << 23;
-  F two_n;
-  std::memcpy(&two_n, &bits, sizeof two_n);
-  x = underflow ? F{} : p * two_n;
-}
-
-// C[r, :N] (+)= Σ_k A(r, k) · B[k, :N] for R rows at once, A(r, k) = A[r·a_rs + k·a_cs] (so A may be
-// read transposed), N a multiple of 2W. Each column step keeps R×2 accumulators in registers and
-// streams B's rows: 2 vector loads and R broadcasts feed 2R FMAs.
-template <int W, int R>
-HOTPATH_BODY void gemm_rows(const float* a, std::int64_t a_rs, std::int64_t a_cs, const float* b, std::int64_t ldb,
-                            float* c, std::int64_t ldc, std::int64_t k_len, std::int64_t n, bool accumulate) {
-  using F = typename Lanes<W>::F;
-  for (std::int64_t c0 = 0; c0 < n; c0 += 2 * W) {
-    F acc[R][2];
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      if (accumulate) {
-        load<W>(acc[r][0], c + r * ldc + c0);
-        load<W>(acc[r][1], c + r * ldc + c0 + W);
-      } else {
-        acc[r][0] = F{};
-        acc[r][1] = F{};
-      }
-    }
-    for (std::int64_t kk = 0; kk < k_len; ++kk) {
-      F b0;
-      F b1;
-      load<W>(b0, b + kk * ldb + c0);
-      load<W>(b1, b + kk * ldb + c0 + W);
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        F av;
-        splat<W>(av, a[r * a_rs + kk * a_cs]);
-        acc[r][0] += av * b0;
-        acc[r][1] += av * b1;
-      }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      store<W>(c + r * ldc + c0, acc[r][0]);
-      store<W>(c + r * ldc + c0 + W, acc[r][1]);
-    }
-  }
-}
-
-template <int W>
-HOTPATH_BODY void gemm(std::int64_t m, const float* a, std::int64_t a_rs, std::int64_t a_cs, const float* b,
-                       std::int64_t ldb, float* c, std::int64_t ldc, std::int64_t k_len, std::int64_t n,
-                       bool accumulate) {
-  std::int64_t r = 0;
-  for (; r + 4 <= m; r += 4) gemm_rows<W, 4>(a + r * a_rs, a_rs, a_cs, b, ldb, c + r * ldc, ldc, k_len, n, accumulate);
-  for (; r < m; ++r) gemm_rows<W, 1>(a + r * a_rs, a_rs, a_cs, b, ldb, c + r * ldc, ldc, k_len, n, accumulate);
-}
-
-// bf16 travels as its upper 16 bits of an fp32; narrowing rounds to nearest even (NaN stays NaN).
-HOTPATH_BODY float widen(float x) { return x; }
-HOTPATH_BODY float widen(std::uint16_t x) { return __builtin_bit_cast(float, static_cast<std::uint32_t>(x) << 16); }
-HOTPATH_BODY void narrow(float x, float& out) { out = x; }
-HOTPATH_BODY void narrow(float x, std::uint16_t& out) {
-  const auto u = __builtin_bit_cast(std::uint32_t, x);
-  const std::uint32_t rounded = (u + 0x7FFFU + ((u >> 16) & 1U)) >> 16;
-  out = static_cast<std::uint16_t>(x != x ? 0x7FC0U : rounded);
-}
-
-// dst[r, :dp] = src[r, :d] · scale, zero-padded to dp columns.
-template <typename T>
-HOTPATH_BODY void pack_rows(const T* src, std::int64_t rows, std::int64_t d, std::int64_t dp, float scale, float* dst) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t c = 0; c < d; ++c) dst[r * dp + c] = widen(src[r * d + c]) * scale;
-    for (std::int64_t c = d; c < dp; ++c) dst[r * dp + c] = 0.0F;
-  }
-}
-
-// dst[c, :ldt] = src[:rows, c]ᵀ for c < dp (rows beyond `rows` and columns beyond d are zero).
-template <typename T>
-HOTPATH_BODY void pack_transposed(const T* src, std::int64_t rows, std::int64_t d, std::int64_t dp, std::int64_t ldt,
-                                  float* dst) {
-  std::fill(dst, dst + dp * ldt, 0.0F);
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < d; ++c) dst[c * ldt + r] = widen(src[r * d + c]);
-}
-
-template <typename T>
-HOTPATH_BODY void unpack_rows(const float* src, std::int64_t rows, std::int64_t dp, std::int64_t d, float scale,
-                              T* dst) {
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < d; ++c) narrow(src[r * dp + c] * scale, dst[r * d + c]);
-}
-
-// One forward task: queries [q0, q1) of one head. Scratch: Kᵀ [dp, Lkp], V [Lkp, dp] (kept across
-// tasks of the same head), then Q·scale, O, S tiles and the running max/sum.
-template <int W, typename T>
-HOTPATH_BODY void forward_body(const ForwardArgs& a, float* scratch) {
-  using F = typename Lanes<W>::F;
-  const HeadArgs& h = a.head;
-  const std::int64_t d = h.d;
-  const std::int64_t dp = round_up(d, kPad);
-  const std::int64_t lkp = round_up(h.lk, kFwdKeys);
-  float* kt = scratch;
-  float* vp = kt + dp * lkp;
-  float* qs = vp + lkp * dp;
-  float* o = qs + kFwdQueries * dp;
-  float* s = o + kFwdQueries * dp;
-  float* row_max = s + kFwdQueries * kFwdKeys;
-  float* row_sum = row_max + kFwdQueries;
-  if (a.pack_kv) {
-    pack_transposed(static_cast<const T*>(h.k), h.lk, d, dp, lkp, kt);
-    pack_rows(static_cast<const T*>(h.v), h.lk, d, dp, 1.0F, vp);
-    std::fill(vp + h.lk * dp, vp + lkp * dp, 0.0F);
-  }
-  for (std::int64_t q0 = a.q0; q0 < a.q1; q0 += kFwdQueries) {
-    const std::int64_t mq = std::min(kFwdQueries, a.q1 - q0);
-    pack_rows(static_cast<const T*>(h.q) + q0 * d, mq, d, dp, h.scale, qs);
-    std::fill(o, o + mq * dp, 0.0F);
-    std::fill(row_max, row_max + mq, kNegInf);
-    std::fill(row_sum, row_sum + mq, 0.0F);
-    for (std::int64_t k0 = 0; k0 < lkp; k0 += kFwdKeys) {
-      const std::int64_t nk = std::min(kFwdKeys, h.lk - k0);
-      if (h.uniform) {
-        std::fill(s, s + mq * kFwdKeys, 0.0F);
-      } else {
-        gemm<W>(mq, qs, dp, 1, kt + k0, lkp, s, kFwdKeys, d, kFwdKeys, false);
-      }
-      // Online softmax: fold this block's max into the running one, rescale what came before.
-      for (std::int64_t r = 0; r < mq; ++r) {
-        float* sr = s + r * kFwdKeys;
-        F vmax;
-        splat<W>(vmax, kNegInf);
-        for (std::int64_t j = 0; j < kFwdKeys; j += W) {
-          F x;
-          F bias;
-          load<W>(x, sr + j);
-          load<W>(bias, h.bias + k0 + j);
-          x += bias;
-          store<W>(sr + j, x);
-          vmax = x > vmax ? x : vmax;
-        }
-        const float old_max = row_max[r];
-        const float new_max = std::max(old_max, hmax<W>(vmax));
-        const float shift = new_max == kNegInf ? 0.0F : new_max;  // nothing kept yet: P stays 0
-        F vshift;
-        splat<W>(vshift, shift);
-        F vsum{};
-        for (std::int64_t j = 0; j < kFwdKeys; j += W) {
-          F x;
-          load<W>(x, sr + j);
-          x -= vshift;
-          exp_inplace<W>(x);
-          vsum += x;
-          store<W>(sr + j, x);
-        }
-        const float alpha = std::exp(old_max - shift);  // old_max = −inf → 0
-        row_max[r] = new_max;
-        row_sum[r] = row_sum[r] * alpha + hsum<W>(vsum);
-        if (alpha != 1.0F) {
-          float* orow = o + r * dp;
-          for (std::int64_t c = 0; c < dp; ++c) orow[c] *= alpha;
-        }
-      }
-      gemm<W>(mq, s, kFwdKeys, 1, vp + k0 * dp, dp, o, dp, nk, dp, true);
-    }
-    T* out = static_cast<T*>(a.out) + q0 * d;
-    for (std::int64_t r = 0; r < mq; ++r) {
-      const float inv = 1.0F / row_sum[r];
-      for (std::int64_t c = 0; c < d; ++c) narrow(o[r * dp + c] * inv, out[r * d + c]);
-      a.lse[q0 + r] = row_max[r] + std::log(row_sum[r]);
-    }
-  }
-}
-
-// One backward task: a whole head (dq sums over every key block, so it stays with one thread).
-template <int W, typename T>
-HOTPATH_BODY void backward_body(const BackwardArgs& a, float* scratch) {
-  using F = typename Lanes<W>::F;
-  const HeadArgs& h = a.head;
-  const std::int64_t d = h.d;
-  const std::int64_t dp = round_up(d, kPad);
-  const std::int64_t lq = h.lq;
-  const std::int64_t lk = h.lk;
-  const std::int64_t lkp = round_up(lk, kBwdKeys);
-  float* qs = scratch;         // [Lq, dp] q·scale
-  float* dos = qs + lq * dp;   // [Lq, dp] dO
-  float* dqs = dos + lq * dp;  // [Lq, dp] dq / scale
-  float* kt = dqs + lq * dp;   // [dp, Lkp] kᵀ
-  float* kp = kt + dp * lkp;   // [Lkp, dp] k
-  float* vt = kp + lkp * dp;   // [dp, Lkp] vᵀ
-  float* dkb = vt + dp * lkp;  // [kBwdKeys, dp] dk of this key block
-  float* dvb = dkb + kBwdKeys * dp;
-  float* p = dvb + kBwdKeys * dp;  // [kBwdQueries, kBwdKeys]
-  float* ds = p + kBwdQueries * kBwdKeys;
-  float* delta = ds + kBwdQueries * kBwdKeys;  // [Lq] rowsum(dO∘O)
-  float* lse = delta + lq;                     // [Lq]
-
-  const T* out = static_cast<const T*>(a.out);
-  const T* dout = static_cast<const T*>(a.dout);
-  pack_rows(static_cast<const T*>(h.q), lq, d, dp, h.scale, qs);
-  pack_rows(dout, lq, d, dp, 1.0F, dos);
-  std::fill(dqs, dqs + lq * dp, 0.0F);
-  pack_transposed(static_cast<const T*>(h.k), lk, d, dp, lkp, kt);
-  pack_rows(static_cast<const T*>(h.k), lk, d, dp, 1.0F, kp);
-  std::fill(kp + lk * dp, kp + lkp * dp, 0.0F);
-  pack_transposed(static_cast<const T*>(h.v), lk, d, dp, lkp, vt);
-  for (std::int64_t i = 0; i < lq; ++i) {
-    float acc = 0.0F;
-    for (std::int64_t c = 0; c < d; ++c) acc += widen(dout[i * d + c]) * widen(out[i * d + c]);
-    delta[i] = acc;
-    lse[i] = a.lse[i];
-  }
-
-  for (std::int64_t k0 = 0; k0 < lk; k0 += kBwdKeys) {
-    const std::int64_t nk = std::min(kBwdKeys, lk - k0);
-    std::fill(dkb, dkb + kBwdKeys * dp, 0.0F);
-    std::fill(dvb, dvb + kBwdKeys * dp, 0.0F);
-    for (std::int64_t q0 = 0; q0 < lq; q0 += kBwdQueries) {
-      const std::int64_t mq = std::min(kBwdQueries, lq - q0);
-      // P = exp(S + bias − lse): the forward's probabilities, recomputed.
-      if (h.uniform) {
-        std::fill(p, p + mq * kBwdKeys, 0.0F);
-      } else {
-        gemm<W>(mq, qs + q0 * dp, dp, 1, kt + k0, lkp, p, kBwdKeys, d, kBwdKeys, false);
-      }
-      for (std::int64_t r = 0; r < mq; ++r) {
-        float* pr = p + r * kBwdKeys;
-        F vlse;
-        splat<W>(vlse, lse[q0 + r]);
-        for (std::int64_t j = 0; j < kBwdKeys; j += W) {
-          F x;
-          F bias;
-          load<W>(x, pr + j);
-          load<W>(bias, h.bias + k0 + j);
-          x = x + bias - vlse;
-          exp_inplace<W>(x);
-          store<W>(pr + j, x);
-        }
-      }
-      // dV += Pᵀ·dO (P read transposed).
-      gemm<W>(nk, p, 1, kBwdKeys, dos + q0 * dp, dp, dvb, dp, mq, dp, true);
-      if (h.uniform) continue;  // the output does not depend on q or k: dS = 0
-      // dP = dO·Vᵀ; dS = P∘(dP − D).
-      gemm<W>(mq, dos + q0 * dp, dp, 1, vt + k0, lkp, ds, kBwdKeys, d, kBwdKeys, false);
-      for (std::int64_t r = 0; r < mq; ++r) {
-        float* dsr = ds + r * kBwdKeys;
-        const float* pr = p + r * kBwdKeys;
-        F vdelta;
-        splat<W>(vdelta, delta[q0 + r]);
-        for (std::int64_t j = 0; j < kBwdKeys; j += W) {
-          F x;
-          F pv;
-          load<W>(x, dsr + j);
-          load<W>(pv, pr + j);
-          x = pv * (x - vdelta);
-          store<W>(dsr + j, x);
-        }
-      }
-      // dq/scale += dS·K; dk += dSᵀ·(q·scale).
-      gemm<W>(mq, ds, kBwdKeys, 1, kp + k0 * dp, dp, dqs + q0 * dp, dp, nk, dp, true);
-      gemm<W>(nk, ds, 1, kBwdKeys, qs + q0 * dp, dp, dkb, dp, mq, dp, true);
-    }
-    unpack_rows(dkb, nk, dp, d, 1.0F, static_cast<T*>(a.dk) + k0 * d);
-    unpack_rows(dvb, nk, dp, d, 1.0F, static_cast<T*>(a.dv) + k0 * d);
-  }
-  unpack_rows(dqs, lq, dp, d, h.scale, static_cast<T*>(a.dq));
-}
-
-// ---- one compilation per ISA ----------------------------------------------------------------------
 struct Kernels {
   const char* name;
   void (*forward_f32)(const ForwardArgs&, float*);
@@ -410,29 +94,30 @@ struct Kernels {
   void (*backward_f32)(const BackwardArgs&, float*);
   void (*backward_bf16)(const BackwardArgs&, float*);
 };
+const Kernels kPortable{"portable", portable::forward_f32, portable::forward_bf16, portable::backward_f32,
+                        portable::backward_bf16};
 
-void forward_portable_f32(const ForwardArgs& a, float* s) { forward_body<4, float>(a, s); }
-void forward_portable_bf16(const ForwardArgs& a, float* s) { forward_body<4, std::uint16_t>(a, s); }
-void backward_portable_f32(const BackwardArgs& a, float* s) { backward_body<4, float>(a, s); }
-void backward_portable_bf16(const BackwardArgs& a, float* s) { backward_body<4, std::uint16_t>(a, s); }
-const Kernels kPortable{"portable", forward_portable_f32, forward_portable_bf16, backward_portable_f32,
-                        backward_portable_bf16};
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define HOTPATH_X86_KERNELS 1
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace avx2 {
+constexpr int W = 8;
+#include "attention_kernels.inc"
+}  // namespace avx2
+#pragma GCC pop_options
+const Kernels kAvx2{"avx2", avx2::forward_f32, avx2::forward_bf16, avx2::backward_f32, avx2::backward_bf16};
 
-#if defined(__x86_64__)
-#define HOTPATH_AVX2 __attribute__((target("avx2,fma")))
-HOTPATH_AVX2 void forward_avx2_f32(const ForwardArgs& a, float* s) { forward_body<8, float>(a, s); }
-HOTPATH_AVX2 void forward_avx2_bf16(const ForwardArgs& a, float* s) { forward_body<8, std::uint16_t>(a, s); }
-HOTPATH_AVX2 void backward_avx2_f32(const BackwardArgs& a, float* s) { backward_body<8, float>(a, s); }
-HOTPATH_AVX2 void backward_avx2_bf16(const BackwardArgs& a, float* s) { backward_body<8, std::uint16_t>(a, s); }
-const Kernels kAvx2{"avx2", forward_avx2_f32, forward_avx2_bf16, backward_avx2_f32, backward_avx2_bf16};
-
-// Compiled, never run on the AVX2-only development machine: the same bodies with 16-lane vectors.
-#define HOTPATH_AVX512 __attribute__((target("avx512f,avx2,fma")))
-HOTPATH_AVX512 void forward_avx512_f32(const ForwardArgs& a, float* s) { forward_body<16, float>(a, s); }
-HOTPATH_AVX512 void forward_avx512_bf16(const ForwardArgs& a, float* s) { forward_body<16, std::uint16_t>(a, s); }
-HOTPATH_AVX512 void backward_avx512_f32(const BackwardArgs& a, float* s) { backward_body<16, float>(a, s); }
-HOTPATH_AVX512 void backward_avx512_bf16(const BackwardArgs& a, float* s) { backward_body<16, std::uint16_t>(a, s); }
-const Kernels kAvx512{"avx512", forward_avx512_f32, forward_avx512_bf16, backward_avx512_f32, backward_avx512_bf16};
+// Compiled, never run on the AVX2-only development machine: the same source with 16-lane vectors.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma")
+namespace avx512 {
+constexpr int W = 16;
+#include "attention_kernels.inc"
+}  // namespace avx512
+#pragma GCC pop_options
+const Kernels kAvx512{"avx512", avx512::forward_f32, avx512::forward_bf16, avx512::backward_f32,
+                      avx512::backward_bf16};
 
 bool cpu_has_avx2() {
   static const bool has = __builtin_cpu_supports("avx2") != 0 && __builtin_cpu_supports("fma") != 0;
@@ -450,7 +135,7 @@ bool cpu_has_avx512() { return false; }
 std::atomic<AttentionIsa> g_isa{AttentionIsa::kAuto};
 
 const Kernels& kernels() {
-#if defined(__x86_64__)
+#if defined(HOTPATH_X86_KERNELS)
   switch (g_isa.load(std::memory_order_relaxed)) {
     case AttentionIsa::kPortable: return kPortable;
     case AttentionIsa::kAvx2: return kAvx2;
@@ -708,7 +393,7 @@ const char* attention_kernel_name() {
     if (g_isa.load(std::memory_order_relaxed) == AttentionIsa::kPortable) return "portable: pinned" HOTPATH_SERIAL;
     return cpu_has_avx2() ? "portable" HOTPATH_SERIAL : "portable: this CPU (or build) lacks AVX2+FMA" HOTPATH_SERIAL;
   }
-#if defined(__x86_64__)
+#if defined(HOTPATH_X86_KERNELS)
   if (&k == &kAvx2) return "avx2" HOTPATH_SERIAL;
 #endif
   return "avx512" HOTPATH_SERIAL;

@@ -1,0 +1,132 @@
+// hotpath_attention_bench: hotpath's fused attention vs its ATen reference (matmul, mask, softmax,
+// matmul) vs at::scaled_dot_product_attention (LibTorch's own CPU flash kernel) on BERT-shaped
+// inputs with a padding mask, forward and forward+backward, fp32 and bf16, per thread count. The
+// three run interleaved on the shared machine and the best of each is kept.
+//   hotpath_attention_bench --batch 32 --heads 12 --lengths 128,512 --dim 64 --threads 1,2 --json out.json
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <iomanip>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "hotpath/models/attention.h"
+
+namespace {
+
+struct Args {
+  std::int64_t batch = 32;
+  std::int64_t heads = 12;
+  std::vector<std::int64_t> lengths = {128, 512};
+  std::int64_t dim = 64;
+  std::vector<int> threads = {1, 2};
+  std::vector<std::string> dtypes = {"f32", "bf16"};
+  std::vector<std::string> modes = {"fwd", "fwd+bwd"};
+  int repeats = 5;
+  bool fused_only = false;  // for profiling the kernel alone
+  std::string json_path;
+};
+
+double seconds_of(const std::function<void()>& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using hotpath::models::AttentionKernel;
+  Args a;
+  CLI::App app{"fused attention vs ATen reference vs at::scaled_dot_product_attention"};
+  app.add_option("--batch", a.batch);
+  app.add_option("--heads", a.heads);
+  app.add_option("--lengths", a.lengths)->delimiter(',');
+  app.add_option("--dim", a.dim);
+  app.add_option("--threads", a.threads)->delimiter(',');
+  app.add_option("--dtypes", a.dtypes, "f32,bf16")->delimiter(',');
+  app.add_option("--modes", a.modes, "fwd,fwd+bwd")->delimiter(',');
+  app.add_option("--repeats", a.repeats);
+  app.add_option("--json", a.json_path);
+  app.add_flag("--fused-only", a.fused_only, "time only the fused kernel (profiling)");
+  CLI11_PARSE(app, argc, argv);
+
+  nlohmann::json report = {{"kernel", hotpath::models::attention_kernel_name()},
+                           {"batch", a.batch},
+                           {"heads", a.heads},
+                           {"dim", a.dim},
+                           {"repeats", a.repeats},
+                           {"results", nlohmann::json::array()}};
+  std::cout << "fused attention loops: " << hotpath::models::attention_kernel_name() << "\n";
+  std::cout << "| L | dtype | mode | threads | fused ms | reference ms | sdpa ms | vs reference | vs sdpa |\n"
+               "|---|---|---|---|---|---|---|---|---|\n";
+  for (const std::int64_t len : a.lengths) {
+    at::manual_seed(0);
+    const at::Tensor q0 = at::randn({a.batch, a.heads, len, a.dim});
+    const at::Tensor k0 = at::randn({a.batch, a.heads, len, a.dim});
+    const at::Tensor v0 = at::randn({a.batch, a.heads, len, a.dim});
+    const at::Tensor dout0 = at::randn({a.batch, a.heads, len, a.dim});
+    // A BERT batch: sequence b keeps its first len − (b mod 8)·len/16 tokens.
+    at::Tensor mask = at::ones({a.batch, len}, at::kBool);
+    for (std::int64_t b = 0; b < a.batch; ++b) mask[b].slice(0, len - (b % 8) * len / 16).fill_(false);
+    const at::Tensor sdpa_mask = mask.view({a.batch, 1, 1, len});  // bool: true = attend
+    for (const std::string& dtype : a.dtypes) {
+      const at::ScalarType type = dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+      for (const std::string& mode : a.modes) {
+        const bool backward = mode != "fwd";
+        at::Tensor q = q0.to(type).requires_grad_(backward);
+        at::Tensor k = k0.to(type).requires_grad_(backward);
+        at::Tensor v = v0.to(type).requires_grad_(backward);
+        const at::Tensor dout = dout0.to(type);
+        const auto step = [&](const std::function<at::Tensor()>& forward) {
+          if (!backward) {
+            at::NoGradGuard no_grad;
+            (void)forward();
+            return;
+          }
+          const at::Tensor out = forward();
+          (void)torch::autograd::grad({out}, {q, k, v}, {dout});
+        };
+        const std::vector<std::pair<std::string, std::function<at::Tensor()>>> impls = {
+            {"fused", [&] { return hotpath::models::attention(q, k, v, mask, AttentionKernel::kFused); }},
+            {"reference", [&] { return hotpath::models::reference_attention(q, k, v, mask); }},
+            {"sdpa", [&] { return at::scaled_dot_product_attention(q, k, v, sdpa_mask); }},
+        };
+        for (const int threads : a.threads) {
+          at::set_num_threads(threads);
+          std::vector<double> best(impls.size(), 1e30);
+          for (int r = 0; r < a.repeats + 1; ++r) {  // the first round warms up
+            for (std::size_t i = 0; i < (a.fused_only ? 1 : impls.size()); ++i) {
+              const double s = seconds_of([&] { step(impls[i].second); });
+              if (r > 0) best[i] = std::min(best[i], s);
+            }
+          }
+          std::cout << "| " << len << " | " << dtype << " | " << mode << " | " << threads << std::fixed
+                    << std::setprecision(1) << " | " << best[0] * 1e3 << " | " << best[1] * 1e3 << " | "
+                    << best[2] * 1e3 << std::setprecision(2) << " | " << best[1] / best[0] << "x | "
+                    << best[2] / best[0] << "x |" << std::endl;
+          report["results"].push_back({{"length", len},
+                                       {"dtype", dtype},
+                                       {"mode", mode},
+                                       {"threads", threads},
+                                       {"fused_ms", best[0] * 1e3},
+                                       {"reference_ms", best[1] * 1e3},
+                                       {"sdpa_ms", best[2] * 1e3},
+                                       {"speedup_vs_reference", best[1] / best[0]},
+                                       {"speedup_vs_sdpa", best[2] / best[0]}});
+        }
+      }
+    }
+  }
+  if (!a.json_path.empty()) std::ofstream(a.json_path) << report.dump(2) << "\n";
+  return 0;
+}
