@@ -1,0 +1,200 @@
+#include "hotpath/models/activation_checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <c10/core/GradMode.h>
+#include <gtest/gtest.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "hotpath/models/autocast_ops.h"
+#include "models/model_test_support.h"
+
+namespace hotpath::models {
+namespace {
+
+// A post-norm transformer layer in miniature: single-head attention with a padding mask, an MLP,
+// dropout on the attention probabilities and both residual branches.
+struct Block : torch::nn::Module {
+  Block(std::int64_t h, std::int64_t ff, double p)
+      : qkv(register_module("qkv", torch::nn::Linear(h, 3 * h))),
+        out(register_module("out", torch::nn::Linear(h, h))),
+        up(register_module("up", torch::nn::Linear(h, ff))),
+        down(register_module("down", torch::nn::Linear(ff, h))),
+        norm1(register_module("norm1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({h})))),
+        norm2(register_module("norm2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({h})))),
+        drop(register_module("drop", torch::nn::Dropout(p))) {}
+
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& mask) {
+    const auto parts = qkv->forward(x).chunk(3, -1);
+    at::Tensor scores = at::matmul(parts[0], parts[1].transpose(-1, -2)) / std::sqrt(static_cast<double>(x.size(-1)));
+    scores = scores.masked_fill(mask.unsqueeze(1).logical_not(), -1e9);
+    const at::Tensor probs = drop->forward(at::softmax(scores, -1));
+    const at::Tensor h = norm1->forward(x + drop->forward(out->forward(at::matmul(probs, parts[2]))));
+    return norm2->forward(h + drop->forward(down->forward(at::gelu(up->forward(h)))));
+  }
+
+  torch::nn::Linear qkv, out, up, down;
+  torch::nn::LayerNorm norm1, norm2;
+  torch::nn::Dropout drop;
+};
+
+struct Stack : torch::nn::Module {
+  Stack(std::int64_t layers, std::int64_t h, std::int64_t ff, double p) {
+    for (std::int64_t i = 0; i < layers; ++i) blocks.push_back(register_module("b" + std::to_string(i), std::make_shared<Block>(h, ff, p)));
+  }
+  at::Tensor forward(at::Tensor x, const at::Tensor& mask, bool checkpointed) {
+    for (auto& b : blocks) {
+      if (checkpointed) {
+        x = checkpoint([b](const std::vector<at::Tensor>& in) { return b->forward(in[0], in[1]); }, {x, mask});
+      } else {
+        x = b->forward(x, mask);
+      }
+    }
+    return x;
+  }
+  std::vector<std::shared_ptr<Block>> blocks;
+};
+
+struct Grads {
+  at::Tensor out, input;
+  std::map<std::string, at::Tensor> params;
+};
+
+// One forward + backward from a fixed seed; returns the output and every gradient.
+Grads run(Stack& stack, const at::Tensor& x0, const at::Tensor& mask, bool checkpointed, bool input_grad = true) {
+  stack.zero_grad();
+  at::Tensor x = x0.detach().clone().requires_grad_(input_grad);
+  at::manual_seed(1234);
+  Grads g;
+  g.out = stack.forward(x, mask, checkpointed);
+  (g.out * at::linspace(-1, 1, g.out.size(-1), g.out.options())).sum().backward();
+  g.out = g.out.detach();
+  if (input_grad) g.input = x.grad().clone();
+  for (const auto& p : stack.named_parameters()) g.params[p.key()] = p.value().grad().clone();
+  return g;
+}
+
+at::Tensor padding_mask(std::int64_t b, std::int64_t l) {
+  at::Tensor mask = at::ones({b, l}, at::kBool);
+  mask.index_put_({b - 1, at::indexing::Slice(l / 2, at::indexing::None)}, false);
+  return mask;
+}
+
+void expect_same(const Grads& a, const Grads& b, double tol) {
+  EXPECT_TRUE(at::allclose(a.out, b.out, 0, tol)) << (a.out - b.out).abs().max();
+  if (a.input.defined() || b.input.defined()) {
+    EXPECT_TRUE(at::allclose(a.input, b.input, 0, tol)) << (a.input - b.input).abs().max();
+  }
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (const auto& [name, grad] : a.params) {
+    ASSERT_TRUE(grad.defined()) << name;
+    EXPECT_TRUE(at::allclose(grad, b.params.at(name), 0, tol)) << name << ": " << (grad - b.params.at(name)).abs().max();
+  }
+}
+
+TEST(ActivationCheckpoint, GradientsEqualThePlainRunWithDropout) {
+  at::manual_seed(0);
+  Stack stack(3, 16, 32, 0.2);
+  const at::Tensor x = at::randn({2, 6, 16});
+  const at::Tensor mask = padding_mask(2, 6);
+  const Grads plain = run(stack, x, mask, false);
+  const Grads ckpt = run(stack, x, mask, true);
+  expect_same(plain, ckpt, 0.0);  // same ops, same dropout masks: bitwise
+  // The masks really are random: another seed gives other gradients.
+  at::manual_seed(99);
+  Grads other;
+  other.out = stack.forward(x, mask, false);
+  EXPECT_FALSE(at::equal(other.out, plain.out));
+}
+
+TEST(ActivationCheckpoint, ParametersGetGradientsWhenTheInputNeedsNone) {
+  at::manual_seed(0);
+  Stack stack(2, 8, 16, 0.1);
+  const at::Tensor x = at::randn({2, 4, 8});
+  const at::Tensor mask = padding_mask(2, 4);
+  expect_same(run(stack, x, mask, false, false), run(stack, x, mask, true, false), 0.0);
+}
+
+TEST(ActivationCheckpoint, GradientsAccumulateAcrossSteps) {
+  at::manual_seed(0);
+  Stack stack(2, 8, 16, 0.0);
+  const at::Tensor x = at::randn({2, 4, 8}, at::requires_grad());
+  const at::Tensor mask = padding_mask(2, 4);
+  stack.forward(x, mask, true).sum().backward();
+  const at::Tensor once = stack.blocks[0]->up->weight.grad().clone();
+  stack.forward(x, mask, true).sum().backward();
+  EXPECT_TRUE(at::allclose(stack.blocks[0]->up->weight.grad(), once * 2, 1e-6, 1e-7));
+}
+
+TEST(ActivationCheckpoint, WithoutGradModeJustRunsTheBlock) {
+  at::manual_seed(0);
+  Stack stack(1, 8, 16, 0.0);
+  const at::Tensor x = at::randn({1, 4, 8});
+  c10::NoGradGuard no_grad;
+  const at::Tensor y = stack.forward(x, padding_mask(1, 4), true);
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_TRUE(at::equal(y, stack.forward(x, padding_mask(1, 4), false)));
+}
+
+TEST(ActivationCheckpoint, RecomputesUnderTheForwardsAutocastDtype) {
+  at::manual_seed(0);
+  Stack stack(2, 16, 32, 0.1);
+  const at::Tensor x = at::randn({2, 6, 16});
+  const at::Tensor mask = padding_mask(2, 6);
+  Grads plain, ckpt;
+  {
+    AutocastGuard autocast(at::kCPU, at::kBFloat16);
+    plain = run(stack, x, mask, false);
+    ckpt = run(stack, x, mask, true);
+  }
+  EXPECT_EQ(plain.out.scalar_type(), at::kFloat);  // LayerNorm runs in fp32 under autocast
+  expect_same(plain, ckpt, 0.0);
+  // Backward outside the autocast region still recomputes in bf16: grads differ from fp32's.
+  const Grads fp32 = run(stack, x, mask, false);
+  EXPECT_FALSE(at::allclose(fp32.params.at("b0.up.weight"), plain.params.at("b0.up.weight"), 0, 1e-6));
+}
+
+TEST(PeakMemory, CountsTensorAllocations) {
+  PeakMemory meter;
+  {
+    const at::Tensor t = at::empty({1 << 18}, at::kFloat);  // 1 MiB
+    EXPECT_GE(meter.current_bytes(), 1 << 20);
+  }
+  EXPECT_LT(meter.current_bytes(), 1 << 20);
+  EXPECT_GE(meter.peak_bytes(), 1 << 20);
+  meter.reset();
+  EXPECT_EQ(meter.peak_bytes(), 0);
+}
+
+TEST(PeakMemory, CheckpointingCutsTrainingPeak) {
+  at::manual_seed(0);
+  Stack stack(6, 64, 256, 0.1);
+  const at::Tensor x = at::randn({4, 64, 64});
+  const at::Tensor mask = padding_mask(4, 64);
+  auto peak = [&](bool checkpointed) {
+    stack.zero_grad(/*set_to_none=*/false);
+    PeakMemory meter;
+    const at::Tensor in = x.clone().requires_grad_(true);
+    stack.forward(in, mask, checkpointed).sum().backward();
+    return meter.peak_bytes();
+  };
+  peak(false);  // parameter gradients allocated once, outside the measurement
+  const std::int64_t plain = peak(false);
+  const std::int64_t ckpt = peak(true);
+  std::cout << "peak bytes: plain " << plain << ", checkpointed " << ckpt << " ("
+            << 100.0 * (1.0 - double(ckpt) / double(plain)) << " % less)\n";
+  EXPECT_LT(ckpt, plain * 0.5);
+}
+
+}  // namespace
+}  // namespace hotpath::models
