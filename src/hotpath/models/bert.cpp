@@ -1,0 +1,556 @@
+#include "hotpath/models/bert.h"
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/clamp_min.h>
+#include <ATen/ops/dropout.h>
+#include <ATen/ops/gelu.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/relu.h>
+#include <ATen/ops/softmax.h>
+#include <ATen/ops/tanh.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <torch/nn/init.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <utility>
+
+#include "hotpath/core/error.h"
+#include "hotpath/core/mapped_file.h"
+#include "hotpath/models/hf_weights.h"
+
+namespace hotpath::models {
+namespace {
+
+using Json = nlohmann::json;
+
+// ---- config.json ---------------------------------------------------------------------------------
+
+struct ConfigReader {
+  const Json& json;
+  std::string_view name;
+
+  [[nodiscard]] bool has(const char* key) const { return json.contains(key) && !json.at(key).is_null(); }
+
+  std::int64_t integer(const char* key, std::optional<std::int64_t> fallback, std::int64_t min = 1) const {
+    if (!has(key)) {
+      HOTPATH_CHECK(fallback.has_value(), name, ": missing required field \"", key, "\"");
+      return *fallback;
+    }
+    const Json& v = json.at(key);
+    HOTPATH_CHECK(v.is_number_integer(), name, ": field \"", key, "\" must be an integer, found ", v.dump());
+    const std::int64_t x = v.get<std::int64_t>();
+    HOTPATH_CHECK(x >= min, name, ": field \"", key, "\" must be >= ", min, ", found ", x);
+    return x;
+  }
+
+  double real(const char* key, double fallback) const {
+    if (!has(key)) return fallback;
+    const Json& v = json.at(key);
+    HOTPATH_CHECK(v.is_number(), name, ": field \"", key, "\" must be a number, found ", v.dump());
+    const double x = v.get<double>();
+    HOTPATH_CHECK(x >= 0.0, name, ": field \"", key, "\" must be >= 0, found ", x);
+    return x;
+  }
+
+  std::string text(const char* key, const char* fallback) const {
+    if (!has(key)) return fallback;
+    const Json& v = json.at(key);
+    HOTPATH_CHECK(v.is_string(), name, ": field \"", key, "\" must be a string, found ", v.dump());
+    return v.get<std::string>();
+  }
+
+  bool boolean(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    const Json& v = json.at(key);
+    HOTPATH_CHECK(v.is_boolean(), name, ": field \"", key, "\" must be true or false, found ", v.dump());
+    return v.get<bool>();
+  }
+};
+
+BertActivation parse_activation(const std::string& act, std::string_view name, const char* key) {
+  if (act == "gelu") return BertActivation::kGelu;
+  if (act == "gelu_new" || act == "gelu_pytorch_tanh") return BertActivation::kGeluNew;
+  if (act == "relu") return BertActivation::kRelu;
+  HOTPATH_CHECK(false, name, ": field \"", key, "\" is \"", act, "\"; supported: gelu, gelu_new, gelu_pytorch_tanh, relu");
+  return BertActivation::kGelu;
+}
+
+void read_labels(const ConfigReader& r, BertConfig& c) {
+  if (r.has("id2label")) {
+    const Json& m = r.json.at("id2label");
+    HOTPATH_CHECK(m.is_object(), r.name, ": field \"id2label\" must be an object {\"0\": \"label\", ...}");
+    c.id2label.assign(m.size(), "");
+    for (const auto& [key, value] : m.items()) {
+      std::size_t used = 0;
+      long long id = -1;
+      try {
+        id = std::stoll(key, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      HOTPATH_CHECK(used == key.size() && id >= 0 && static_cast<std::size_t>(id) < m.size(), r.name,
+                    ": field \"id2label\": key \"", key, "\" is not an id in [0, ", m.size(), ")");
+      HOTPATH_CHECK(value.is_string(), r.name, ": field \"id2label\": label of id ", key, " must be a string");
+      c.id2label[static_cast<std::size_t>(id)] = value.get<std::string>();
+    }
+    c.num_labels = static_cast<std::int64_t>(m.size());
+    if (r.has("num_labels")) {
+      HOTPATH_CHECK(r.integer("num_labels", {}) == c.num_labels, r.name, ": field \"num_labels\" (",
+                    r.json.at("num_labels").dump(), ") disagrees with id2label's ", c.num_labels, " labels");
+    }
+  } else {
+    c.num_labels = r.integer("num_labels", 2);
+    for (std::int64_t i = 0; i < c.num_labels; ++i) c.id2label.push_back("LABEL_" + std::to_string(i));
+  }
+  if (r.has("label2id")) {
+    const Json& m = r.json.at("label2id");
+    HOTPATH_CHECK(m.is_object(), r.name, ": field \"label2id\" must be an object {\"label\": 0, ...}");
+    for (const auto& [key, value] : m.items()) {
+      HOTPATH_CHECK(value.is_number_integer(), r.name, ": field \"label2id\": id of \"", key, "\" must be an integer");
+      c.label2id[key] = value.get<std::int64_t>();
+    }
+  } else {
+    for (std::size_t i = 0; i < c.id2label.size(); ++i) c.label2id[c.id2label[i]] = static_cast<std::int64_t>(i);
+  }
+  c.problem_type = r.text("problem_type", "");
+}
+
+// ---- layers --------------------------------------------------------------------------------------
+
+torch::nn::Linear make_linear(std::int64_t in, std::int64_t out) { return torch::nn::Linear(in, out); }
+
+torch::nn::LayerNorm make_norm(const BertConfig& c) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps));
+}
+
+// HF's _init_weights: N(0, initializer_range) weights, zero biases, the padding row zero, LayerNorm 1/0.
+void init_weights(torch::nn::Module& module, const BertConfig& c) {
+  const at::NoGradGuard no_grad;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    at::Tensor p = item.value();
+    const bool norm = name.find("LayerNorm") != std::string::npos || name.find("layer_norm") != std::string::npos;
+    if (norm) {
+      name.ends_with(".weight") ? p.fill_(1.0) : p.zero_();
+    } else if (name.ends_with(".bias")) {
+      p.zero_();
+    } else {
+      p.normal_(0.0, c.initializer_range);
+    }
+  }
+}
+
+at::Tensor activation(const at::Tensor& x, BertActivation act) {
+  switch (act) {
+    case BertActivation::kGelu: return at::gelu(x);
+    case BertActivation::kGeluNew: return at::gelu(x, "tanh");
+    case BertActivation::kRelu: return at::relu(x);
+  }
+  return x;
+}
+
+double lowest(at::ScalarType type) {
+  switch (type) {
+    case at::kDouble: return std::numeric_limits<double>::lowest();
+    case at::kHalf: return static_cast<double>(std::numeric_limits<c10::Half>::lowest());
+    case at::kBFloat16: return static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest());
+    default: return static_cast<double>(std::numeric_limits<float>::lowest());
+  }
+}
+
+// DistilBERT's create_sinusoidal_embeddings: even columns sin, odd columns cos of pos / 10000^(2⌊j/2⌋/dim)
+// (computed in double, as numpy does there).
+void fill_sinusoidal(at::Tensor& table) {
+  const std::int64_t n = table.size(0);
+  const std::int64_t dim = table.size(1);
+  at::Tensor out = at::empty({n, dim}, at::kDouble);
+  double* p = out.data_ptr<double>();
+  for (std::int64_t pos = 0; pos < n; ++pos) {
+    for (std::int64_t j = 0; j < dim; ++j) {
+      const double angle = static_cast<double>(pos) / std::pow(10000.0, 2.0 * static_cast<double>(j / 2) / static_cast<double>(dim));
+      p[pos * dim + j] = j % 2 == 0 ? std::sin(angle) : std::cos(angle);
+    }
+  }
+  const at::NoGradGuard no_grad;
+  table.copy_(out);
+}
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  HOTPATH_CHECK(in.good(), path.string(), ": cannot open");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Json parse_json_file(const std::filesystem::path& path) {
+  try {
+    return Json::parse(read_text(path));
+  } catch (const Json::exception& e) {
+    HOTPATH_CHECK(false, path.string(), ": invalid JSON: ", e.what());
+  }
+  return {};
+}
+
+}  // namespace
+
+// ---- BertConfig ----------------------------------------------------------------------------------
+
+BertConfig BertConfig::from_json(std::string_view json_text, std::string_view name) {
+  Json json;
+  try {
+    json = Json::parse(json_text);
+  } catch (const Json::exception& e) {
+    HOTPATH_CHECK(false, name, ": invalid JSON: ", e.what());
+  }
+  HOTPATH_CHECK(json.is_object(), name, ": expected a JSON object");
+  const ConfigReader r{json, name};
+  HOTPATH_CHECK(r.has("model_type"), name, ": missing required field \"model_type\" (bert or distilbert)");
+  const std::string type = r.text("model_type", "");
+  BertConfig c;
+  if (type == "bert") {
+    c.arch = BertArch::kBert;
+    c.vocab_size = r.integer("vocab_size", {});
+    c.hidden_size = r.integer("hidden_size", {});
+    c.num_hidden_layers = r.integer("num_hidden_layers", {});
+    c.num_attention_heads = r.integer("num_attention_heads", {});
+    c.intermediate_size = r.integer("intermediate_size", {});
+    c.max_position_embeddings = r.integer("max_position_embeddings", 512);
+    c.type_vocab_size = r.integer("type_vocab_size", 2);
+    c.layer_norm_eps = r.real("layer_norm_eps", 1e-12);
+    c.hidden_dropout_prob = r.real("hidden_dropout_prob", 0.1);
+    c.attention_probs_dropout_prob = r.real("attention_probs_dropout_prob", 0.1);
+    c.classifier_dropout = r.real("classifier_dropout", c.hidden_dropout_prob);
+    c.hidden_act = parse_activation(r.text("hidden_act", "gelu"), name, "hidden_act");
+    const std::string pos = r.text("position_embedding_type", "absolute");
+    HOTPATH_CHECK(pos == "absolute", name, ": field \"position_embedding_type\" is \"", pos,
+                  "\"; only \"absolute\" is supported");
+  } else if (type == "distilbert") {
+    c.arch = BertArch::kDistilBert;
+    c.vocab_size = r.integer("vocab_size", {});
+    c.hidden_size = r.integer("dim", {});
+    c.num_hidden_layers = r.integer("n_layers", {});
+    c.num_attention_heads = r.integer("n_heads", {});
+    c.intermediate_size = r.integer("hidden_dim", {});
+    c.max_position_embeddings = r.integer("max_position_embeddings", 512);
+    c.type_vocab_size = 0;
+    c.layer_norm_eps = 1e-12;  // DistilBERT hard-codes it
+    c.hidden_dropout_prob = r.real("dropout", 0.1);
+    c.attention_probs_dropout_prob = r.real("attention_dropout", 0.1);
+    c.classifier_dropout = r.real("seq_classif_dropout", 0.2);
+    c.hidden_act = parse_activation(r.text("activation", "gelu"), name, "activation");
+    c.sinusoidal_pos_embds = r.boolean("sinusoidal_pos_embds", false);
+  } else {
+    HOTPATH_CHECK(false, name, ": field \"model_type\" is \"", type, "\"; supported: bert, distilbert");
+  }
+  c.pad_token_id = r.integer("pad_token_id", 0, 0);
+  c.initializer_range = r.real("initializer_range", 0.02);
+  HOTPATH_CHECK(c.hidden_size % c.num_attention_heads == 0, name, ": hidden size ", c.hidden_size,
+                " is not a multiple of the number of attention heads ", c.num_attention_heads);
+  HOTPATH_CHECK(c.pad_token_id < c.vocab_size, name, ": field \"pad_token_id\" (", c.pad_token_id,
+                ") must be below vocab_size (", c.vocab_size, ")");
+  read_labels(r, c);
+  return c;
+}
+
+BertConfig BertConfig::from_file(const std::filesystem::path& path) {
+  return from_json(read_text(path), path.string());
+}
+
+// ---- attention -----------------------------------------------------------------------------------
+
+at::Tensor bert_eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const at::Tensor& key_padding_mask) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * scale;
+  if (key_padding_mask.defined()) {
+    const at::Tensor drop = (key_padding_mask == 0).view({key_padding_mask.size(0), 1, 1, key_padding_mask.size(1)});
+    scores = scores.masked_fill(drop, lowest(scores.scalar_type()));
+  }
+  return at::matmul(at::softmax(scores, -1), v);
+}
+
+// ---- BertLayer -----------------------------------------------------------------------------------
+
+BertLayer::BertLayer(const BertConfig& config, const BertOptions& options)
+    : torch::nn::Module("BertLayer"), config_(config), options_(options) {
+  const std::int64_t h = config.hidden_size;
+  if (config.arch == BertArch::kBert) {
+    // attention.self.{query,key,value}, attention.output.{dense,LayerNorm}, intermediate.dense, output.{dense,LayerNorm}
+    auto attention = register_module("attention", std::make_shared<torch::nn::Module>("BertAttention"));
+    auto self = attention->register_module("self", std::make_shared<torch::nn::Module>("BertSelfAttention"));
+    query_ = self->register_module("query", make_linear(h, h));
+    key_ = self->register_module("key", make_linear(h, h));
+    value_ = self->register_module("value", make_linear(h, h));
+    auto self_output = attention->register_module("output", std::make_shared<torch::nn::Module>("BertSelfOutput"));
+    attention_out_ = self_output->register_module("dense", make_linear(h, h));
+    attention_norm_ = self_output->register_module("LayerNorm", make_norm(config));
+    auto intermediate = register_module("intermediate", std::make_shared<torch::nn::Module>("BertIntermediate"));
+    intermediate_ = intermediate->register_module("dense", make_linear(h, config.intermediate_size));
+    auto output = register_module("output", std::make_shared<torch::nn::Module>("BertOutput"));
+    output_ = output->register_module("dense", make_linear(config.intermediate_size, h));
+    output_norm_ = output->register_module("LayerNorm", make_norm(config));
+  } else {
+    // attention.{q_lin,k_lin,v_lin,out_lin}, sa_layer_norm, ffn.{lin1,lin2}, output_layer_norm
+    auto attention = register_module("attention", std::make_shared<torch::nn::Module>("MultiHeadSelfAttention"));
+    query_ = attention->register_module("q_lin", make_linear(h, h));
+    key_ = attention->register_module("k_lin", make_linear(h, h));
+    value_ = attention->register_module("v_lin", make_linear(h, h));
+    attention_out_ = attention->register_module("out_lin", make_linear(h, h));
+    attention_norm_ = register_module("sa_layer_norm", make_norm(config));
+    auto ffn = register_module("ffn", std::make_shared<torch::nn::Module>("FFN"));
+    intermediate_ = ffn->register_module("lin1", make_linear(h, config.intermediate_size));
+    output_ = ffn->register_module("lin2", make_linear(config.intermediate_size, h));
+    output_norm_ = register_module("output_layer_norm", make_norm(config));
+  }
+}
+
+at::Tensor BertLayer::forward(const at::Tensor& hidden, const at::Tensor& mask) {
+  const std::int64_t b = hidden.size(0);
+  const std::int64_t l = hidden.size(1);
+  const std::int64_t heads = config_.num_attention_heads;
+  const std::int64_t d = config_.head_dim();
+  const auto split = [&](const at::Tensor& x) { return x.view({b, l, heads, d}).transpose(1, 2); };
+  const at::Tensor context = options_.attention(split(query_(hidden)), split(key_(hidden)), split(value_(hidden)), mask)
+                                 .transpose(1, 2)
+                                 .reshape({b, l, heads * d});
+  const double p = config_.hidden_dropout_prob;
+  const at::Tensor attended = attention_norm_(at::dropout(attention_out_(context), p, is_training()) + hidden);
+  const at::Tensor inner = activation(intermediate_(attended), config_.hidden_act);
+  return output_norm_(at::dropout(output_(inner), p, is_training()) + attended);
+}
+
+// ---- BertModel -----------------------------------------------------------------------------------
+
+BertModel::BertModel(const BertConfig& config, const BertOptions& options)
+    : torch::nn::Module(config.arch == BertArch::kBert ? "BertModel" : "DistilBertModel"),
+      config_(config),
+      options_(options) {
+  HOTPATH_CHECK(options.attention != nullptr, "BertModel: BertOptions::attention is null");
+  const std::int64_t h = config.hidden_size;
+  auto embeddings = register_module("embeddings", std::make_shared<torch::nn::Module>("Embeddings"));
+  auto word = torch::nn::EmbeddingOptions(config.vocab_size, h).padding_idx(config.pad_token_id);
+  word_embeddings_ = embeddings->register_module("word_embeddings", torch::nn::Embedding(word));
+  position_embeddings_ =
+      embeddings->register_module("position_embeddings", torch::nn::Embedding(config.max_position_embeddings, h));
+  if (config.arch == BertArch::kBert) {
+    token_type_embeddings_ =
+        embeddings->register_module("token_type_embeddings", torch::nn::Embedding(config.type_vocab_size, h));
+  }
+  embedding_norm_ = embeddings->register_module("LayerNorm", make_norm(config));
+
+  auto encoder = register_module(config.arch == BertArch::kBert ? "encoder" : "transformer",
+                                 std::make_shared<torch::nn::Module>("Encoder"));
+  auto list = encoder->register_module("layer", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    layers_.push_back(std::make_shared<BertLayer>(config, options));
+    list->push_back(layers_.back());
+  }
+  if (config.arch == BertArch::kBert && options.add_pooling_layer) {
+    auto pooler = register_module("pooler", std::make_shared<torch::nn::Module>("BertPooler"));
+    pooler_ = pooler->register_module("dense", make_linear(h, h));
+  }
+  init_weights(*this, config);
+  {
+    const at::NoGradGuard no_grad;
+    word_embeddings_->weight[config.pad_token_id].zero_();
+  }
+  if (config.sinusoidal_pos_embds) {
+    fill_sinusoidal(position_embeddings_->weight);
+    position_embeddings_->weight.set_requires_grad(false);
+  }
+}
+
+void BertModel::set_attention(AttentionFn attention) {
+  HOTPATH_CHECK(attention != nullptr, "BertModel::set_attention: null attention function");
+  options_.attention = attention;
+  for (auto& layer : layers_) layer->set_attention(attention);
+}
+
+at::Tensor BertModel::embed(const at::Tensor& input_ids, const at::Tensor& token_type_ids) {
+  const std::int64_t l = input_ids.size(1);
+  HOTPATH_CHECK(l <= config_.max_position_embeddings, "BertModel: sequence length ", l,
+                " exceeds max_position_embeddings ", config_.max_position_embeddings);
+  const at::Tensor positions = at::arange(l, input_ids.options().dtype(at::kLong)).unsqueeze(0);
+  at::Tensor x = word_embeddings_(input_ids) + position_embeddings_(positions);
+  if (token_type_embeddings_) {
+    x = x + (token_type_ids.defined() ? token_type_embeddings_(token_type_ids)
+                                      : token_type_embeddings_->weight[0].view({1, 1, -1}));
+  }
+  return at::dropout(embedding_norm_(x), config_.hidden_dropout_prob, is_training());
+}
+
+at::Tensor BertModel::run_layer(std::size_t i, const at::Tensor& hidden, const at::Tensor& mask) {
+  // options_.gradient_checkpointing: wrap this call in the activation-checkpoint utility
+  // (activation_checkpoint.h) when training; until then every layer keeps its activations.
+  return layers_[i]->forward(hidden, mask);
+}
+
+at::Tensor BertModel::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                              const at::Tensor& token_type_ids) {
+  HOTPATH_CHECK(input_ids.dim() == 2, "BertModel: input_ids must be [batch, length], got ", input_ids.sizes());
+  HOTPATH_CHECK(!attention_mask.defined() || attention_mask.sizes() == input_ids.sizes(),
+                "BertModel: attention_mask ", attention_mask.sizes(), " does not match input_ids ", input_ids.sizes());
+  HOTPATH_CHECK(!token_type_ids.defined() || token_type_ids.sizes() == input_ids.sizes(),
+                "BertModel: token_type_ids ", token_type_ids.sizes(), " does not match input_ids ", input_ids.sizes());
+  at::Tensor hidden = embed(input_ids, token_type_ids);
+  for (std::size_t i = 0; i < layers_.size(); ++i) hidden = run_layer(i, hidden, attention_mask);
+  return hidden;
+}
+
+at::Tensor BertModel::pool(const at::Tensor& last_hidden) {
+  HOTPATH_CHECK(pooler_, "BertModel: this model has no pooler (DistilBERT, or add_pooling_layer = false)");
+  return at::tanh(pooler_(last_hidden.select(1, 0)));
+}
+
+// ---- heads ---------------------------------------------------------------------------------------
+
+BertForSequenceClassification::BertForSequenceClassification(const BertConfig& config, BertOptions options)
+    : torch::nn::Module(config.arch == BertArch::kBert ? "BertForSequenceClassification"
+                                                       : "DistilBertForSequenceClassification") {
+  options.add_pooling_layer = config.arch == BertArch::kBert;
+  encoder = register_module(config.arch == BertArch::kBert ? "bert" : "distilbert",
+                            std::make_shared<BertModel>(config, options));
+  if (config.arch == BertArch::kDistilBert) {
+    pre_classifier = register_module("pre_classifier", make_linear(config.hidden_size, config.hidden_size));
+  }
+  classifier = register_module("classifier", make_linear(config.hidden_size, config.num_labels));
+  const at::NoGradGuard no_grad;
+  for (auto* linear : {&pre_classifier, &classifier}) {
+    if (!*linear) continue;
+    (*linear)->weight.normal_(0.0, config.initializer_range);
+    (*linear)->bias.zero_();
+  }
+}
+
+at::Tensor BertForSequenceClassification::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                                                  const at::Tensor& token_type_ids) {
+  const at::Tensor hidden = encoder->forward(input_ids, attention_mask, token_type_ids);
+  const double p = encoder->config().classifier_dropout;
+  if (pre_classifier) {  // DistilBERT: [CLS] → pre_classifier → ReLU → dropout → classifier
+    const at::Tensor x = at::relu(pre_classifier(hidden.select(1, 0)));
+    return classifier(at::dropout(x, p, is_training()));
+  }
+  return classifier(at::dropout(encoder->pool(hidden), p, is_training()));
+}
+
+at::Tensor masked_mean_pool(const at::Tensor& hidden, const at::Tensor& attention_mask) {
+  if (!attention_mask.defined()) return hidden.mean(1);
+  const at::Tensor m = attention_mask.unsqueeze(-1).to(hidden.scalar_type());
+  return (hidden * m).sum(1) / at::clamp_min(m.sum(1), 1e-9);
+}
+
+SentenceEmbedder::SentenceEmbedder(std::shared_ptr<BertModel> bert, const SentenceEmbedderOptions& options)
+    : model(std::move(bert)), options_(options) {
+  HOTPATH_CHECK(model != nullptr, "SentenceEmbedder: null model");
+}
+
+at::Tensor SentenceEmbedder::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
+                                     const at::Tensor& token_type_ids) const {
+  const at::Tensor pooled = masked_mean_pool(model->forward(input_ids, attention_mask, token_type_ids), attention_mask);
+  if (!options_.normalize) return pooled;
+  // torch.nn.functional.normalize(p=2, dim=1): x / max(‖x‖, 1e-12).
+  return pooled / at::clamp_min(pooled.norm(2, {1}, /*keepdim=*/true), 1e-12);
+}
+
+// ---- loading -------------------------------------------------------------------------------------
+
+namespace {
+
+struct LoadedState {
+  BertConfig config;
+  std::map<std::string, at::Tensor> state;
+  std::string source;
+};
+
+LoadedState read_dir(const std::filesystem::path& dir) {
+  LoadedState s;
+  s.config = BertConfig::from_file(dir / "config.json");
+  s.source = hf_weights_file(dir).string();
+  s.state = read_hf_state_dict(dir);
+  return s;
+}
+
+std::string prefix_of(const BertConfig& c) { return c.arch == BertArch::kBert ? "bert" : "distilbert"; }
+
+bool has_pooler(const std::map<std::string, at::Tensor>& state, const BertConfig& c) {
+  return state.count("pooler.dense.weight") != 0 || state.count(prefix_of(c) + ".pooler.dense.weight") != 0;
+}
+
+template <typename M>
+void load_into(M& model, LoadedState& s, const BertLoadOptions& options, LoadReport* report) {
+  LoadReport r = load_state_dict(model, std::move(s.state), s.source, {.allow_partial = options.allow_partial},
+                                 {.base_prefix = prefix_of(s.config)});
+  if (report != nullptr) *report = std::move(r);
+  model.eval();  // as from_pretrained: dropout off until the caller trains
+}
+
+}  // namespace
+
+std::shared_ptr<BertModel> load_bert_model(const std::filesystem::path& dir, const BertLoadOptions& options,
+                                           LoadReport* report) {
+  LoadedState s = read_dir(dir);
+  BertOptions model_options = options.model;
+  // A checkpoint without the pooler (DistilBERT, or saved with add_pooling_layer=False) loads without one.
+  model_options.add_pooling_layer = model_options.add_pooling_layer && has_pooler(s.state, s.config);
+  auto model = std::make_shared<BertModel>(s.config, model_options);
+  load_into(*model, s, options, report);
+  return model;
+}
+
+std::shared_ptr<BertForSequenceClassification> load_bert_classifier(const std::filesystem::path& dir,
+                                                                    const BertLoadOptions& options,
+                                                                    LoadReport* report) {
+  LoadedState s = read_dir(dir);
+  auto model = std::make_shared<BertForSequenceClassification>(s.config, options.model);
+  load_into(*model, s, options, report);
+  return model;
+}
+
+SentenceEmbedder load_sentence_embedder(const std::filesystem::path& dir, const BertLoadOptions& options,
+                                        LoadReport* report) {
+  SentenceEmbedderOptions embed_options;
+  const std::filesystem::path modules_path = dir / "modules.json";
+  if (std::filesystem::exists(modules_path)) {
+    const Json modules = parse_json_file(modules_path);
+    HOTPATH_CHECK(modules.is_array(), modules_path.string(), ": expected an array of modules");
+    bool pooling = false;
+    embed_options.normalize = false;
+    for (const Json& m : modules) {
+      HOTPATH_CHECK(m.is_object() && m.contains("type") && m.at("type").is_string(), modules_path.string(),
+                    ": each module needs a string \"type\"");
+      const std::string type = m.at("type").get<std::string>();
+      if (type.ends_with(".Transformer")) continue;
+      if (type.ends_with(".Pooling")) {
+        pooling = true;
+      } else if (type.ends_with(".Normalize")) {
+        embed_options.normalize = true;
+      } else {
+        HOTPATH_CHECK(false, modules_path.string(), ": module type \"", type,
+                      "\" is not supported (Transformer, Pooling, Normalize)");
+      }
+    }
+    HOTPATH_CHECK(pooling, modules_path.string(), ": no Pooling module");
+  }
+  const std::filesystem::path pooling_path = dir / "1_Pooling" / "config.json";
+  if (std::filesystem::exists(pooling_path)) {
+    const Json pooling = parse_json_file(pooling_path);
+    HOTPATH_CHECK(pooling.is_object(), pooling_path.string(), ": expected a JSON object");
+    for (const auto& [key, value] : pooling.items()) {
+      if (!key.starts_with("pooling_mode_") || !value.is_boolean()) continue;
+      HOTPATH_CHECK(value.get<bool>() == (key == "pooling_mode_mean_tokens"), pooling_path.string(), ": \"", key,
+                    "\" is ", value.dump(), "; only mean pooling (pooling_mode_mean_tokens) is supported");
+    }
+  }
+  BertLoadOptions encoder_options = options;
+  return SentenceEmbedder(load_bert_model(dir, encoder_options, report), embed_options);
+}
+
+}  // namespace hotpath::models
