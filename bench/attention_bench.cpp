@@ -83,9 +83,9 @@ int main(int argc, char** argv) {
       const at::ScalarType type = dtype == "bf16" ? at::kBFloat16 : at::kFloat;
       for (const std::string& mode : a.modes) {
         const bool backward = mode != "fwd";
-        at::Tensor q = q0.to(type).requires_grad_(backward);
-        at::Tensor k = k0.to(type).requires_grad_(backward);
-        at::Tensor v = v0.to(type).requires_grad_(backward);
+        at::Tensor q = q0.to(type).detach().requires_grad_(backward);
+        at::Tensor k = k0.to(type).detach().requires_grad_(backward);
+        at::Tensor v = v0.to(type).detach().requires_grad_(backward);
         const at::Tensor dout = dout0.to(type);
         const auto step = [&](const std::function<at::Tensor()>& forward) {
           if (!backward) {

@@ -25,7 +25,7 @@ using torch::autograd::variable_list;
 // Packed rows are padded to kPad floats (two 16-lane vectors) so every micro-kernel column step is
 // whole; padding is zero (K, V, Q) or −inf (the key bias), so it never changes a result.
 constexpr std::int64_t kPad = 32;
-constexpr std::int64_t kFwdQueries = 32;   // query rows per forward task
+constexpr std::int64_t kFwdQueries = 64;   // query rows per forward task
 constexpr std::int64_t kFwdKeys = 128;     // keys per online-softmax step
 constexpr std::int64_t kBwdQueries = 64;   // backward tile: queries ...
 constexpr std::int64_t kBwdKeys = 64;      // ... × keys
@@ -150,6 +150,14 @@ const Kernels& kernels() {
 
 // ---- drivers ----------------------------------------------------------------------------------------
 
+// Per-thread scratch that only grows: a fresh vector per call is an mmap of a few hundred KB whose
+// page faults cost more than small heads' arithmetic.
+float* thread_scratch(std::int64_t floats) {
+  thread_local std::vector<float> scratch;
+  if (scratch.size() < static_cast<std::size_t>(floats)) scratch.resize(static_cast<std::size_t>(floats));
+  return scratch.data();
+}
+
 // The key bias row per batch ([B, Lkp]: 0 keep, −inf masked or padding) and whether a batch has every
 // key masked (its scores are then all equal, as in the reference's lowest-filled rows).
 struct KeyBias {
@@ -204,7 +212,7 @@ std::pair<at::Tensor, at::Tensor> fused_forward(const at::Tensor& q, const at::T
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   const std::int64_t scratch_floats = forward_scratch_floats(lk, d);
   at::parallel_for(0, batch * heads * blocks, 1, [&](std::int64_t t0, std::int64_t t1) {
-    std::vector<float> scratch(static_cast<std::size_t>(scratch_floats));
+    float* scratch = thread_scratch(scratch_floats);
     std::int64_t packed_head = -1;
     for (std::int64_t t = t0; t < t1; ++t) {
       const std::int64_t bh = t / blocks;
@@ -226,7 +234,7 @@ std::pair<at::Tensor, at::Tensor> fused_forward(const at::Tensor& q, const at::T
       a.q1 = std::min(lq, a.q0 + kFwdQueries);
       a.pack_kv = packed_head != bh;
       packed_head = bh;
-      run(a, scratch.data());
+      run(a, scratch);
     }
   });
   return {out, lse};
@@ -260,7 +268,7 @@ variable_list fused_backward(const at::Tensor& q, const at::Tensor& k, const at:
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   const std::int64_t scratch_floats = backward_scratch_floats(lq, lk, d);
   at::parallel_for(0, batch * heads, 1, [&](std::int64_t t0, std::int64_t t1) {
-    std::vector<float> scratch(static_cast<std::size_t>(scratch_floats));
+    float* scratch = thread_scratch(scratch_floats);
     for (std::int64_t bh = t0; bh < t1; ++bh) {
       const std::int64_t b = bh / heads;
       BackwardArgs a;
@@ -279,7 +287,7 @@ variable_list fused_backward(const at::Tensor& q, const at::Tensor& k, const at:
       a.dq = at_row_mut(dq, bh * lq * d);
       a.dk = at_row_mut(dk, bh * lk * d);
       a.dv = at_row_mut(dv, bh * lk * d);
-      run(a, scratch.data());
+      run(a, scratch);
     }
   });
   return {dq, dk, dv};
