@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "hotpath/models/bert.h"
 #include "hotpath/models/lora.h"
 #include "hotpath/models/weights.h"
 #include "models/lora_test_tree.h"
@@ -81,6 +82,57 @@ TEST(LoraParity, PeftAdapterLoadsInHotpathAndMerges) {
   const at::Tensor merged = model.forward(io.at("x"));
   expect_close(merged, io.at("merged"), 1e-5);
   expect_close(merged, ours, 1e-5);
+}
+
+
+// The same both ways on transformers' BertForSequenceClassification (task_type SEQ_CLS: peft saves the
+// classifier beside the adapters) and hotpath's BERT with the same weights.
+TEST(LoraParity, BertAdaptersBothWaysWithPeft) {
+  test::TempDir dir;
+  test::run_python(test::source_path("tools/lora_ref.py"), {"bert-make", "--dir", dir.path().string()});
+  const auto io = read_tensors(dir.file("io.safetensors"));
+  const at::Tensor ids = io.at("input_ids");
+  const at::Tensor mask = io.at("attention_mask");
+
+  // peft → hotpath, then merged.
+  auto model = load_bert_classifier(dir.path());
+  const LoraConfig config = load_lora(*model, dir.path() / "adapter");
+  EXPECT_EQ(config.task_type, "SEQ_CLS");
+  model->eval();
+  {
+    c10::NoGradGuard no_grad;
+    const at::Tensor ours = model->forward(ids, mask);
+    expect_close(ours, io.at("logits"), 1e-5);
+    EXPECT_EQ(merge_lora(*model), 4);
+    expect_close(model->forward(ids, mask), io.at("merged"), 1e-5);
+  }
+
+  // hotpath → peft: a fresh adapter on the base weights, changed, saved, loaded by PeftModel.
+  auto ours_model = load_bert_classifier(dir.path());
+  LoraConfig mine;
+  mine.r = 2;
+  mine.lora_alpha = 3;
+  mine.target_modules = {"query", "key", "value", "attention.output.dense", "intermediate.dense"};
+  mine.modules_to_save = {"classifier"};
+  mine.task_type = "SEQ_CLS";
+  const LoraReport report = apply_lora(*ours_model, mine);
+  EXPECT_EQ(report.adapted.size(), 10u);
+  EXPECT_LT(report.trainable_fraction(), 0.5);
+  {
+    c10::NoGradGuard no_grad;
+    for (const auto& p : ours_model->named_parameters())
+      if (p.value().requires_grad()) p.value().add_(at::randn(p.value().sizes()) * 0.2);
+  }
+  save_lora(*ours_model, mine, dir.path() / "ours");
+  ours_model->eval();
+  write_tensors(dir.file("in.safetensors"), {{"input_ids", ids}, {"attention_mask", mask}});
+  test::run_python(test::source_path("tools/lora_ref.py"),
+                   {"bert-load", "--base", dir.path().string(), "--adapter", dir.file("ours"), "--input",
+                    dir.file("in.safetensors"), "--out", dir.file("out.safetensors")});
+  c10::NoGradGuard no_grad;
+  const at::Tensor theirs = read_tensors(dir.file("out.safetensors")).at("logits");
+  expect_close(ours_model->forward(ids, mask), theirs, 1e-5);
+  EXPECT_GT((theirs - io.at("logits")).abs().max().item<double>(), 1e-3);
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "hotpath/models/lora.h"
 #include "hotpath/models/weights.h"
 
 namespace hotpath::models {
@@ -96,9 +97,10 @@ class BertLayer : public torch::nn::Module {
  private:
   BertConfig config_;
   BertOptions options_;
-  torch::nn::Linear query_{nullptr}, key_{nullptr}, value_{nullptr}, attention_out_{nullptr};
+  // LoraLinear: a torch::nn::Linear that apply_lora (lora.h) can give an adapter.
+  LoraLinear query_{nullptr}, key_{nullptr}, value_{nullptr}, attention_out_{nullptr};
   torch::nn::LayerNorm attention_norm_{nullptr};
-  torch::nn::Linear intermediate_{nullptr}, output_{nullptr};
+  LoraLinear intermediate_{nullptr}, output_{nullptr};
   torch::nn::LayerNorm output_norm_{nullptr};
 };
 
@@ -133,7 +135,7 @@ class BertModel : public torch::nn::Module {
   torch::nn::Embedding word_embeddings_{nullptr}, position_embeddings_{nullptr}, token_type_embeddings_{nullptr};
   torch::nn::LayerNorm embedding_norm_{nullptr};
   std::vector<std::shared_ptr<BertLayer>> layers_;
-  torch::nn::Linear pooler_{nullptr};
+  LoraLinear pooler_{nullptr};
 };
 
 // BertForSequenceClassification ("bert." + "classifier.") or DistilBertForSequenceClassification

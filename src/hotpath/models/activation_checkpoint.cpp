@@ -196,22 +196,29 @@ class CountingAllocator final : public c10::Allocator {
 at::Tensor checkpoint(const CheckpointFn& fn, const std::vector<at::Tensor>& inputs) {
   if (!c10::GradMode::is_enabled()) return fn(inputs);
   auto state = c10::make_intrusive<CheckpointState>();
+  // The Function takes only defined tensors (autograd records each input's device); `positions`
+  // puts them back in place, undefined elsewhere, when the block runs.
+  std::vector<at::Tensor> args;
+  std::vector<std::size_t> positions;
   bool any_requires_grad = false;
-  for (const at::Tensor& t : inputs) {
-    const bool rg = t.defined() && t.requires_grad();
-    state->requires_grad.push_back(rg);
-    any_requires_grad = any_requires_grad || rg;
-    if (t.defined() && t.is_cuda() && !state->cuda_device) state->cuda_device = t.device();
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& t = inputs[i];
+    if (!t.defined()) continue;
+    args.push_back(t);
+    positions.push_back(i);
+    state->requires_grad.push_back(t.requires_grad());
+    any_requires_grad = any_requires_grad || t.requires_grad();
+    if (t.is_cuda() && !state->cuda_device) state->cuda_device = t.device();
   }
-  std::vector<at::Tensor> args = inputs;
-  const std::size_t n = inputs.size();
   if (!any_requires_grad) {
     // Keeps the Function in the graph so the block's parameters get gradients; the block never sees it.
     args.push_back(at::empty({0}, at::TensorOptions().dtype(at::kFloat)).requires_grad_(true));
     state->requires_grad.push_back(false);
   }
-  state->fn = [fn, n](const std::vector<at::Tensor>& all) {
-    return all.size() == n ? fn(all) : fn(std::vector<at::Tensor>(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(n)));
+  state->fn = [fn, positions, n = inputs.size()](const std::vector<at::Tensor>& given) {
+    std::vector<at::Tensor> all(n);
+    for (std::size_t k = 0; k < positions.size(); ++k) all[positions[k]] = given[k];
+    return fn(all);
   };
   state->cpu_rng = rng_state(at::detail::getDefaultCPUGenerator());
   if (state->cuda_device) state->cuda_rng = rng_state(cuda_generator(*state->cuda_device));

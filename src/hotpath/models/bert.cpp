@@ -23,6 +23,7 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/core/mapped_file.h"
+#include "hotpath/models/activation_checkpoint.h"
 #include "hotpath/models/hf_weights.h"
 
 namespace hotpath::models {
@@ -125,6 +126,8 @@ void read_labels(const ConfigReader& r, BertConfig& c) {
 // ---- layers --------------------------------------------------------------------------------------
 
 torch::nn::Linear make_linear(std::int64_t in, std::int64_t out) { return torch::nn::Linear(in, out); }
+// The encoder's projections: LoRA targets (lora.h).
+LoraLinear make_projection(std::int64_t in, std::int64_t out) { return LoraLinear(in, out); }
 
 torch::nn::LayerNorm make_norm(const BertConfig& c) {
   return torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps));
@@ -286,28 +289,28 @@ BertLayer::BertLayer(const BertConfig& config, const BertOptions& options)
     // attention.self.{query,key,value}, attention.output.{dense,LayerNorm}, intermediate.dense, output.{dense,LayerNorm}
     auto attention = register_module("attention", std::make_shared<torch::nn::Module>("BertAttention"));
     auto self = attention->register_module("self", std::make_shared<torch::nn::Module>("BertSelfAttention"));
-    query_ = self->register_module("query", make_linear(h, h));
-    key_ = self->register_module("key", make_linear(h, h));
-    value_ = self->register_module("value", make_linear(h, h));
+    query_ = self->register_module("query", make_projection(h, h));
+    key_ = self->register_module("key", make_projection(h, h));
+    value_ = self->register_module("value", make_projection(h, h));
     auto self_output = attention->register_module("output", std::make_shared<torch::nn::Module>("BertSelfOutput"));
-    attention_out_ = self_output->register_module("dense", make_linear(h, h));
+    attention_out_ = self_output->register_module("dense", make_projection(h, h));
     attention_norm_ = self_output->register_module("LayerNorm", make_norm(config));
     auto intermediate = register_module("intermediate", std::make_shared<torch::nn::Module>("BertIntermediate"));
-    intermediate_ = intermediate->register_module("dense", make_linear(h, config.intermediate_size));
+    intermediate_ = intermediate->register_module("dense", make_projection(h, config.intermediate_size));
     auto output = register_module("output", std::make_shared<torch::nn::Module>("BertOutput"));
-    output_ = output->register_module("dense", make_linear(config.intermediate_size, h));
+    output_ = output->register_module("dense", make_projection(config.intermediate_size, h));
     output_norm_ = output->register_module("LayerNorm", make_norm(config));
   } else {
     // attention.{q_lin,k_lin,v_lin,out_lin}, sa_layer_norm, ffn.{lin1,lin2}, output_layer_norm
     auto attention = register_module("attention", std::make_shared<torch::nn::Module>("MultiHeadSelfAttention"));
-    query_ = attention->register_module("q_lin", make_linear(h, h));
-    key_ = attention->register_module("k_lin", make_linear(h, h));
-    value_ = attention->register_module("v_lin", make_linear(h, h));
-    attention_out_ = attention->register_module("out_lin", make_linear(h, h));
+    query_ = attention->register_module("q_lin", make_projection(h, h));
+    key_ = attention->register_module("k_lin", make_projection(h, h));
+    value_ = attention->register_module("v_lin", make_projection(h, h));
+    attention_out_ = attention->register_module("out_lin", make_projection(h, h));
     attention_norm_ = register_module("sa_layer_norm", make_norm(config));
     auto ffn = register_module("ffn", std::make_shared<torch::nn::Module>("FFN"));
-    intermediate_ = ffn->register_module("lin1", make_linear(h, config.intermediate_size));
-    output_ = ffn->register_module("lin2", make_linear(config.intermediate_size, h));
+    intermediate_ = ffn->register_module("lin1", make_projection(h, config.intermediate_size));
+    output_ = ffn->register_module("lin2", make_projection(config.intermediate_size, h));
     output_norm_ = register_module("output_layer_norm", make_norm(config));
   }
 }
@@ -355,7 +358,7 @@ BertModel::BertModel(const BertConfig& config, const BertOptions& options)
   }
   if (config.arch == BertArch::kBert && options.add_pooling_layer) {
     auto pooler = register_module("pooler", std::make_shared<torch::nn::Module>("BertPooler"));
-    pooler_ = pooler->register_module("dense", make_linear(h, h));
+    pooler_ = pooler->register_module("dense", make_projection(h, h));
   }
   init_weights(*this, config);
   {
@@ -388,8 +391,12 @@ at::Tensor BertModel::embed(const at::Tensor& input_ids, const at::Tensor& token
 }
 
 at::Tensor BertModel::run_layer(std::size_t i, const at::Tensor& hidden, const at::Tensor& mask) {
-  // options_.gradient_checkpointing: wrap this call in the activation-checkpoint utility
-  // (activation_checkpoint.h) when training; until then every layer keeps its activations.
+  // As transformers: checkpoint only when training (eval and no_grad keep nothing anyway).
+  if (options_.gradient_checkpointing && is_training() && at::GradMode::is_enabled()) {
+    const std::shared_ptr<BertLayer> layer = layers_[i];
+    return checkpoint([layer](const std::vector<at::Tensor>& in) { return layer->forward(in[0], in[1]); },
+                      {hidden, mask});
+  }
   return layers_[i]->forward(hidden, mask);
 }
 
