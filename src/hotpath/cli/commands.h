@@ -17,5 +17,6 @@ void add_eval(CLI::App& app);
 void add_predict(CLI::App& app);
 void add_bench(CLI::App& app);
 void add_tokenize(CLI::App& app);
+void add_embed(CLI::App& app);
 
 }  // namespace hotpath::cli

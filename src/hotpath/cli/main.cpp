@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   hotpath::cli::add_predict(app);
   hotpath::cli::add_bench(app);
   hotpath::cli::add_tokenize(app);
+  hotpath::cli::add_embed(app);
 
   try {
     app.parse(argc, argv);
