@@ -24,9 +24,18 @@ struct ModelSection {
   std::vector<std::string> freeze;      // parameter-name prefixes that are not trained
   bool channels_last = true;            // NHWC activations (faster convolutions in oneDNN/cuDNN)
   bool zero_init_residual = false;      // ResNet: last BN of each block starts at 0
+  // Text models (data.kind: text): model.name bert | distilbert (read from the directory's config.json).
+  std::string pretrained;               // Hugging Face model directory (config.json + weights)
+  std::string attention = "fused";      // fused | reference
+  bool gradient_checkpointing = false;  // recompute each transformer layer in backward
+  std::int64_t lora_r = 0;              // LoRA rank, 0 = full fine-tuning
+  double lora_alpha = 16.0;
+  double lora_dropout = 0.0;
+  std::vector<std::string> lora_target_modules{"query", "value"};
 };
 
 struct DataSection {
+  std::string kind = "image";           // image | text (KEY.txt/KEY.ids + KEY.cls shards)
   std::vector<std::string> train;       // shard patterns (brace ranges, globs)
   std::vector<std::string> eval;
   std::int64_t image_size = 224;
@@ -45,6 +54,12 @@ struct DataSection {
   std::int64_t shuffle_buffer = 2000;
   std::int64_t max_bad_samples = 100;
   std::vector<std::string> class_names; // "" = taken from the shards' pack report (train.json) if any
+  // Text (data.kind: text):
+  std::string tokenizer;                // tokenizer directory ("" = model.pretrained)
+  std::int64_t max_length = 128;        // tokens per sample, special tokens included
+  std::int64_t pad_to_multiple_of = 8;
+  std::int64_t max_tokens = 0;          // token-budget batches (batch × padded length ≤ this), 0 = fixed batch_size
+  bool bucket = true;                   // length bucketing (sort within windows, shuffle the batches)
 };
 
 struct TrainSection {

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "hotpath/core/atomic_file.h"
 #include "hotpath/core/error.h"
@@ -74,22 +75,6 @@ class ScratchDir {
 };
 
 
-// The last non-empty line of the peer's stdout, parsed (the peer may log before its report).
-json parse_peer_report(std::string out) {
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  const auto nl = out.rfind('\n');
-  const std::string line = nl == std::string::npos ? out : out.substr(nl + 1);
-  json report;
-  try {
-    report = json::parse(line);
-  } catch (const json::exception& e) {
-    HOTPATH_CHECK(false, "bench train: the PyTorch peer printed no JSON report (", e.what(), "): '", line, "'");
-  }
-  HOTPATH_CHECK(report.contains("samples_per_s") && report["samples_per_s"].is_number(),
-                "bench train: the PyTorch peer's report has no numeric samples_per_s: ", line);
-  return report;
-}
-
 json breakdown_json(const train::StepBreakdown& b) {
   const double total = std::max(b.total_s(), 1e-12);
   return {{"steps", b.steps},
@@ -102,32 +87,11 @@ json breakdown_json(const train::StepBreakdown& b) {
           {"summary", b.summary()}};
 }
 
-// The 1-minute load average (/proc/loadavg; -1 where there is none): on a shared machine it says
-// how much of the CPU the runs had.
-double load_average() {
-  std::ifstream in("/proc/loadavg");
-  double load = -1;
-  in >> load;
-  return in ? load : -1;
-}
-
 // Fixed-point text without touching std::cerr's format state.
 std::string fixed(double v, int digits) {
   std::ostringstream s;
   s << std::fixed << std::setprecision(digits) << v;
   return s.str();
-}
-
-// Samples/s with three significant digits at least (a bf16 ResNet-50 step on an AVX2 CPU: 0.134).
-std::string rate_text(double v) { return fixed(v, v >= 100 ? 1 : v >= 10 ? 2 : 3); }
-
-void write_report(const json& report, const std::string& path) {
-  const std::string text = report.dump(2) + "\n";
-  if (path.empty() || path == "-") {
-    std::cout << text;
-    return;
-  }
-  write_file_atomic(path, text);
 }
 
 void run(const BenchTrainArgs& a) {
@@ -199,7 +163,7 @@ void run(const BenchTrainArgs& a) {
       const CommandResult c = run_command(peer_argv);
       HOTPATH_CHECK(c.exit_code == 0, "bench train: the PyTorch peer failed (exit ", c.exit_code, "): ",
                     peer_argv[1]);
-      const json peer = parse_peer_report(c.output);
+      const json peer = parse_peer_report(c.output, "bench train", "samples_per_s");
       const double rate = peer["samples_per_s"].get<double>();
       std::cerr << ", PyTorch " << rate_text(rate) << " samples/s";
       torch_runs.push_back(rate);
@@ -285,6 +249,7 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--python", args->python, "Python of the venv for --compare (default: the setup venv)");
   cmd->add_flag("--keep", args->keep, "Keep the scratch directory (run directory + resolved recipe)");
   cmd->callback([args] { run(*args); });
+  add_bench_text(*bench);
 }
 
 }  // namespace hotpath::cli

@@ -12,10 +12,12 @@ namespace hotpath::cli {
 void add_data_pack(CLI::App& data);
 void add_data_inspect(CLI::App& data);
 void add_data_bench(CLI::App& data);
+void add_data_text(CLI::App& data);  // `data pack-text`, `data text-stats`
 void add_train(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_predict(CLI::App& app);
-void add_bench(CLI::App& app);
+void add_bench(CLI::App& app);  // `bench train`, and `bench text` through add_bench_text
+void add_bench_text(CLI::App& bench);
 void add_tokenize(CLI::App& app);
 void add_embed(CLI::App& app);
 

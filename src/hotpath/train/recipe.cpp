@@ -33,8 +33,16 @@ void visit_recipe(R& r, V& v) {
   v("model.freeze", m.freeze);
   v("model.channels_last", m.channels_last);
   v("model.zero_init_residual", m.zero_init_residual);
+  v("model.pretrained", m.pretrained);
+  v("model.attention", m.attention, Allowed{"fused", "reference"});
+  v("model.gradient_checkpointing", m.gradient_checkpointing);
+  v("model.lora_r", m.lora_r);
+  v("model.lora_alpha", m.lora_alpha);
+  v("model.lora_dropout", m.lora_dropout);
+  v("model.lora_target_modules", m.lora_target_modules);
 
   auto& d = r.data;
+  v("data.kind", d.kind, Allowed{"image", "text"});
   v("data.train", d.train);
   v("data.eval", d.eval);
   v("data.image_size", d.image_size);
@@ -53,6 +61,11 @@ void visit_recipe(R& r, V& v) {
   v("data.shuffle_buffer", d.shuffle_buffer);
   v("data.max_bad_samples", d.max_bad_samples);
   v("data.class_names", d.class_names);
+  v("data.tokenizer", d.tokenizer);
+  v("data.max_length", d.max_length);
+  v("data.pad_to_multiple_of", d.pad_to_multiple_of);
+  v("data.max_tokens", d.max_tokens);
+  v("data.bucket", d.bucket);
 
   auto& t = r.train;
   v("train.epochs", t.epochs);
@@ -358,6 +371,17 @@ void validate(const Recipe& r) {
               std::to_string(d.channels) + " values (one per channel)");
   check_range(std::all_of(d.std.begin(), d.std.end(), [](double s) { return s > 0; }), r, "data.std",
               "positive values");
+  check_range(r.model.lora_r >= 0, r, "model.lora_r", ">= 0 (0 = full fine-tuning)");
+  check_range(r.model.lora_r == 0 || r.model.lora_alpha > 0, r, "model.lora_alpha", "> 0");
+  check_range(r.model.lora_dropout >= 0 && r.model.lora_dropout < 1, r, "model.lora_dropout", "in [0, 1)");
+  check_range(r.model.lora_r == 0 || !r.model.lora_target_modules.empty(), r, "model.lora_target_modules",
+              "at least one module name (e.g. [query, value])");
+  check_range(d.kind != "text" || !r.model.pretrained.empty(), r, "model.pretrained",
+              "a Hugging Face model directory (config.json + weights) for data.kind: text");
+  check_range(d.max_length >= 2 && d.max_length <= 65536, r, "data.max_length", "in [2, 65536]");
+  check_range(d.pad_to_multiple_of >= 0, r, "data.pad_to_multiple_of", ">= 0 (0 or 1 = off)");
+  check_range(d.max_tokens == 0 || d.max_tokens >= d.max_length, r, "data.max_tokens",
+              "0 (off) or >= data.max_length");
   check_range(d.workers >= 1 && d.workers <= 256, r, "data.workers", "in [1, 256]");
   check_range(d.prefetch >= 1 && d.prefetch <= 64, r, "data.prefetch", "in [1, 64]");
   check_range(d.shuffle_buffer >= 1, r, "data.shuffle_buffer", ">= 1");

@@ -1,0 +1,81 @@
+"""The PyTorch + transformers side of `hotpath bench text`: fine-tuning steps of
+BertForSequenceClassification, eager (no torch.compile), on the same shapes as hotpath.
+
+Same model shape (BERT-base by default, or --config config.json), batch, sequence length, labels,
+optimizer (AdamW, lr 2e-5, weight decay 0.01 on all parameters), precision (torch.autocast("cpu",
+torch.bfloat16) around forward + loss, as the HF Trainer's bf16=True does) and threads as hotpath.
+Random token ids and labels from a seeded generator; all tokens attended (fixed-length batches).
+Times --warmup steps untimed, then --steps steps (forward, loss, backward, optimizer step, zero_grad).
+Prints one JSON object: samples_per_s, step_s, forward/backward/optimizer fractions, versions.
+"""
+import argparse
+import json
+import time
+
+import torch
+import transformers
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
+    p.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa")
+    p.add_argument("--config", default="", help="config.json of the model shape (default: BERT-base)")
+    p.add_argument("--num-labels", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    if a.config:
+        config = transformers.BertConfig.from_json_file(a.config)
+    else:
+        config = transformers.BertConfig()  # bert-base-uncased's shape: 12 × 768, 12 heads, 3072, vocab 30522
+    config.num_labels = a.num_labels
+    model = transformers.BertForSequenceClassification._from_config(config, attn_implementation=a.attn)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.01)
+    gen = torch.Generator().manual_seed(a.seed)
+    ids = torch.randint(1000, config.vocab_size, (a.batch_size, a.seq_len), generator=gen)
+    mask = torch.ones_like(ids)
+    types = torch.zeros_like(ids)
+    labels = torch.randint(0, a.num_labels, (a.batch_size,), generator=gen)
+
+    fwd = bwd = optim = 0.0
+    start = None
+    for step in range(a.warmup + a.steps):
+        if step == a.warmup:
+            start = time.perf_counter()
+            fwd = bwd = optim = 0.0
+        t0 = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            logits = model(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
+            loss = torch.nn.functional.cross_entropy(logits.float(), labels)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        t3 = time.perf_counter()
+        fwd += t1 - t0
+        bwd += t2 - t1
+        optim += t3 - t2
+    total = time.perf_counter() - start
+    print(json.dumps({
+        "peer": f"transformers {transformers.__version__} BertForSequenceClassification attn={a.attn}, torch {torch.__version__}",
+        "samples_per_s": a.batch_size * a.steps / total,
+        "step_s": total / a.steps,
+        "forward_fraction": fwd / total,
+        "backward_fraction": bwd / total,
+        "optimizer_fraction": optim / total,
+        "loss": float(loss.detach()),
+    }))
+
+
+if __name__ == "__main__":
+    main()

