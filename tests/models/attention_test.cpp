@@ -4,6 +4,7 @@
 #include "hotpath/models/attention.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -21,6 +22,7 @@ namespace {
 struct Case {
   std::int64_t batch, heads, lq, lk, d;
   bool mask;
+  std::int64_t last_keeps = 0;  // > 0: the last sequence keeps only this many keys (blocks of padding)
 };
 
 std::string describe(const Case& c, at::ScalarType type) {
@@ -49,6 +51,7 @@ Inputs make_inputs(const Case& c, std::uint64_t seed) {
   in.v = at::randn({c.batch, c.heads, c.lk, c.d});
   in.dout = at::randn({c.batch, c.heads, c.lq, c.d});
   if (c.mask) in.mask = padding_mask(c.batch, c.lk);
+  if (c.last_keeps > 0) in.mask[c.batch - 1].slice(0, c.last_keeps).fill_(0);
   return in;
 }
 
@@ -97,6 +100,7 @@ const std::vector<Case> kCases = {
     {3, 2, 131, 131, 64, true},   // past one key block (128) and two backward tiles (64)
     {1, 2, 19, 150, 40, true},    // Lq != Lk, head_dim not a multiple of the 32-float padding
     {2, 1, 260, 260, 32, false},  // several forward key blocks: the online rescale
+    {2, 1, 40, 300, 32, true, 20},  // whole blocks of padding keys, skipped forward and backward
 };
 
 class AttentionIsaTest : public ::testing::TestWithParam<AttentionIsa> {
@@ -197,6 +201,24 @@ TEST(Attention, KernelNameSaysWhichLoopsRun) {
   set_attention_isa(AttentionIsa::kPortable);
   EXPECT_EQ(std::string(attention_kernel_name()).rfind("portable: pinned", 0), 0U);
   set_attention_isa(AttentionIsa::kAuto);
+}
+
+TEST(Attention, RunsUnderNoGradAndInferenceMode) {
+  const Case c{2, 2, 30, 30, 32, true};
+  const Inputs in = make_inputs(c, 8);
+  const at::Tensor want = reference_attention(in.q, in.k, in.v, in.mask);
+  {
+    at::NoGradGuard no_grad;
+    const at::Tensor q = in.q.clone().requires_grad_();
+    const at::Tensor out = fused_attention(q, in.k, in.v, in.mask);
+    EXPECT_FALSE(out.requires_grad());
+    EXPECT_TRUE(at::allclose(out, want, 1e-5, 1e-5));
+  }
+  {
+    c10::InferenceMode inference;
+    const at::Tensor q = in.q.clone();
+    EXPECT_TRUE(at::allclose(fused_attention(q, in.k.clone(), in.v.clone(), in.mask), want, 1e-5, 1e-5));
+  }
 }
 
 TEST(Attention, SameResultWhateverTheThreadCount) {
