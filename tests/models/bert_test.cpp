@@ -11,11 +11,14 @@
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
+#include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "hotpath/core/error.h"
 #include "hotpath/models/bert.h"
@@ -276,6 +279,85 @@ TEST(SentenceEmbedder, RefusesPoolingOtherThanMean) {
                    R"({"word_embedding_dimension": 16, "pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false})");
   const std::string what = error_of([&] { (void)load_sentence_embedder(tmp.path()); });
   EXPECT_NE(what.find("1_Pooling/config.json: \"pooling_mode_cls_token\" is true"), std::string::npos) << what;
+}
+
+// ---- pytorch_model.bin without python: torch.save's zip layout written by LibTorch's own writer,
+// data.pkl written opcode by opcode (what torch.save(state_dict) emits with pickle protocol 2).
+
+std::string pickle_str(const std::string& s) {
+  std::string out = "X";
+  const auto n = static_cast<std::uint32_t>(s.size());
+  for (int i = 0; i < 4; ++i) out += static_cast<char>((n >> (8 * i)) & 0xff);
+  return out + s;
+}
+
+std::string pickle_int(int v) { return std::string("K") + static_cast<char>(v); }
+
+// _rebuild_tensor_v2(storage `key` of `numel` floats, offset, size (a, b), stride (b, 1)).
+std::string pickle_tensor(const std::string& key, int numel, int offset, int a, int b) {
+  return "ctorch._utils\n_rebuild_tensor_v2\n((" + pickle_str("storage") + "ctorch\nFloatStorage\n" + pickle_str(key) +
+         pickle_str("cpu") + pickle_int(numel) + "tQ" + pickle_int(offset) + pickle_int(a) + pickle_int(b) + "\x86" +
+         pickle_int(b) + pickle_int(1) + "\x86\x89" + "ccollections\nOrderedDict\n)R" + "tR";
+}
+
+std::string state_dict_pickle(const std::string& items) {
+  return std::string("\x80\x02") + "ccollections\nOrderedDict\nq\x05)Rq\x06(" + items + "u}b.";
+}
+
+void write_torch_zip(const std::string& path, const std::string& pickle, const std::vector<float>& storage0) {
+  caffe2::serialize::PyTorchStreamWriter writer(path);
+  writer.writeRecord("data.pkl", pickle.data(), pickle.size());
+  writer.writeRecord("byteorder", "little", 6);
+  writer.writeRecord("data/0", storage0.data(), storage0.size() * sizeof(float));
+  writer.writeEndOfFile();
+}
+
+TEST(TorchStateDict, ReadsAnOrderedDictOfTensorsSharingAStorage) {
+  TempDir tmp;
+  const std::vector<float> storage = {0, 1, 2, 3, 4, 5, 6, 7};
+  // "a" is the first 2x3 of the storage, "b" a 1x2 view at offset 6 (tied weights share storages).
+  write_torch_zip(tmp.file("model.bin"),
+                  state_dict_pickle(pickle_str("a") + pickle_tensor("0", 8, 0, 2, 3) + pickle_str("b") +
+                                    pickle_tensor("0", 8, 6, 1, 2)),
+                  storage);
+  const auto state = read_torch_state_dict(tmp.file("model.bin"));
+  ASSERT_EQ(state.size(), 2u);
+  EXPECT_TRUE(at::equal(state.at("a"), at::arange(6, at::kFloat).view({2, 3})));
+  EXPECT_TRUE(at::equal(state.at("b"), at::tensor({6.0f, 7.0f}).view({1, 2})));
+}
+
+TEST(TorchStateDict, RefusesGlobalsOtherThanTensorsAndDicts) {
+  TempDir tmp;
+  const std::string evil = std::string("\x80\x02") + "cposix\nsystem\n" + pickle_str("touch pwned") + "\x85R.";
+  write_torch_zip(tmp.file("evil.bin"), evil, {0});
+  const std::string what = error_of([&] { (void)read_torch_state_dict(tmp.file("evil.bin")); });
+  EXPECT_NE(what.find("evil.bin: data.pkl offset 2: refusing global posix.system"), std::string::npos) << what;
+  const std::string builtins = std::string("\x80\x02") + "cbuiltins\neval\n" + pickle_str("1") + "\x85R.";
+  write_torch_zip(tmp.file("eval.bin"), builtins, {0});
+  EXPECT_NE(error_of([&] { (void)read_torch_state_dict(tmp.file("eval.bin")); }).find("refusing global builtins.eval"),
+            std::string::npos);
+}
+
+TEST(TorchStateDict, MalformedPicklesAreErrorsNotCrashes) {
+  TempDir tmp;
+  const std::string good = state_dict_pickle(pickle_str("a") + pickle_tensor("0", 6, 0, 2, 3));
+  const std::vector<float> six = {0, 1, 2, 3, 4, 5};
+  const auto error_for = [&](const std::string& pickle, const std::vector<float>& storage) {
+    write_torch_zip(tmp.file("m.bin"), pickle, storage);
+    return error_of([&] { (void)read_torch_state_dict(tmp.file("m.bin")); });
+  };
+  EXPECT_EQ(error_for(good, six), "<no error>");
+  // Every truncation of a valid pickle is refused with a message.
+  for (std::size_t n = 0; n < good.size(); ++n) {
+    const std::string what = error_for(good.substr(0, n), six);
+    EXPECT_NE(what.find("m.bin"), std::string::npos) << n << ": " << what;
+  }
+  EXPECT_NE(error_for(good, {0, 1, 2}).find("has 12 bytes, expected 6"), std::string::npos);  // storage too short
+  const std::string past_end = state_dict_pickle(pickle_str("a") + pickle_tensor("0", 6, 4, 2, 3));
+  EXPECT_NE(error_for(past_end, six).find("runs past the end of its storage"), std::string::npos);
+  EXPECT_NE(error_for(std::string("\x80\x02h\x07."), six).find("memo key 7 was never stored"), std::string::npos);
+  EXPECT_NE(error_for(std::string("\x80\x02K\x01."), six).find("expected a dict of tensors"), std::string::npos);
+  EXPECT_NE(error_for(std::string("\x80\x02\xff."), six).find("unsupported pickle opcode 0xff"), std::string::npos);
 }
 
 }  // namespace
