@@ -16,6 +16,7 @@
 #include <functional>
 #include <iomanip>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -32,10 +33,16 @@ struct Args {
   std::vector<std::string> dtypes = {"f32", "bf16"};
   std::vector<std::string> modes = {"fwd", "fwd+bwd"};
   int repeats = 5;
-  bool fused_only = false;  // for profiling the kernel alone
+  std::vector<std::string> impls = {"fused", "reference", "sdpa"};
   bool no_mask = false;
   std::string json_path;
 };
+
+std::string fixed(double x, int digits) {
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(digits) << x;
+  return out.str();
+}
 
 double seconds_of(const std::function<void()>& f) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -59,7 +66,7 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", a.repeats);
   app.add_option("--json", a.json_path);
   app.add_flag("--no-mask", a.no_mask, "no padding mask (every key attends)");
-  app.add_flag("--fused-only", a.fused_only, "time only the fused kernel (profiling)");
+  app.add_option("--impls", a.impls, "fused,reference,sdpa (fused alone: profiling)")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
 
   nlohmann::json report = {{"kernel", hotpath::models::attention_kernel_name()},
@@ -111,24 +118,26 @@ int main(int argc, char** argv) {
           at::set_num_threads(threads);
           std::vector<double> best(impls.size(), 1e30);
           for (int r = 0; r < a.repeats + 1; ++r) {  // the first round warms up
-            for (std::size_t i = 0; i < (a.fused_only ? 1 : impls.size()); ++i) {
+            for (std::size_t i = 0; i < impls.size(); ++i) {
+              if (std::find(a.impls.begin(), a.impls.end(), impls[i].first) == a.impls.end()) continue;
               const double s = seconds_of([&] { step(impls[i].second); });
               if (r > 0) best[i] = std::min(best[i], s);
             }
           }
-          std::cout << "| " << len << " | " << dtype << " | " << mode << " | " << threads << std::fixed
-                    << std::setprecision(1) << " | " << best[0] * 1e3 << " | " << best[1] * 1e3 << " | "
-                    << best[2] * 1e3 << std::setprecision(2) << " | " << best[1] / best[0] << "x | "
-                    << best[2] / best[0] << "x |" << std::endl;
-          report["results"].push_back({{"length", len},
-                                       {"dtype", dtype},
-                                       {"mode", mode},
-                                       {"threads", threads},
-                                       {"fused_ms", best[0] * 1e3},
-                                       {"reference_ms", best[1] * 1e3},
-                                       {"sdpa_ms", best[2] * 1e3},
-                                       {"speedup_vs_reference", best[1] / best[0]},
-                                       {"speedup_vs_sdpa", best[2] / best[0]}});
+          const auto measured = [&](std::size_t i) { return best[i] < 1e29; };
+          const auto ms = [&](std::size_t i) { return measured(i) ? fixed(best[i] * 1e3, 1) : std::string("-"); };
+          const auto ratio = [&](std::size_t i) {
+            return measured(i) && measured(0) ? fixed(best[i] / best[0], 2) + "x" : std::string("-");
+          };
+          std::cout << "| " << len << " | " << dtype << " | " << mode << " | " << threads << " | " << ms(0) << " | "
+                    << ms(1) << " | " << ms(2) << " | " << ratio(1) << " | " << ratio(2) << " |" << std::endl;
+          nlohmann::json row = {{"length", len}, {"dtype", dtype}, {"mode", mode}, {"threads", threads}};
+          const char* names[] = {"fused_ms", "reference_ms", "sdpa_ms"};
+          for (std::size_t i = 0; i < 3; ++i)
+            if (measured(i)) row[names[i]] = best[i] * 1e3;
+          if (measured(0) && measured(1)) row["speedup_vs_reference"] = best[1] / best[0];
+          if (measured(0) && measured(2)) row["speedup_vs_sdpa"] = best[2] / best[0];
+          report["results"].push_back(row);
         }
       }
     }
