@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   hotpath::cli::add_data_pack(*data);
   hotpath::cli::add_data_inspect(*data);
   hotpath::cli::add_data_bench(*data);
+  hotpath::cli::add_data_text(*data);
   hotpath::cli::add_train(app);
   hotpath::cli::add_eval(app);
   hotpath::cli::add_predict(app);
