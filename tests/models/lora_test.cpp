@@ -238,5 +238,41 @@ TEST(LoraSave, WritesPeftKeysAndLoadsBack) {
   expect_error([&] { load_lora(c, dir.path()); }, "adapter_config.json: missing \"r\"");
 }
 
+
+TEST(LoraLinear, WithoutAdapterIsATorchLinear) {
+  at::manual_seed(5);
+  LoraLinear ours(6, 4);
+  at::manual_seed(5);
+  torch::nn::Linear theirs(6, 4);  // same initialisation from the same seed
+  EXPECT_TRUE(at::equal(ours->weight, theirs->weight));
+  EXPECT_TRUE(at::equal(ours->bias, theirs->bias));
+  const at::Tensor x = at::randn({3, 6});
+  EXPECT_TRUE(at::equal(ours->forward(x), theirs->forward(x)));
+  EXPECT_EQ(ours->named_parameters().keys(), theirs->named_parameters().keys());
+}
+
+TEST(LoraLinear, DropoutAppliesToTheAdapterInputOnly) {
+  LoraLinear l(6, 4);
+  l->add_adapter(2, 1.5, 0.5);
+  {
+    c10::NoGradGuard no_grad;
+    l->lora_B->weight.normal_();
+  }
+  l->train();
+  const at::Tensor x = at::randn({3, 6});
+  at::manual_seed(11);
+  const at::Tensor y = l->forward(x);
+  at::manual_seed(11);
+  const at::Tensor dropped = at::dropout(x, 0.5, /*train=*/true);
+  const at::Tensor expect = at::linear(x, l->weight, l->bias) +
+                            at::matmul(at::matmul(dropped, l->lora_A->weight.t()), l->lora_B->weight.t()) * 1.5;
+  EXPECT_TRUE(at::allclose(y, expect, 1e-5, 1e-6));
+  l->eval();
+  const at::Tensor y_eval = l->forward(x);
+  const at::Tensor expect_eval =
+      at::linear(x, l->weight, l->bias) + at::matmul(at::matmul(x, l->lora_A->weight.t()), l->lora_B->weight.t()) * 1.5;
+  EXPECT_TRUE(at::allclose(y_eval, expect_eval, 1e-5, 1e-6));
+}
+
 }  // namespace
 }  // namespace hotpath::models

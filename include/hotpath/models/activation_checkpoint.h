@@ -37,7 +37,8 @@ at::Tensor checkpoint(const std::function<at::Tensor(const at::Tensor&)>& fn, co
 // Only allocations made after that are counted (earlier tensors are neither added nor subtracted), so
 // peak_bytes() is relative: the highest (in use − in use at reset()). Counts what ATen allocates on
 // the CPU (tensors and their storage), not oneDNN scratch or malloc outside ATen. Process-wide: other
-// threads' tensors count too. Not for CUDA (use c10::cuda::CUDACachingAllocator's stats).
+// threads' tensors count too; once installed, each CPU allocation and free takes a mutex. One meter at a
+// time (reset() moves the shared peak). Not for CUDA (use c10::cuda::CUDACachingAllocator's stats).
 class PeakMemory {
  public:
   PeakMemory();
