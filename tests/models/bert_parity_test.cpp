@@ -7,12 +7,17 @@
 #include <ATen/ops/ones.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
+#include <functional>
+#include <system_error>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "hotpath/core/error.h"
+#include "hotpath/core/mapped_file.h"
 #include "hotpath/models/bert.h"
 #include "hotpath/models/hf_weights.h"
 #include "hotpath/models/weights.h"
@@ -25,17 +30,27 @@ namespace {
 
 using test::TempDir;
 
-// One python run builds every fixture (transformers' import dominates the time).
+// One python run builds every fixture (transformers' import dominates the time). ctest runs each TEST
+// in its own process, so the fixtures are cached in $TMPDIR under a hash of the script and the venv
+// that ran it (as the tokenizer parity test does): python runs once per change of either.
 class BertParity : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = std::make_unique<TempDir>();
-    test::run_python(test::source_path("tools/bert_ref.py"), {"fixtures", "--out", dir_->path().string()});
+    const std::string script = test::source_path("tools/bert_ref.py");
+    std::error_code ec;
+    const std::filesystem::path venv = std::filesystem::canonical(std::filesystem::path(test::python()).parent_path(), ec);
+    const std::size_t key = std::hash<std::string>{}(read_file(script) + "\n" + (ec ? test::python() : venv.string()));
+    dir_ = std::filesystem::temp_directory_path() / ("hotpath-bert-ref-" + std::to_string(key));
+    if (std::filesystem::exists(dir_ / "done")) return;
+    const std::filesystem::path partial = dir_.string() + "." + std::to_string(::getpid()) + ".partial";
+    test::run_python(script, {"fixtures", "--out", partial.string()});
+    test::write_file((partial / "done").string(), "");
+    std::filesystem::rename(partial, dir_, ec);  // atomic; a parallel process may have won the race
+    if (ec) std::filesystem::remove_all(partial);
   }
-  static void TearDownTestSuite() { dir_.reset(); }
-  static std::filesystem::path fixture(const std::string& name) { return dir_->path() / name; }
+  static std::filesystem::path fixture(const std::string& name) { return dir_ / name; }
 
-  static inline std::unique_ptr<TempDir> dir_;
+  static inline std::filesystem::path dir_;
 };
 
 double max_abs_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
