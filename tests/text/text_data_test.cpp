@@ -351,6 +351,12 @@ TEST(Batcher, RanksTakeDisjointEqualShares) {
   const BatchPlanOptions o{.batch_size = 4, .seed = 9};
   EXPECT_EQ(plan_batches(lengths, o, 4), plan_batches(lengths, o, 4));
   EXPECT_NE(plan_batches(lengths, o, 4), plan_batches(lengths, o, 5));
+  // A token budget gives each rank the same number of batches (the fewest any rank has).
+  std::set<std::size_t> counts;
+  for (int rank = 0; rank < 3; ++rank) {
+    counts.insert(plan_batches(lengths, {.batch_size = 4, .max_tokens = 64, .seed = 9, .rank = rank, .world_size = 3}, 2).size());
+  }
+  EXPECT_EQ(counts.size(), 1U);
   const BatchPlanOptions drop{.batch_size = 4, .drop_last = true};
   EXPECT_EQ(plan_batches(lengths, drop, 0).size(), 25U);
 }

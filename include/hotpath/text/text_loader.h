@@ -48,7 +48,8 @@ struct BatchPlanOptions {
   bool drop_last = false;          // fixed batch_size only: drop the last partial batch
   std::uint64_t seed = 0;
   int rank = 0;                    // this rank takes every world_size-th sample of the permutation,
-  int world_size = 1;              // all ranks the same count (the remainder is dropped)
+  int world_size = 1;              // all ranks the same count (the remainder is dropped); with
+                                   // max_tokens all ranks also get the same number of batches
 };
 
 // The padded length of a batch whose longest sample is `longest` tokens.

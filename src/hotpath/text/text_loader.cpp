@@ -69,8 +69,32 @@ std::size_t padded_length(std::size_t longest, const BatchPlanOptions& options) 
   return length;
 }
 
+namespace {
+std::vector<std::vector<std::uint32_t>> plan_rank(std::span<const std::uint32_t> lengths,
+                                                  const BatchPlanOptions& options, std::int64_t epoch);
+}  // namespace
+
 std::vector<std::vector<std::uint32_t>> plan_batches(std::span<const std::uint32_t> lengths,
                                                      const BatchPlanOptions& options, std::int64_t epoch) {
+  auto plan = plan_rank(lengths, options, epoch);
+  // With a token budget ranks can get different batch counts, and a data-parallel step would then
+  // wait forever for the rank that ran out: every rank keeps only as many batches as the fewest.
+  if (options.world_size > 1 && options.max_tokens > 0) {
+    std::size_t fewest = plan.size();
+    for (int r = 0; r < options.world_size; ++r) {
+      if (r == options.rank) continue;
+      BatchPlanOptions other = options;
+      other.rank = r;
+      fewest = std::min(fewest, plan_rank(lengths, other, epoch).size());
+    }
+    plan.resize(fewest);
+  }
+  return plan;
+}
+
+namespace {
+std::vector<std::vector<std::uint32_t>> plan_rank(std::span<const std::uint32_t> lengths,
+                                                  const BatchPlanOptions& options, std::int64_t epoch) {
   HOTPATH_CHECK(options.batch_size > 0, "batch_size must be positive, got ", options.batch_size);
   HOTPATH_CHECK(options.world_size > 0 && options.rank >= 0 && options.rank < options.world_size, "rank ",
                 options.rank, " is outside world_size ", options.world_size);
@@ -131,6 +155,7 @@ std::vector<std::vector<std::uint32_t>> plan_batches(std::span<const std::uint32
   }
   return batches;
 }
+}  // namespace
 
 PaddingStats padding_stats(std::span<const std::uint32_t> lengths, const std::vector<std::vector<std::uint32_t>>& plan,
                            const BatchPlanOptions& options) {
