@@ -9,7 +9,8 @@ sentence-transformers on CPU, fp32, eager attention. Nothing is downloaded.
       batch (input_ids, attention_mask, token_type_ids) and the model's logits (or last_hidden_state
       with --bare).
   bert_ref.py fixtures --out DIR
-      In one process: DIR/{bert,distilbert}_{st,bin,bare,bare_bin} (as classifier above) and DIR/evil.pt.
+      In one process: DIR/{bert,distilbert}_{st,bin,bare,bare_bin} (as classifier above),
+      DIR/{bert,distilbert}_act (gelu_new / relu + sinusoidal positions) and DIR/evil.pt.
   bert_ref.py embed --model DIR --sentences FILE --out FILE.safetensors
       sentence-transformers' embeddings of FILE's lines (one sentence a line) as "embeddings".
   bert_ref.py evil --out FILE
@@ -22,15 +23,17 @@ import sys
 import torch
 
 
-def tiny_config(arch, num_labels):
+def tiny_config(arch, num_labels, variant=""):
     from transformers import BertConfig, DistilBertConfig
     labels = {i: f"class_{i}" for i in range(num_labels)}
     if arch == "bert":
         return BertConfig(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                           intermediate_size=48, max_position_embeddings=40, type_vocab_size=2,
+                          hidden_act="gelu_new" if variant == "act" else "gelu",
                           id2label=labels, label2id={v: k for k, v in labels.items()})
     return DistilBertConfig(vocab_size=97, dim=32, n_layers=2, n_heads=4, hidden_dim=48,
-                            max_position_embeddings=40, sinusoidal_pos_embds=False,
+                            max_position_embeddings=40, sinusoidal_pos_embds=variant == "act",
+                            activation="relu" if variant == "act" else "gelu",
                             id2label=labels, label2id={v: k for k, v in labels.items()})
 
 
@@ -53,14 +56,15 @@ def classifier(args):
     from safetensors.torch import save_file
     from transformers import BertForSequenceClassification, DistilBertForSequenceClassification
     torch.manual_seed(args.seed)
-    config = tiny_config(args.arch, 3)
+    config = tiny_config(args.arch, 3, getattr(args, "variant", ""))
     config._attn_implementation = "eager"
     cls = BertForSequenceClassification if args.arch == "bert" else DistilBertForSequenceClassification
     model = cls(config).eval()
     # Larger than the default N(0, 0.02) init so the logits depend visibly on every layer.
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "LayerNorm" not in name and "layer_norm" not in name:
+            sinusoidal = getattr(config, "sinusoidal_pos_embds", False) and "position_embeddings" in name
+            if "LayerNorm" not in name and "layer_norm" not in name and not sinusoidal:
                 p.normal_(0.0, 0.2)
     os.makedirs(args.out, exist_ok=True)
     ids, mask, types = batch(args.seed, config.vocab_size, args.arch == "bert")
@@ -113,6 +117,9 @@ def fixtures(args):
                                       ("bare_bin", True, True)):
             classifier(argparse.Namespace(arch=arch, out=os.path.join(args.out, f"{arch}_{variant}"), bin=binary,
                                           bare=bare, seed=args.seed))
+        # Other activations (BERT gelu_new, DistilBERT relu) and DistilBERT's sinusoidal positions.
+        classifier(argparse.Namespace(arch=arch, out=os.path.join(args.out, f"{arch}_act"), bin=False, bare=False,
+                                      seed=args.seed, variant="act"))
     evil(argparse.Namespace(out=os.path.join(args.out, "evil.pt")))
 
 

@@ -78,6 +78,18 @@ TEST_F(BertParity, DistilBertClassifierFromPytorchBinMatchesTransformers) {
   expect_logits_match(fixture("distilbert_bin"));
 }
 
+TEST_F(BertParity, OtherActivationsAndSinusoidalPositionsMatchTransformers) {
+  expect_logits_match(fixture("bert_act"));        // gelu_new
+  expect_logits_match(fixture("distilbert_act"));  // relu, sinusoidal_pos_embds
+  // A fresh model's sinusoidal table is DistilBERT's create_sinusoidal_embeddings (the file keeps HF's).
+  const BertConfig config = BertConfig::from_file(fixture("distilbert_act") / "config.json");
+  ASSERT_TRUE(config.sinusoidal_pos_embds);
+  const BertModel fresh(config);
+  const at::Tensor table = named_state(fresh).at("embeddings.position_embeddings.weight");
+  const auto file = read_hf_state_dict(fixture("distilbert_act"));
+  EXPECT_LT(max_abs_diff(table, file.at("distilbert.embeddings.position_embeddings.weight")), 1e-6);
+}
+
 TEST_F(BertParity, BareEncoderCheckpointsLoadWithoutPrefix) {
   for (const char* name : {"bert_bare", "bert_bare_bin", "distilbert_bare", "distilbert_bare_bin"}) {
     SCOPED_TRACE(name);

@@ -365,10 +365,8 @@ BertModel::BertModel(const BertConfig& config, const BertOptions& options)
     const at::NoGradGuard no_grad;
     word_embeddings_->weight[config.pad_token_id].zero_();
   }
-  if (config.sinusoidal_pos_embds) {
-    fill_sinusoidal(position_embeddings_->weight);
-    position_embeddings_->weight.set_requires_grad(false);
-  }
+  // transformers 5 initialises the table sinusoidally and leaves it trainable (4.x froze it).
+  if (config.sinusoidal_pos_embds) fill_sinusoidal(position_embeddings_->weight);
 }
 
 void BertModel::set_attention(AttentionFn attention) {
