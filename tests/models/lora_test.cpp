@@ -234,6 +234,10 @@ TEST(LoraSave, WritesPeftKeysAndLoadsBack) {
   narrower.target_modules = {"query"};
   test::write_file(dir.file("adapter_config.json"), narrower.to_json());
   expect_error([&] { load_lora(c, dir.path()); }, "value.lora_A.weight\" matches no adapter");
+  LoraConfig other_rank = config;
+  other_rank.r = 3;
+  test::write_file(dir.file("adapter_config.json"), other_rank.to_json());
+  expect_error([&] { load_lora(c, dir.path()); }, "lora_A.weight\" has shape [2, 8], the model's is [3, 8]");
   test::write_file(dir.file("adapter_config.json"), std::string_view("{\"peft_type\":\"LORA\"}"));
   expect_error([&] { load_lora(c, dir.path()); }, "adapter_config.json: missing \"r\"");
 }
