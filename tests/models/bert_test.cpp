@@ -355,6 +355,13 @@ TEST(TorchStateDict, MalformedPicklesAreErrorsNotCrashes) {
   EXPECT_NE(error_for(good, {0, 1, 2}).find("has 12 bytes, expected 6"), std::string::npos);  // storage too short
   const std::string past_end = state_dict_pickle(pickle_str("a") + pickle_tensor("0", 6, 4, 2, 3));
   EXPECT_NE(error_for(past_end, six).find("runs past the end of its storage"), std::string::npos);
+  // size × stride chosen to wrap around int64 and land back inside the storage.
+  const std::string wrap = state_dict_pickle(
+      pickle_str("a") + "ctorch._utils\n_rebuild_tensor_v2\n((" + pickle_str("storage") + "ctorch\nFloatStorage\n" +
+      pickle_str("0") + pickle_str("cpu") + pickle_int(6) + "tQ" + pickle_int(0) + "\x8a\x08" +
+      std::string("\x01\x00\x00\x00\x00\x00\x00\x40", 8) + "\x85\x8a\x08" + std::string("\x04\x00\x00\x00\x00\x00\x00\x00", 8) +
+      "\x85\x89" "ccollections\nOrderedDict\n)RtR");
+  EXPECT_NE(error_for(wrap, six).find("overflows"), std::string::npos) << error_for(wrap, six);
   EXPECT_NE(error_for(std::string("\x80\x02h\x07."), six).find("memo key 7 was never stored"), std::string::npos);
   EXPECT_NE(error_for(std::string("\x80\x02K\x01."), six).find("expected a dict of tensors"), std::string::npos);
   EXPECT_NE(error_for(std::string("\x80\x02\xff."), six).find("unsupported pickle opcode 0xff"), std::string::npos);

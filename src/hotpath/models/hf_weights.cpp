@@ -255,8 +255,10 @@ class WeightsUnpickler {
       bool empty = false;
       for (std::size_t i = 0; i < size.size(); ++i) {
         if (size[i] < 0 || stride[i] < 0) fail(at, "negative tensor size or stride");
+        std::int64_t reach = 0;
         if (size[i] == 0) empty = true;
-        else last += (size[i] - 1) * stride[i];
+        else if (__builtin_mul_overflow(size[i] - 1, stride[i], &reach) || __builtin_add_overflow(last, reach, &last))
+          fail(at, "tensor size × stride overflows");
       }
       const at::Tensor& storage = a[0]->tensor;
       if (!empty && last >= storage.numel()) fail(at, "tensor view runs past the end of its storage");
