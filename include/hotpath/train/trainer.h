@@ -23,7 +23,9 @@
 
 #include "hotpath/data/loader.h"
 #include "hotpath/models/classifier.h"
+#include "hotpath/train/optimizer.h"
 #include "hotpath/train/recipe.h"
+#include "hotpath/train/schedule.h"
 
 namespace hotpath::train {
 
@@ -75,7 +77,19 @@ struct TrainResult {
   StepBreakdown breakdown;
 };
 
+// Image recipes (data.kind: image) run the loop above; text recipes go to train_text.
 TrainResult train(const Recipe& recipe, const TrainOptions& options = {});
+
+// Fine-tunes a Hugging Face BERT-family classifier (model.pretrained) on text shards (text_trainer.cpp):
+// full or LoRA (model.lora_r), bf16 autocast, accumulation-free, clipping, schedules, activation
+// checkpointing, eval accuracy each epoch, metrics.jsonl, and a Hugging Face model directory at the end
+// (run/model: config.json + model.safetensors + tokenizer files; run/adapter: the PEFT adapter).
+// Not yet: mid-run checkpoints and --resume, EMA, TensorBoard (errors or ignored keys say so).
+TrainResult train_text(const Recipe& recipe, const TrainOptions& options = {});
+
+// The optimizer and schedule settings a recipe implies (shared by both loops).
+OptimizerConfig optimizer_config_for(const Recipe& recipe);
+ScheduleConfig schedule_config_for(const Recipe& recipe, std::int64_t steps_per_epoch, std::int64_t total_steps);
 
 // The loader settings a recipe implies (train: augmentation + shuffle; eval: deterministic crop).
 data::LoaderOptions train_loader_options(const Recipe& recipe);

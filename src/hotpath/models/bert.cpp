@@ -1,4 +1,5 @@
 #include "hotpath/models/bert.h"
+#include "hotpath/models/autocast_ops.h"
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/arange.h>
@@ -272,12 +273,12 @@ BertConfig BertConfig::from_file(const std::filesystem::path& path) {
 at::Tensor bert_eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& key_padding_mask) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * scale;
+  at::Tensor scores = autocast_matmul(q, k.transpose(-2, -1)) * scale;
   if (key_padding_mask.defined()) {
     const at::Tensor drop = (key_padding_mask == 0).view({key_padding_mask.size(0), 1, 1, key_padding_mask.size(1)});
     scores = scores.masked_fill(drop, lowest(scores.scalar_type()));
   }
-  return at::matmul(at::softmax(scores, -1), v);
+  return autocast_matmul(at::softmax(scores, -1), v);
 }
 
 // ---- BertLayer -----------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
 #include "hotpath/models/lora.h"
+#include "hotpath/models/autocast_ops.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -225,11 +226,13 @@ void LoraLinearImpl::pretty_print(std::ostream& stream) const {
 }
 
 at::Tensor LoraLinearImpl::forward(const at::Tensor& input) {
-  at::Tensor out = at::linear(input, weight, bias);
+  // autocast_linear: at::linear, or under bf16 autocast on a CPU without bf16 kernels the same
+  // numbers through fp32 kernels (autocast_ops.h).
+  at::Tensor out = autocast_linear(input, weight, bias);
   if (!has_adapter()) return out;
   // peft's Linear.forward: result + lora_B(lora_A(dropout(x))) * scaling, in this order.
   const at::Tensor x = lora_dropout.is_empty() ? input : lora_dropout->forward(input);
-  return out + lora_B->forward(lora_A->forward(x)) * scaling_;
+  return out + linear(*lora_B, linear(*lora_A, x)) * scaling_;
 }
 
 void LoraLinearImpl::add_adapter(std::int64_t r, double scaling, double dropout) {

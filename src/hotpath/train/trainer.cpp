@@ -387,9 +387,45 @@ EvalResult evaluate(models::ImageClassifier& model, data::Loader& loader, const 
   return r;
 }
 
+OptimizerConfig optimizer_config_for(const Recipe& recipe) {
+  const auto& oc = recipe.optimizer;
+  return OptimizerConfig{.kind = parse_optimizer_kind(oc.name),
+                         .lr = oc.lr,
+                         .weight_decay = oc.weight_decay,
+                         .no_decay_norm_bias = oc.no_decay_norm_bias,
+                         .momentum = oc.momentum,
+                         .dampening = oc.dampening,
+                         .nesterov = oc.nesterov,
+                         .beta1 = oc.beta1,
+                         .beta2 = oc.beta2,
+                         .eps = oc.eps};
+}
+
+ScheduleConfig schedule_config_for(const Recipe& recipe, std::int64_t steps_per_epoch, std::int64_t total_steps) {
+  const auto& sc = recipe.schedule;
+  const auto epochs_to_steps = [&](double e) {
+    return static_cast<std::int64_t>(std::llround(e * static_cast<double>(steps_per_epoch)));
+  };
+  return ScheduleConfig{.kind = parse_schedule_kind(sc.name),
+                        .base_lr = recipe.optimizer.lr,
+                        .total_steps = total_steps,
+                        .warmup_steps = std::min(epochs_to_steps(sc.warmup_epochs), total_steps),
+                        .warmup_start_factor = sc.warmup_start_factor,
+                        .min_lr = sc.min_lr,
+                        .step_size = std::max<std::int64_t>(1, epochs_to_steps(sc.step_epochs)),
+                        .gamma = sc.gamma,
+                        .pct_start = sc.pct_start,
+                        .div_factor = sc.div_factor,
+                        .final_div_factor = sc.final_div_factor,
+                        .cycle_momentum = sc.cycle_momentum,
+                        .base_momentum = sc.base_momentum,
+                        .max_momentum = sc.max_momentum};
+}
+
 // ---- train -----------------------------------------------------------------------------------
 
 TrainResult train(const Recipe& recipe, const TrainOptions& options) {
+  if (recipe.data.kind == "text") return train_text(recipe, options);
   const auto t_start = Clock::now();
   std::ostream& out = options.out ? *options.out : std::cerr;
   const auto& tr = recipe.train;
@@ -455,34 +491,9 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   std::vector<at::Tensor> trainable_tensors;
   for (const auto& np : trainable) trainable_tensors.push_back(np.second);
 
-  const auto& oc = recipe.optimizer;
-  OptimizerConfig opt_config{.kind = parse_optimizer_kind(oc.name),
-                             .lr = oc.lr,
-                             .weight_decay = oc.weight_decay,
-                             .no_decay_norm_bias = oc.no_decay_norm_bias,
-                             .momentum = oc.momentum,
-                             .dampening = oc.dampening,
-                             .nesterov = oc.nesterov,
-                             .beta1 = oc.beta1,
-                             .beta2 = oc.beta2,
-                             .eps = oc.eps};
+  const OptimizerConfig opt_config = optimizer_config_for(recipe);
   auto optimizer = make_optimizer(opt_config, trainable);
-  const auto& sc = recipe.schedule;
-  const auto epochs_to_steps = [&](double e) { return static_cast<std::int64_t>(std::llround(e * static_cast<double>(steps_per_epoch))); };
-  const Schedule schedule(ScheduleConfig{.kind = parse_schedule_kind(sc.name),
-                                         .base_lr = oc.lr,
-                                         .total_steps = total_steps,
-                                         .warmup_steps = std::min(epochs_to_steps(sc.warmup_epochs), total_steps),
-                                         .warmup_start_factor = sc.warmup_start_factor,
-                                         .min_lr = sc.min_lr,
-                                         .step_size = std::max<std::int64_t>(1, epochs_to_steps(sc.step_epochs)),
-                                         .gamma = sc.gamma,
-                                         .pct_start = sc.pct_start,
-                                         .div_factor = sc.div_factor,
-                                         .final_div_factor = sc.final_div_factor,
-                                         .cycle_momentum = sc.cycle_momentum,
-                                         .base_momentum = sc.base_momentum,
-                                         .max_momentum = sc.max_momentum});
+  const Schedule schedule(schedule_config_for(recipe, steps_per_epoch, total_steps));
   GradScaler scaler({.init_scale = tr.scaler_init_scale,
                      .growth_interval = tr.scaler_growth_interval,
                      .enabled = tr.precision == "fp16"});
