@@ -53,6 +53,10 @@ struct SampleToWrite {
   std::vector<std::pair<std::string, std::span<const std::byte>>> members;  // (ext, bytes)
 };
 
+// Removes PREFIX-NNNNNN.tar with NNNNNN >= written: shards left over from an earlier, longer run with
+// the same prefix would be picked up by a glob and mixed with this run's output.
+void remove_stale_shards(const std::string& prefix, std::size_t written);
+
 class ShardWriter {
  public:
   // `pattern` holds one printf integer conversion for the shard index, e.g. "out/train-%06d.tar".

@@ -87,6 +87,11 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options = {});
 // Not yet: mid-run checkpoints and --resume, EMA, TensorBoard (errors or ignored keys say so).
 TrainResult train_text(const Recipe& recipe, const TrainOptions& options = {});
 
+// The shard paths of a recipe key's patterns (data.train / data.eval); errors name the recipe file
+// and the key (no pattern, nothing matches, a bad pattern).
+std::vector<std::string> resolve_recipe_shards(const std::vector<std::string>& patterns, const char* key,
+                                               const Recipe& recipe);
+
 // The optimizer and schedule settings a recipe implies (shared by both loops).
 OptimizerConfig optimizer_config_for(const Recipe& recipe);
 ScheduleConfig schedule_config_for(const Recipe& recipe, std::int64_t steps_per_epoch, std::int64_t total_steps);

@@ -374,21 +374,6 @@ void write_text_atomically(const fs::path& path, const std::string& text) {
   HOTPATH_CHECK(!ec, path.string(), ": cannot rename from ", tmp.string(), ": ", ec.message());
 }
 
-// Shards "PREFIX-NNNNNN.tar" left over from an earlier, longer run would be picked up by a glob
-// and mixed with this run's output.
-void remove_stale_shards(const std::string& prefix, std::size_t written) {
-  const fs::path p(prefix);
-  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  const std::string stem = p.filename().string() + "-";
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() != stem.size() + 10 || !name.starts_with(stem) || !name.ends_with(".tar")) continue;
-    const auto index = parse_index(std::string_view(name).substr(stem.size(), 6));
-    if (index && static_cast<std::size_t>(*index) >= written) fs::remove(entry.path(), ec);
-  }
-}
-
 enum class SourceKind { kImageFolder, kCsv, kJsonl, kIdx };
 
 const char* kind_name(SourceKind kind) {

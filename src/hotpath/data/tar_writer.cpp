@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -285,6 +286,20 @@ void ShardWriter::close() {
   current_->close();
   shards_.push_back(current_->path());
   current_.reset();
+}
+
+void remove_stale_shards(const std::string& prefix, std::size_t written) {
+  const std::filesystem::path p(prefix);
+  const std::filesystem::path dir = p.parent_path().empty() ? std::filesystem::path(".") : p.parent_path();
+  const std::string stem = p.filename().string() + "-";
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() != stem.size() + 10 || !name.starts_with(stem) || !name.ends_with(".tar")) continue;
+    const std::string digits = name.substr(stem.size(), 6);
+    if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    if (static_cast<std::size_t>(std::stoul(digits)) >= written) std::filesystem::remove(entry.path(), ec);
+  }
 }
 
 }  // namespace hotpath::data

@@ -42,21 +42,6 @@ std::string little_endian_bytes(std::span<const std::int32_t> values) {
   return out;
 }
 
-// Removes PREFIX-NNNNNN.tar with NNNNNN >= written, left by an earlier, larger pack.
-void remove_stale_shards(const std::string& prefix, std::size_t written) {
-  const fs::path p(prefix);
-  const fs::path dir = p.parent_path().empty() ? fs::path(".") : p.parent_path();
-  const std::string stem = p.filename().string() + "-";
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() != stem.size() + 10 || !name.starts_with(stem) || !name.ends_with(".tar")) continue;
-    const std::string digits = name.substr(stem.size(), 6);
-    if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
-    if (static_cast<std::size_t>(std::stoul(digits)) >= written) fs::remove(entry.path(), ec);
-  }
-}
-
 std::span<const std::byte> bytes_of(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
 
 }  // namespace
@@ -135,7 +120,7 @@ TextPackReport pack_text(const std::string& input, const TextPackOptions& option
     report.bytes += fs::file_size(shard);
     shards.push_back(fs::path(shard).filename().string());
   }
-  remove_stale_shards(options.output_prefix, report.shards.size());
+  data::remove_stale_shards(options.output_prefix, report.shards.size());
 
   nlohmann::ordered_json meta;
   meta["format"] = "webdataset";

@@ -49,11 +49,10 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-std::vector<std::string> resolve_or_fail(const std::vector<std::string>& patterns, const Recipe& recipe,
+// Shards of a recipe key that must exist on disk (the text loader reads them all up front).
+std::vector<std::string> existing_shards(const std::vector<std::string>& patterns, const Recipe& recipe,
                                          const char* key) {
-  HOTPATH_CHECK(!patterns.empty(), recipe.source, ": ", key, ": no shards given");
-  std::vector<std::string> shards = data::resolve_shards(patterns);
-  HOTPATH_CHECK(!shards.empty(), recipe.source, ": ", key, ": no shard matches ", patterns.front());
+  std::vector<std::string> shards = resolve_recipe_shards(patterns, key, recipe);
   for (const auto& s : shards) HOTPATH_CHECK(fs::exists(s), recipe.source, ": ", key, ": shard not found: ", s);
   return shards;
 }
@@ -174,11 +173,11 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
   write_file_atomic((run_dir / "config.yaml").string(), to_yaml(recipe));
 
   // Data.
-  text::TextLoader train_loader(loader_options(recipe, resolve_or_fail(recipe.data.train, recipe, "data.train"), true));
+  text::TextLoader train_loader(loader_options(recipe, existing_shards(recipe.data.train, recipe, "data.train"), true));
   std::unique_ptr<text::TextLoader> eval_loader;
   if (!recipe.data.eval.empty()) {
     eval_loader = std::make_unique<text::TextLoader>(
-        loader_options(recipe, resolve_or_fail(recipe.data.eval, recipe, "data.eval"), false));
+        loader_options(recipe, existing_shards(recipe.data.eval, recipe, "data.eval"), false));
   }
   std::vector<std::string> labels = class_names_for(recipe);
   if (labels.empty()) {

@@ -270,25 +270,13 @@ void set_normalization(data::LoaderOptions& o, const DataSection& d) {
   }
 }
 
-std::vector<std::string> resolve_or_fail(const std::vector<std::string>& patterns, const char* key,
-                                         const Recipe& recipe) {
-  HOTPATH_CHECK(!patterns.empty(), recipe.source, ": ", key, ": no shards given (a list of .tar paths or patterns)");
-  std::vector<std::string> shards;
-  try {
-    shards = data::resolve_shards(patterns);
-  } catch (const Error& e) {
-    HOTPATH_CHECK(false, recipe.source, ": ", key, ": ", e.what(), " (pack data with `hotpath data pack`)");
-  }
-  HOTPATH_CHECK(!shards.empty(), recipe.source, ": ", key, ": no shard matches ", patterns.front());
-  return shards;
-}
 
 }  // namespace
 
 data::LoaderOptions train_loader_options(const Recipe& recipe) {
   const auto& d = recipe.data;
   data::LoaderOptions o;
-  o.shards = resolve_or_fail(d.train, "data.train", recipe);
+  o.shards = resolve_recipe_shards(d.train, "data.train", recipe);
   o.batch_size = static_cast<int>(recipe.train.batch_size / recipe.train.accum_steps);
   o.workers = static_cast<int>(d.workers);
   o.prefetch = static_cast<int>(d.prefetch);
@@ -312,7 +300,7 @@ data::LoaderOptions train_loader_options(const Recipe& recipe) {
 data::LoaderOptions eval_loader_options(const Recipe& recipe, const std::vector<std::string>& shard_patterns) {
   const auto& d = recipe.data;
   data::LoaderOptions o;
-  o.shards = resolve_or_fail(shard_patterns, "data.eval", recipe);
+  o.shards = resolve_recipe_shards(shard_patterns, "data.eval", recipe);
   o.batch_size = static_cast<int>(std::max<std::int64_t>(recipe.train.batch_size / recipe.train.accum_steps, 1));
   o.workers = static_cast<int>(d.workers);
   o.prefetch = static_cast<int>(d.prefetch);
@@ -348,6 +336,19 @@ std::vector<std::string> class_names_for(const Recipe& recipe) {
     // A report we cannot read only costs the class names.
   }
   return {};
+}
+
+std::vector<std::string> resolve_recipe_shards(const std::vector<std::string>& patterns, const char* key,
+                                         const Recipe& recipe) {
+  HOTPATH_CHECK(!patterns.empty(), recipe.source, ": ", key, ": no shards given (a list of .tar paths or patterns)");
+  std::vector<std::string> shards;
+  try {
+    shards = data::resolve_shards(patterns);
+  } catch (const Error& e) {
+    HOTPATH_CHECK(false, recipe.source, ": ", key, ": ", e.what(), " (pack data with `hotpath data pack`)");
+  }
+  HOTPATH_CHECK(!shards.empty(), recipe.source, ": ", key, ": no shard matches ", patterns.front());
+  return shards;
 }
 
 // ---- eval ------------------------------------------------------------------------------------
