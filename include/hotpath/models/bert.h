@@ -27,46 +27,11 @@
 #include <string_view>
 #include <vector>
 
+#include "hotpath/models/bert_config.h"
 #include "hotpath/models/lora.h"
 #include "hotpath/models/weights.h"
 
 namespace hotpath::models {
-
-enum class BertArch { kBert, kDistilBert };          // config.json model_type "bert" / "distilbert"
-enum class BertActivation { kGelu, kGeluNew, kRelu };  // "gelu" (erf), "gelu_new" (tanh approx.), "relu"
-
-// config.json, in BERT's names; DistilBERT's keys (dim, n_layers, n_heads, hidden_dim, activation, ...)
-// are read into the same fields.
-struct BertConfig {
-  BertArch arch = BertArch::kBert;
-  std::int64_t vocab_size = 30522;
-  std::int64_t hidden_size = 768;
-  std::int64_t num_hidden_layers = 12;
-  std::int64_t num_attention_heads = 12;
-  std::int64_t intermediate_size = 3072;
-  std::int64_t max_position_embeddings = 512;
-  std::int64_t type_vocab_size = 2;  // 0 for DistilBERT (no token type embeddings)
-  std::int64_t pad_token_id = 0;
-  double layer_norm_eps = 1e-12;
-  double initializer_range = 0.02;  // N(0, σ) for Linear and Embedding weights, as HF's _init_weights
-  double hidden_dropout_prob = 0.1;
-  double attention_probs_dropout_prob = 0.1;
-  double classifier_dropout = 0.1;  // BERT: classifier_dropout, else hidden_dropout_prob; DistilBERT: seq_classif_dropout
-  BertActivation hidden_act = BertActivation::kGelu;
-  bool sinusoidal_pos_embds = false;  // DistilBERT: fixed sinusoidal position table
-  // Classification: num_labels (or the size of id2label); id2label[i] is label i's name ("LABEL_i" when absent).
-  std::int64_t num_labels = 2;
-  std::vector<std::string> id2label;
-  std::map<std::string, std::int64_t> label2id;
-  std::string problem_type;  // "" | "regression" | "single_label_classification" | "multi_label_classification"
-
-  [[nodiscard]] std::int64_t head_dim() const { return hidden_size / num_attention_heads; }
-
-  // Missing or wrong-typed required fields, an unknown model_type or activation, or inconsistent sizes
-  // are a hotpath::Error naming `name` and the field.
-  static BertConfig from_json(std::string_view json_text, std::string_view name = "config.json");
-  static BertConfig from_file(const std::filesystem::path& path);
-};
 
 // softmax(q·kᵀ/√d + mask)·v with q, k, v [B, heads, L, head_dim] and key_padding_mask [B, L]
 // (nonzero = attend; undefined = attend everywhere) → [B, heads, L, head_dim].

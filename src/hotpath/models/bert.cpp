@@ -16,113 +16,15 @@
 #include <torch/nn/init.h>
 
 #include <cmath>
-#include <fstream>
 #include <limits>
-#include <nlohmann/json.hpp>
-#include <sstream>
 #include <utility>
 
 #include "hotpath/core/error.h"
-#include "hotpath/core/mapped_file.h"
 #include "hotpath/models/activation_checkpoint.h"
 #include "hotpath/models/hf_weights.h"
 
 namespace hotpath::models {
 namespace {
-
-using Json = nlohmann::json;
-
-// ---- config.json ---------------------------------------------------------------------------------
-
-struct ConfigReader {
-  const Json& json;
-  std::string_view name;
-
-  [[nodiscard]] bool has(const char* key) const { return json.contains(key) && !json.at(key).is_null(); }
-
-  std::int64_t integer(const char* key, std::optional<std::int64_t> fallback, std::int64_t min = 1) const {
-    if (!has(key)) {
-      HOTPATH_CHECK(fallback.has_value(), name, ": missing required field \"", key, "\"");
-      return *fallback;
-    }
-    const Json& v = json.at(key);
-    HOTPATH_CHECK(v.is_number_integer(), name, ": field \"", key, "\" must be an integer, found ", v.dump());
-    const std::int64_t x = v.get<std::int64_t>();
-    HOTPATH_CHECK(x >= min, name, ": field \"", key, "\" must be >= ", min, ", found ", x);
-    return x;
-  }
-
-  double real(const char* key, double fallback) const {
-    if (!has(key)) return fallback;
-    const Json& v = json.at(key);
-    HOTPATH_CHECK(v.is_number(), name, ": field \"", key, "\" must be a number, found ", v.dump());
-    const double x = v.get<double>();
-    HOTPATH_CHECK(x >= 0.0, name, ": field \"", key, "\" must be >= 0, found ", x);
-    return x;
-  }
-
-  std::string text(const char* key, const char* fallback) const {
-    if (!has(key)) return fallback;
-    const Json& v = json.at(key);
-    HOTPATH_CHECK(v.is_string(), name, ": field \"", key, "\" must be a string, found ", v.dump());
-    return v.get<std::string>();
-  }
-
-  bool boolean(const char* key, bool fallback) const {
-    if (!has(key)) return fallback;
-    const Json& v = json.at(key);
-    HOTPATH_CHECK(v.is_boolean(), name, ": field \"", key, "\" must be true or false, found ", v.dump());
-    return v.get<bool>();
-  }
-};
-
-BertActivation parse_activation(const std::string& act, std::string_view name, const char* key) {
-  if (act == "gelu") return BertActivation::kGelu;
-  if (act == "gelu_new" || act == "gelu_pytorch_tanh") return BertActivation::kGeluNew;
-  if (act == "relu") return BertActivation::kRelu;
-  HOTPATH_CHECK(false, name, ": field \"", key, "\" is \"", act, "\"; supported: gelu, gelu_new, gelu_pytorch_tanh, relu");
-  return BertActivation::kGelu;
-}
-
-void read_labels(const ConfigReader& r, BertConfig& c) {
-  if (r.has("id2label")) {
-    const Json& m = r.json.at("id2label");
-    HOTPATH_CHECK(m.is_object(), r.name, ": field \"id2label\" must be an object {\"0\": \"label\", ...}");
-    c.id2label.assign(m.size(), "");
-    for (const auto& [key, value] : m.items()) {
-      std::size_t used = 0;
-      long long id = -1;
-      try {
-        id = std::stoll(key, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      HOTPATH_CHECK(used == key.size() && id >= 0 && static_cast<std::size_t>(id) < m.size(), r.name,
-                    ": field \"id2label\": key \"", key, "\" is not an id in [0, ", m.size(), ")");
-      HOTPATH_CHECK(value.is_string(), r.name, ": field \"id2label\": label of id ", key, " must be a string");
-      c.id2label[static_cast<std::size_t>(id)] = value.get<std::string>();
-    }
-    c.num_labels = static_cast<std::int64_t>(m.size());
-    if (r.has("num_labels")) {
-      HOTPATH_CHECK(r.integer("num_labels", {}) == c.num_labels, r.name, ": field \"num_labels\" (",
-                    r.json.at("num_labels").dump(), ") disagrees with id2label's ", c.num_labels, " labels");
-    }
-  } else {
-    c.num_labels = r.integer("num_labels", 2);
-    for (std::int64_t i = 0; i < c.num_labels; ++i) c.id2label.push_back("LABEL_" + std::to_string(i));
-  }
-  if (r.has("label2id")) {
-    const Json& m = r.json.at("label2id");
-    HOTPATH_CHECK(m.is_object(), r.name, ": field \"label2id\" must be an object {\"label\": 0, ...}");
-    for (const auto& [key, value] : m.items()) {
-      HOTPATH_CHECK(value.is_number_integer(), r.name, ": field \"label2id\": id of \"", key, "\" must be an integer");
-      c.label2id[key] = value.get<std::int64_t>();
-    }
-  } else {
-    for (std::size_t i = 0; i < c.id2label.size(); ++i) c.label2id[c.id2label[i]] = static_cast<std::int64_t>(i);
-  }
-  c.problem_type = r.text("problem_type", "");
-}
 
 // ---- layers --------------------------------------------------------------------------------------
 
@@ -186,87 +88,7 @@ void fill_sinusoidal(at::Tensor& table) {
   table.copy_(out);
 }
 
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  HOTPATH_CHECK(in.good(), path.string(), ": cannot open");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-Json parse_json_file(const std::filesystem::path& path) {
-  try {
-    return Json::parse(read_text(path));
-  } catch (const Json::exception& e) {
-    HOTPATH_CHECK(false, path.string(), ": invalid JSON: ", e.what());
-  }
-  return {};
-}
-
 }  // namespace
-
-// ---- BertConfig ----------------------------------------------------------------------------------
-
-BertConfig BertConfig::from_json(std::string_view json_text, std::string_view name) {
-  Json json;
-  try {
-    json = Json::parse(json_text);
-  } catch (const Json::exception& e) {
-    HOTPATH_CHECK(false, name, ": invalid JSON: ", e.what());
-  }
-  HOTPATH_CHECK(json.is_object(), name, ": expected a JSON object");
-  const ConfigReader r{json, name};
-  HOTPATH_CHECK(r.has("model_type"), name, ": missing required field \"model_type\" (bert or distilbert)");
-  const std::string type = r.text("model_type", "");
-  BertConfig c;
-  if (type == "bert") {
-    c.arch = BertArch::kBert;
-    c.vocab_size = r.integer("vocab_size", {});
-    c.hidden_size = r.integer("hidden_size", {});
-    c.num_hidden_layers = r.integer("num_hidden_layers", {});
-    c.num_attention_heads = r.integer("num_attention_heads", {});
-    c.intermediate_size = r.integer("intermediate_size", {});
-    c.max_position_embeddings = r.integer("max_position_embeddings", 512);
-    c.type_vocab_size = r.integer("type_vocab_size", 2);
-    c.layer_norm_eps = r.real("layer_norm_eps", 1e-12);
-    c.hidden_dropout_prob = r.real("hidden_dropout_prob", 0.1);
-    c.attention_probs_dropout_prob = r.real("attention_probs_dropout_prob", 0.1);
-    c.classifier_dropout = r.real("classifier_dropout", c.hidden_dropout_prob);
-    c.hidden_act = parse_activation(r.text("hidden_act", "gelu"), name, "hidden_act");
-    const std::string pos = r.text("position_embedding_type", "absolute");
-    HOTPATH_CHECK(pos == "absolute", name, ": field \"position_embedding_type\" is \"", pos,
-                  "\"; only \"absolute\" is supported");
-  } else if (type == "distilbert") {
-    c.arch = BertArch::kDistilBert;
-    c.vocab_size = r.integer("vocab_size", {});
-    c.hidden_size = r.integer("dim", {});
-    c.num_hidden_layers = r.integer("n_layers", {});
-    c.num_attention_heads = r.integer("n_heads", {});
-    c.intermediate_size = r.integer("hidden_dim", {});
-    c.max_position_embeddings = r.integer("max_position_embeddings", 512);
-    c.type_vocab_size = 0;
-    c.layer_norm_eps = 1e-12;  // DistilBERT hard-codes it
-    c.hidden_dropout_prob = r.real("dropout", 0.1);
-    c.attention_probs_dropout_prob = r.real("attention_dropout", 0.1);
-    c.classifier_dropout = r.real("seq_classif_dropout", 0.2);
-    c.hidden_act = parse_activation(r.text("activation", "gelu"), name, "activation");
-    c.sinusoidal_pos_embds = r.boolean("sinusoidal_pos_embds", false);
-  } else {
-    HOTPATH_CHECK(false, name, ": field \"model_type\" is \"", type, "\"; supported: bert, distilbert");
-  }
-  c.pad_token_id = r.integer("pad_token_id", 0, 0);
-  c.initializer_range = r.real("initializer_range", 0.02);
-  HOTPATH_CHECK(c.hidden_size % c.num_attention_heads == 0, name, ": hidden size ", c.hidden_size,
-                " is not a multiple of the number of attention heads ", c.num_attention_heads);
-  HOTPATH_CHECK(c.pad_token_id < c.vocab_size, name, ": field \"pad_token_id\" (", c.pad_token_id,
-                ") must be below vocab_size (", c.vocab_size, ")");
-  read_labels(r, c);
-  return c;
-}
-
-BertConfig BertConfig::from_file(const std::filesystem::path& path) {
-  return from_json(read_text(path), path.string());
-}
 
 // ---- attention -----------------------------------------------------------------------------------
 
@@ -522,41 +344,12 @@ std::shared_ptr<BertForSequenceClassification> load_bert_classifier(const std::f
 
 SentenceEmbedder load_sentence_embedder(const std::filesystem::path& dir, const BertLoadOptions& options,
                                         LoadReport* report) {
-  SentenceEmbedderOptions embed_options;
-  const std::filesystem::path modules_path = dir / "modules.json";
-  if (std::filesystem::exists(modules_path)) {
-    const Json modules = parse_json_file(modules_path);
-    HOTPATH_CHECK(modules.is_array(), modules_path.string(), ": expected an array of modules");
-    bool pooling = false;
-    embed_options.normalize = false;
-    for (const Json& m : modules) {
-      HOTPATH_CHECK(m.is_object() && m.contains("type") && m.at("type").is_string(), modules_path.string(),
-                    ": each module needs a string \"type\"");
-      const std::string type = m.at("type").get<std::string>();
-      if (type.ends_with(".Transformer")) continue;
-      if (type.ends_with(".Pooling")) {
-        pooling = true;
-      } else if (type.ends_with(".Normalize")) {
-        embed_options.normalize = true;
-      } else {
-        HOTPATH_CHECK(false, modules_path.string(), ": module type \"", type,
-                      "\" is not supported (Transformer, Pooling, Normalize)");
-      }
-    }
-    HOTPATH_CHECK(pooling, modules_path.string(), ": no Pooling module");
-  }
-  const std::filesystem::path pooling_path = dir / "1_Pooling" / "config.json";
-  if (std::filesystem::exists(pooling_path)) {
-    const Json pooling = parse_json_file(pooling_path);
-    HOTPATH_CHECK(pooling.is_object(), pooling_path.string(), ": expected a JSON object");
-    for (const auto& [key, value] : pooling.items()) {
-      if (!key.starts_with("pooling_mode_") || !value.is_boolean()) continue;
-      HOTPATH_CHECK(value.get<bool>() == (key == "pooling_mode_mean_tokens"), pooling_path.string(), ": \"", key,
-                    "\" is ", value.dump(), "; only mean pooling (pooling_mode_mean_tokens) is supported");
-    }
-  }
-  BertLoadOptions encoder_options = options;
-  return SentenceEmbedder(load_bert_model(dir, encoder_options, report), embed_options);
+  const SentencePipeline pipeline = read_sentence_pipeline(dir);
+  std::shared_ptr<BertModel> model = load_bert_model(dir, options, report);
+  HOTPATH_CHECK(pipeline.dimension == 0 || pipeline.dimension == model->config().hidden_size,
+                (dir / "1_Pooling" / "config.json").string(), ": word_embedding_dimension ", pipeline.dimension,
+                " does not match config.json's hidden size ", model->config().hidden_size);
+  return SentenceEmbedder(std::move(model), {.normalize = pipeline.normalize});
 }
 
 }  // namespace hotpath::models
