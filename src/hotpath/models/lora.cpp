@@ -11,7 +11,6 @@
 #include <fstream>
 #include <memory>
 #include <ostream>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -53,144 +52,9 @@ std::string with_commas(std::int64_t n) {
   return out;
 }
 
-// Typed field readers: each error names the file and the key.
 using Json = nlohmann::json;
 
-const Json* field(const Json& j, const char* key) {
-  auto it = j.find(key);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
-
-double number_field(const Json& j, const char* key, double fallback, std::string_view source) {
-  const Json* v = field(j, key);
-  if (v == nullptr) return fallback;
-  HOTPATH_CHECK(v->is_number(), source, ": \"", key, "\" must be a number, got ", v->dump());
-  return v->get<double>();
-}
-
-bool bool_field(const Json& j, const char* key, bool fallback, std::string_view source) {
-  const Json* v = field(j, key);
-  if (v == nullptr) return fallback;
-  HOTPATH_CHECK(v->is_boolean(), source, ": \"", key, "\" must be true or false, got ", v->dump());
-  return v->get<bool>();
-}
-
-std::string string_field(const Json& j, const char* key, std::string_view source) {
-  const Json* v = field(j, key);
-  if (v == nullptr) return {};
-  HOTPATH_CHECK(v->is_string(), source, ": \"", key, "\" must be a string, got ", v->dump());
-  return v->get<std::string>();
-}
-
-std::vector<std::string> string_list(const Json& v, const char* key, std::string_view source) {
-  HOTPATH_CHECK(v.is_array(), source, ": \"", key, "\" must be a list of strings, got ", v.dump());
-  std::vector<std::string> out;
-  for (const Json& s : v) {
-    HOTPATH_CHECK(s.is_string(), source, ": \"", key, "\" must be a list of strings, got ", v.dump());
-    out.push_back(s.get<std::string>());
-  }
-  return out;
-}
-
 }  // namespace
-
-// ---- LoraConfig ------------------------------------------------------------------------------------
-
-double LoraConfig::scaling() const {
-  return use_rslora ? lora_alpha / std::sqrt(static_cast<double>(r)) : lora_alpha / static_cast<double>(r);
-}
-
-LoraConfig LoraConfig::from_json(std::string_view json_text, std::string_view source) {
-  Json j;
-  try {
-    j = Json::parse(json_text);
-  } catch (const Json::parse_error& e) {
-    HOTPATH_CHECK(false, source, ": not valid JSON: ", e.what());
-  }
-  HOTPATH_CHECK(j.is_object(), source, ": expected a JSON object");
-  const std::string peft_type = string_field(j, "peft_type", source);
-  HOTPATH_CHECK(!peft_type.empty(), source, ": missing \"peft_type\" (expected \"LORA\")");
-  HOTPATH_CHECK(peft_type == "LORA", source, ": peft_type \"", peft_type, "\" is not supported (only \"LORA\")");
-
-  LoraConfig c;
-  const Json* r = field(j, "r");
-  HOTPATH_CHECK(r != nullptr, source, ": missing \"r\" (the LoRA rank)");
-  HOTPATH_CHECK(r->is_number_integer() && r->get<std::int64_t>() > 0, source, ": \"r\" must be a positive integer, got ",
-                r->dump());
-  c.r = r->get<std::int64_t>();
-  c.lora_alpha = number_field(j, "lora_alpha", 8.0, source);
-  c.lora_dropout = number_field(j, "lora_dropout", 0.0, source);
-  HOTPATH_CHECK(c.lora_dropout >= 0.0 && c.lora_dropout < 1.0, source, ": \"lora_dropout\" must be in [0, 1), got ",
-                c.lora_dropout);
-  const Json* targets = field(j, "target_modules");
-  HOTPATH_CHECK(targets != nullptr, source, ": missing \"target_modules\" (hotpath has no per-model defaults)");
-  if (targets->is_string()) {
-    c.target_regex = targets->get<std::string>();
-    HOTPATH_CHECK(c.target_regex != "all-linear", source, ": target_modules \"all-linear\" is not supported; list the modules");
-    try {
-      std::regex check(c.target_regex);
-    } catch (const std::regex_error& e) {
-      HOTPATH_CHECK(false, source, ": target_modules regex \"", c.target_regex, "\" does not compile: ", e.what());
-    }
-  } else {
-    c.target_modules = string_list(*targets, "target_modules", source);
-    HOTPATH_CHECK(!c.target_modules.empty(), source, ": \"target_modules\" is empty");
-  }
-  c.bias = field(j, "bias") ? string_field(j, "bias", source) : "none";
-  HOTPATH_CHECK(c.bias == "none", source, ": bias \"", c.bias, "\" is not supported (only \"none\")");
-  if (const Json* m = field(j, "modules_to_save")) c.modules_to_save = string_list(*m, "modules_to_save", source);
-  c.use_rslora = bool_field(j, "use_rslora", false, source);
-  c.task_type = string_field(j, "task_type", source);
-  c.base_model_name_or_path = string_field(j, "base_model_name_or_path", source);
-  c.inference_mode = bool_field(j, "inference_mode", false, source);
-
-  // Variants hotpath does not implement: refuse rather than load a different model.
-  for (const char* flag : {"fan_in_fan_out", "use_dora", "lora_bias", "use_qalora"})
-    HOTPATH_CHECK(!bool_field(j, flag, false, source), source, ": \"", flag, "\": true is not supported");
-  for (const char* key : {"layers_to_transform", "layers_pattern", "exclude_modules", "target_parameters",
-                          "layer_replication", "trainable_token_indices"})
-    HOTPATH_CHECK(field(j, key) == nullptr || (field(j, key)->is_array() && field(j, key)->empty()), source, ": \"",
-                  key, "\" is not supported (got ", field(j, key)->dump(), ")");
-  for (const char* key : {"rank_pattern", "alpha_pattern"})
-    HOTPATH_CHECK(field(j, key) == nullptr || field(j, key)->empty(), source, ": \"", key,
-                  "\" is not supported (got ", field(j, key)->dump(), ")");
-  return c;
-}
-
-LoraConfig LoraConfig::from_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  HOTPATH_CHECK(in, path.string(), ": cannot open");
-  std::stringstream text;
-  text << in.rdbuf();
-  return from_json(text.str(), path.string());
-}
-
-std::string LoraConfig::to_json() const {
-  Json j = Json::object();
-  // The fields peft 0.21 writes for a plain LoRA adapter; unknown ones would only draw a warning.
-  j["peft_type"] = "LORA";
-  j["task_type"] = task_type.empty() ? Json(nullptr) : Json(task_type);
-  j["base_model_name_or_path"] = base_model_name_or_path.empty() ? Json(nullptr) : Json(base_model_name_or_path);
-  j["revision"] = nullptr;
-  j["inference_mode"] = inference_mode;
-  j["r"] = r;
-  j["lora_alpha"] = lora_alpha;
-  j["lora_dropout"] = lora_dropout;
-  j["target_modules"] = target_regex.empty() ? Json(target_modules) : Json(target_regex);
-  j["exclude_modules"] = nullptr;
-  j["bias"] = bias;
-  j["fan_in_fan_out"] = false;
-  j["use_rslora"] = use_rslora;
-  j["use_dora"] = false;
-  j["lora_bias"] = false;
-  j["modules_to_save"] = modules_to_save.empty() ? Json(nullptr) : Json(modules_to_save);
-  j["init_lora_weights"] = true;
-  j["layers_to_transform"] = nullptr;
-  j["layers_pattern"] = nullptr;
-  j["rank_pattern"] = Json::object();
-  j["alpha_pattern"] = Json::object();
-  return j.dump(2) + "\n";
-}
 
 // ---- LoraLinear ------------------------------------------------------------------------------------
 
@@ -286,17 +150,6 @@ std::string LoraReport::summary() const {
   s << "trainable params: " << with_commas(trainable_params) << " || all params: " << with_commas(all_params)
     << " || trainable%: " << 100.0 * trainable_fraction();
   return s.str();
-}
-
-bool lora_target_matches(const LoraConfig& config, std::string_view path) {
-  if (!config.target_regex.empty()) {
-    return std::regex_match(path.begin(), path.end(), std::regex(config.target_regex));
-  }
-  for (const std::string& t : config.target_modules) {
-    if (path == t) return true;
-    if (path.size() > t.size() && ends_with(path, t) && path[path.size() - t.size() - 1] == '.') return true;
-  }
-  return false;
 }
 
 LoraReport lora_report(const torch::nn::Module& module) {
