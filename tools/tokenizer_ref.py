@@ -3,14 +3,19 @@
 
   tokenizer_ref.py encode --tokenizer-json F | --vocab F [options] INPUT.json
       INPUT.json is {"lines": [...]} or {"pairs": [[a, b], ...]}; prints one JSON object
-      {"encodings": [{"ids", "type_ids", "attention_mask", "offsets"}, ...]} for the batch.
+      {"encodings": [{"ids", "type_ids", "attention_mask", "offsets", "special_tokens_mask"}, ...]}
+      for the batch; with --overflow, one row per window with "overflow_to_sample_mapping".
   tokenizer_ref.py parity OUT.json
       Builds the parity corpus (Debian fortunes, Weka's Reuters ARFF, generated non-ASCII
       text), encodes every case the C++ parity test checks and writes it all to one JSON, so
       the test runs python once. Also probes every code point through the normalizer and
-      the pre-tokenizer ("codepoints").
+      the pre-tokenizer ("codepoints"), and HF's single_word test ("word_characters").
+      Added tokens in the text (special or not, with single_word / lstrip / rstrip /
+      normalized), special_tokens_mask, and overflowing windows with a stride are compared
+      too ("added/", "overflow/" cases, "stride_errors").
 """
 import argparse
+import copy
 import glob
 import json
 import os
@@ -18,7 +23,7 @@ import random
 import re
 import sys
 
-from tokenizers import Tokenizer, normalizers, pre_tokenizers
+from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers
 from tokenizers.implementations import BertWordPieceTokenizer
 
 FORTUNES = "/usr/share/games/fortunes"
@@ -123,9 +128,18 @@ def corpus():
 # ---- encoding -----------------------------------------------------------------------------------
 
 
-def encodings(tok, batch):
-    return [{"ids": e.ids, "type_ids": e.type_ids, "attention_mask": e.attention_mask,
-             "offsets": [list(o) for o in e.offsets]}
+def encoding_dict(e, extra):
+    d = {"ids": e.ids, "type_ids": e.type_ids, "attention_mask": e.attention_mask,
+         "offsets": [list(o) for o in e.offsets]}
+    if extra:  # special_tokens_mask and the overflowing windows (one level, as transformers returns them)
+        d["special_tokens_mask"] = e.special_tokens_mask
+        d["overflowing"] = [encoding_dict(o, False) | {"special_tokens_mask": o.special_tokens_mask}
+                            for o in e.overflowing]
+    return d
+
+
+def encodings(tok, batch, extra=False):
+    return [encoding_dict(e, extra)
             for e in tok.encode_batch([tuple(x) if isinstance(x, list) else x for x in batch])]
 
 
@@ -133,7 +147,8 @@ def configure(tok, truncation=None, padding=None):
     tok.no_truncation()
     tok.no_padding()
     if truncation:
-        tok.enable_truncation(truncation["max_length"], strategy=truncation.get("strategy", "longest_first"),
+        tok.enable_truncation(truncation["max_length"], stride=truncation.get("stride", 0),
+                              strategy=truncation.get("strategy", "longest_first"),
                               direction=truncation.get("direction", "right"))
     if padding is not None:
         tok.enable_padding(length=padding.get("length"), pad_to_multiple_of=padding.get("pad_to_multiple_of"),
@@ -145,6 +160,8 @@ def load(spec):
     """spec: {"json": path} or {"vocab": path, BertWordPieceTokenizer keyword arguments...}."""
     if "json" in spec:
         return Tokenizer.from_file(spec["json"])
+    if "json_text" in spec:
+        return Tokenizer.from_str(spec["json_text"])
     kwargs = {k: v for k, v in spec.items() if k != "vocab"}
     return BertWordPieceTokenizer(spec["vocab"], **kwargs)._tokenizer  # the underlying Tokenizer
 
@@ -208,6 +225,108 @@ def codepoint_probe():
     return result
 
 
+# ---- added tokens, overflow ---------------------------------------------------------------------
+
+# Added tokens with every flag, on top of MiniLM's tokenizer.json (ids past its vocabulary).
+FLAGGED_TOKENS = [
+    # content, single_word, lstrip, rstrip, normalized, special
+    ("<eos>", False, False, True, False, True),
+    ("C++", True, False, False, False, False),
+    ("New York", False, False, False, True, False),
+    ("the", True, False, False, True, False),
+    ("Café", False, True, False, True, False),
+    ("\u4e2d\u6587", False, False, False, True, False),
+    ("ing", False, False, False, True, False),
+    ("ABC", False, True, True, False, False),
+    ("xx", True, True, True, True, False),
+]
+
+
+def flagged_tokenizer_json(model):
+    tj = json.load(open(f"{model}/tokenizer.json", encoding="utf-8"))
+    for t in tj["added_tokens"]:
+        if t["content"] == "[MASK]":
+            t["lstrip"] = t["rstrip"] = True  # like RoBERTa's <mask>
+    next_id = len(tj["model"]["vocab"])
+    for content, single_word, lstrip, rstrip, normalized, special in FLAGGED_TOKENS:
+        tj["added_tokens"].append({"id": next_id, "content": content, "single_word": single_word, "lstrip": lstrip,
+                                   "rstrip": rstrip, "normalized": normalized, "special": special})
+        next_id += 1
+    return json.dumps(tj, ensure_ascii=False)
+
+
+def crafted_added_lines():
+    """Special tokens in odd places: glued, nested, lowercase, among exotic spaces and CJK."""
+    return ["[CLS][SEP]", "x[MASK]y", "[mask]", "[MASK]", " [MASK] ", "  [MASK]  ", "hello [MASK] world",
+            "hello  [MASK]\tworld", "[SEP]", "a[SEP]b[SEP]c", "[CLS]", "[[MASK]]", "[MASK][MASK]", "[PAD] padded",
+            "[UNK]", "[ MASK ]", "[MASK", "MASK]", "\t[MASK]\n", "\u4e2d[MASK]\u6587", "[MASK]\u00a0x",
+            "x\u2003[MASK]\u2003y", "\u00dcn\u00efc\u00f6d\u00e9 [MASK] caf\u00e9", "[Mask] [MASK ] [CLS ]", "",
+            " ", "[SEP] [SEP]", "the other then The THE bathe", "C++ and c++ and C++11 and (C++) _C++",
+            "New York new  york NEW YORK NewYork", "Caf\u00e9 cafe CAFE  caf\u00e9s", "\u4e2d\u6587 \u4e2d \u6587\u4e2d\u6587",
+            "running sing ING", "xABCx  ABC  abc", "xx axx xx_ x xx\u0301 xx\u00e9", "<eos>   next<eos>\u3000x",
+            "the\u200bthe", "[MASK]<eos>[SEP]", "\u00a0\u00a0[MASK]", "the C++ New York Caf\u00e9 ABC xx <eos>"]
+
+
+def inject_added(lines, seed=5):
+    """Real lines with added tokens put at random places (inside words too), spaces or not."""
+    rng = random.Random(seed)
+    pool = ["[MASK]", "[SEP]", "[CLS]", "[mask]", " [MASK] ", "<eos>", "the", "The", "Caf\u00e9", "\u4e2d\u6587",
+            "C++", "New York", "ABC", " xx ", "ing"]
+    out = []
+    for line in lines:
+        for _ in range(rng.randint(1, 4)):
+            i = rng.randrange(len(line) + 1)
+            line = line[:i] + rng.choice(pool) + line[i:]
+        out.append(line)
+    return out
+
+
+def word_character_probe():
+    """HF's single_word test (regex \\w) for every code point: the ones that count as a word character."""
+    snowman = "\u2603"
+    tok = Tokenizer(models.WordPiece({"[UNK]": 0}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_tokens([AddedToken(snowman, single_word=True, normalized=False)])
+    snow_id = tok.token_to_id(snowman)
+    cps = [c for c in range(0x110000) if not (0xD800 <= c < 0xE000) and c != 0x2603]
+    text = "".join(chr(c) + snowman + " " for c in cps)
+    e = tok.encode(text)
+    matched = {start for tid, (start, _) in zip(e.ids, e.offsets) if tid == snow_id}
+    # The snowman after code point k sits at character 3k + 1. Runs [first, last] of word characters.
+    ranges = []
+    for k, c in enumerate(cps):
+        if 3 * k + 1 in matched:
+            continue
+        if ranges and ranges[-1][1] == c - 1:
+            ranges[-1][1] = c
+        else:
+            ranges.append([c, c])
+    return ranges
+
+
+def stride_errors(tok, singles, pairs):
+    """Which (max_length, stride, strategy, direction) settings HF refuses, per input."""
+    out = []
+    settings = [(8, 0), (8, 5), (8, 6), (8, 7), (12, 4), (5, 2), (4, 1), (4, 2), (3, 0), (3, 1), (2, 0)]
+    for max_length, stride in settings:
+        for strategy in ("longest_first", "only_first", "only_second"):
+            for direction in ("right", "left"):
+                for kind, inputs in (("single", singles), ("pair", pairs)):
+                    for x in inputs:
+                        tok.no_padding()
+                        tok.no_truncation()
+                        try:
+                            tok.enable_truncation(max_length, stride=stride, strategy=strategy, direction=direction)
+                            e = tok.encode(*x) if kind == "pair" else tok.encode(x)
+                            result = {"ids": e.ids, "overflowing": [o.ids for o in e.overflowing]}
+                        except BaseException as err:  # Rust panics arrive as PanicException
+                            result = {"error": type(err).__name__ + ": " + str(err)[:200]}
+                        out.append({"max_length": max_length, "stride": stride, "strategy": strategy,
+                                    "direction": direction, "input": x} | result)
+    tok.no_truncation()
+    return out
+
+
 # ---- commands -----------------------------------------------------------------------------------
 
 
@@ -258,12 +377,60 @@ def parity(out_path):
     case("padding/max_length_64", "minilm_json", sub[:800], truncation={"max_length": 64}, padding={"length": 64})
     case("padding/left_32", "vocab_uncased", sub[:300], truncation={"max_length": 32},
          padding={"length": 32, "direction": "left"})
+    # Added tokens in the text, special_tokens_mask (every "added/" and "overflow/" case has it).
+    crafted = crafted_added_lines()
+    injected = inject_added([lines[i] for i in sub[:2000]])
+    base = len(lines)
+    lines.extend(crafted + injected)
+    crafted_idx = list(range(base, base + len(crafted)))
+    injected_idx = list(range(base + len(crafted), len(lines)))
+    specs["added_flags"] = {"json_text": flagged_tokenizer_json(model)}
+    toks["added_flags"] = load(specs["added_flags"])
+
+    def extra_case(name, tok_name, batch, truncation=None, padding=None, overflow=False):
+        tok = configure(toks[tok_name], truncation, padding)
+        rows = encodings(tok, texts(batch), extra=True)
+        if not overflow:  # HF keeps what truncation cut off anyway; hotpath only when asked
+            for row in rows:
+                del row["overflowing"]
+        cases.append({"name": name, "tokenizer": tok_name, "truncation": truncation, "padding": padding,
+                      "overflow": overflow, "inputs": batch, "encodings": rows})
+
+    for name in ("minilm_json", "vocab_uncased", "vocab_cased", "added_flags"):
+        extra_case(f"added/crafted_{name}", name, crafted_idx)
+        extra_case(f"added/injected_{name}", name, injected_idx)
+    extra_case("added/every_line_added_flags", "added_flags", every)
+    extra_case("added/pairs_added_flags", "added_flags", [[a, b] for a, b in zip(injected_idx, injected_idx[1:])][:800],
+               truncation={"max_length": 64}, padding={})
+
+    # Overflowing windows with a stride: singles both directions, pairs with every strategy HF allows.
+    long_idx = [i for i in every if len(lines[i]) > 200][:600]
+    for max_length, stride, direction in ((32, 8, "right"), (32, 8, "left"), (20, 0, "right"), (64, 30, "right")):
+        extra_case(f"overflow/singles_{max_length}_{stride}_{direction}", "minilm_json", long_idx,
+                   truncation={"max_length": max_length, "stride": stride, "direction": direction}, overflow=True)
+    extra_case("overflow/singles_padded_longest", "minilm_json", long_idx[:200] + sub[:100],
+               truncation={"max_length": 40, "stride": 10}, padding={"pad_to_multiple_of": 8}, overflow=True)
+    extra_case("overflow/added_flags_24_6", "added_flags", injected_idx[:500],
+               truncation={"max_length": 24, "stride": 6}, overflow=True)
+    qa = [[s_, l_] for s_, l_ in zip(sub[:400], long_idx[:400])]  # a short "question", a long "context"
+    for strategy, pairs_ in (("only_second", qa), ("only_first", [[b, a] for a, b in qa])):
+        for direction in ("right", "left"):
+            kept = truncation_survivors(toks["minilm_json"], texts(pairs_), 48, strategy)
+            extra_case(f"overflow/pairs_{strategy}_48_16_{direction}", "minilm_json",
+                       [p for p, k in zip(pairs_, kept) if k],
+                       truncation={"max_length": 48, "stride": 16, "strategy": strategy, "direction": direction},
+                       padding={"length": 48}, overflow=True)
+    extra_case("overflow/pairs_longest_first_40_4", "minilm_json", [[a, b] for a, b in qa[:200]],
+               truncation={"max_length": 40, "stride": 4}, overflow=True)
+    short = ["a b c d e f g h i j k l m n o p", "one two three", "x", ""]
+    out_errors = stride_errors(toks["minilm_json"], short, [[a, b] for a in short for b in short])
+
     # The file's own settings (MiniLM: truncate and pad to 128).
     tok = Tokenizer.from_file(f"{model}/tokenizer.json")
     cases.append({"name": "file_defaults/minilm_json", "tokenizer": "minilm_json", "file_defaults": True,
                   "inputs": every[:1000], "encodings": encodings(tok, texts(every[:1000]))})
     out = {"model_dir": model, "sources": sources, "tokenizers": specs, "lines": lines, "cases": cases,
-           "codepoints": codepoint_probe()}
+           "codepoints": codepoint_probe(), "word_characters": word_character_probe(), "stride_errors": out_errors}
     with open(out_path, "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=True)
 
@@ -276,7 +443,9 @@ def encode(args):
         if args.strip_accents is not None:
             spec["strip_accents"] = args.strip_accents == "1"
     tok = load(spec)
-    truncation = {"max_length": args.max_length, "strategy": args.truncation} if args.max_length else None
+    truncation = None
+    if args.max_length:
+        truncation = {"max_length": args.max_length, "strategy": args.truncation, "stride": args.stride}
     padding = None
     if args.padding:
         padding = {"length": args.pad_length if args.padding == "max_length" else None,
@@ -284,7 +453,17 @@ def encode(args):
     configure(tok, truncation, padding)
     data = json.load(open(args.input, encoding="utf-8"))
     batch = data["pairs"] if "pairs" in data else data["lines"]
-    json.dump({"encodings": encodings(tok, batch)}, sys.stdout)
+    rows = encodings(tok, batch, extra=True)
+    if args.overflow:  # transformers' layout: each input, then its windows, with the input's index
+        flat = []
+        for i, row in enumerate(rows):
+            for r in [row] + row.pop("overflowing"):
+                flat.append(r | {"overflow_to_sample_mapping": i})
+        rows = flat
+    else:
+        for row in rows:
+            del row["overflowing"]
+    json.dump({"encodings": rows}, sys.stdout)
 
 
 def main():
@@ -300,6 +479,8 @@ def main():
     e.add_argument("--strip-accents", choices=["0", "1"])
     e.add_argument("--max-length", type=int, default=0)
     e.add_argument("--truncation", default="longest_first")
+    e.add_argument("--stride", type=int, default=0)
+    e.add_argument("--overflow", action="store_true", help="flat rows with overflow_to_sample_mapping")
     e.add_argument("--padding", choices=["longest", "max_length"])
     e.add_argument("--pad-length", type=int)
     e.add_argument("--pad-to-multiple-of", type=int)

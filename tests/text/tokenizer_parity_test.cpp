@@ -1,8 +1,10 @@
 // Parity with Hugging Face `tokenizers` (tools/tokenizer_ref.py, run once for the whole binary):
 // token ids, type ids, attention masks and character offsets on > 10,000 real lines (Debian
 // fortunes, Weka's Reuters ARFF, generated non-ASCII text), pairs, every truncation strategy,
-// padding, the MiniLM tokenizer.json and vocab.txt under four normalizer settings; and the
-// normalizer and pre-tokenizer classes of every Unicode code point.
+// padding, the MiniLM tokenizer.json and vocab.txt under four normalizer settings; added tokens in
+// the text (special or not, single_word / lstrip / rstrip / normalized), special_tokens_mask,
+// overflowing windows with a stride and HF's stride errors; and the normalizer, pre-tokenizer and
+// single_word classes of every Unicode code point.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "hotpath/core/error.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/text/bert_normalizer.h"
 #include "hotpath/text/tokenizer.h"
@@ -53,6 +56,7 @@ const json& reference() {
 Tokenizer load(const std::string& name) {
   const json& spec = reference()["tokenizers"].at(name);
   if (spec.contains("json")) return Tokenizer::from_json_file(spec["json"].get<std::string>());
+  if (spec.contains("json_text")) return Tokenizer::from_json(spec["json_text"].get<std::string>(), name);
   VocabConfig config;
   if (spec.contains("lowercase")) config.normalizer.lowercase = spec["lowercase"].get<bool>();
   if (spec.contains("strip_accents")) config.normalizer.strip_accents = spec["strip_accents"].get<bool>();
@@ -67,9 +71,12 @@ EncodeOptions options_of(const json& c, const Tokenizer& tok) {
   o.return_offsets = true;
   o.offset_unit = OffsetUnit::kChars;
   o.threads = 2;
+  o.return_overflowing_tokens = c.value("overflow", false);
+  o.return_special_tokens_mask = c.contains("overflow");  // the cases written with extra=True
   if (c.contains("truncation") && !c["truncation"].is_null()) {
     const json& t = c["truncation"];
     o.max_length = t["max_length"].get<std::size_t>();
+    o.stride = t.value("stride", std::size_t{0});
     const std::string strategy = t.value("strategy", "longest_first");
     o.truncation = strategy == "only_first"    ? TruncationStrategy::kOnlyFirst
                    : strategy == "only_second" ? TruncationStrategy::kOnlySecond
@@ -121,24 +128,42 @@ std::size_t check_cases(const std::string& prefix) {
     EXPECT_EQ(got.size(), want.size());
     int failures = 0;
     for (std::size_t i = 0; i < std::min(got.size(), want.size()) && failures < 5; ++i) {
-      const Encoding& e = got[i];
-      const json& w = want[i];
-      std::vector<Offset> offsets;
-      for (const json& off : w["offsets"]) offsets.push_back({off[0].get<std::uint32_t>(), off[1].get<std::uint32_t>()});
-      const auto ids = w["ids"].get<std::vector<std::int32_t>>();
-      const bool same = e.ids == ids && e.type_ids == w["type_ids"].get<std::vector<std::int32_t>>() &&
-                        e.attention_mask == w["attention_mask"].get<std::vector<std::int32_t>>() && e.offsets == offsets;
-      if (!same) {
-        ++failures;
-        std::ostringstream msg;
-        msg << "input " << i << ": " << escaped(firsts[i]) << (pair ? " + " + escaped(seconds[i]) : "") << "\n  hf:      "
-            << tokens_of(tok, ids) << "\n  hotpath: " << tokens_of(tok, e.ids) << "\n  hf offsets:     ";
-        for (const Offset& off : offsets) msg << off.begin << "-" << off.end << " ";
-        msg << "\n  hotpath offsets: ";
-        for (const Offset& off : e.offsets) msg << off.begin << "-" << off.end << " ";
-        ADD_FAILURE() << msg.str();
+      // The encoding, then its overflowing windows (when the case has them), each against HF's.
+      std::vector<std::pair<const Encoding*, const json*>> rows = {{&got[i], &want[i]}};
+      if (want[i].contains("overflowing")) {
+        EXPECT_EQ(got[i].overflowing.size(), want[i]["overflowing"].size()) << "input " << i;
+        for (std::size_t k = 0; k < std::min(got[i].overflowing.size(), want[i]["overflowing"].size()); ++k) {
+          rows.emplace_back(&got[i].overflowing[k], &want[i]["overflowing"][k]);
+        }
       }
-      ++compared;
+      for (std::size_t r = 0; r < rows.size(); ++r) {
+        const Encoding& e = *rows[r].first;
+        const json& w = *rows[r].second;
+        std::vector<Offset> offsets;
+        for (const json& off : w["offsets"]) offsets.push_back({off[0].get<std::uint32_t>(), off[1].get<std::uint32_t>()});
+        const auto ids = w["ids"].get<std::vector<std::int32_t>>();
+        bool same = e.ids == ids && e.type_ids == w["type_ids"].get<std::vector<std::int32_t>>() &&
+                    e.attention_mask == w["attention_mask"].get<std::vector<std::int32_t>>() && e.offsets == offsets;
+        if (w.contains("special_tokens_mask")) {
+          same = same && e.special_tokens_mask == w["special_tokens_mask"].get<std::vector<std::int32_t>>();
+        }
+        if (!same) {
+          ++failures;
+          std::ostringstream msg;
+          msg << "input " << i << (r ? " overflowing window " + std::to_string(r - 1) : std::string()) << ": "
+              << escaped(firsts[i]) << (pair ? " + " + escaped(seconds[i]) : "") << "\n  hf:      " << tokens_of(tok, ids)
+              << "\n  hotpath: " << tokens_of(tok, e.ids) << "\n  hf offsets:     ";
+          for (const Offset& off : offsets) msg << off.begin << "-" << off.end << " ";
+          msg << "\n  hotpath offsets: ";
+          for (const Offset& off : e.offsets) msg << off.begin << "-" << off.end << " ";
+          if (w.contains("special_tokens_mask")) {
+            msg << "\n  hf mask: " << w["special_tokens_mask"].dump() << "\n  hotpath mask: " << json(e.special_tokens_mask).dump();
+          }
+          msg << "\n  hf type ids: " << w["type_ids"].dump() << "\n  hotpath type ids: " << json(e.type_ids).dump();
+          ADD_FAILURE() << msg.str();
+        }
+        ++compared;
+      }
     }
   }
   return compared;
@@ -172,6 +197,91 @@ TEST(TokenizerParity, TokenizerJsonTruncationAndPaddingApplyLikeHf) {
   EXPECT_EQ(dir.model_max_length(), 512u);
   EXPECT_EQ(dir.file_options().max_length, 128u);
   EXPECT_EQ(dir.vocab_size(), 30522u);
+}
+
+// "[MASK]" in the text is one token, "[mask]" is not (special tokens are not normalized), and
+// tokens with every added-token flag match HF on crafted lines, real lines with tokens injected
+// anywhere (inside words too), and every corpus line through the normalized-token path.
+TEST(TokenizerParity, AddedTokensInTheTextMatch) { EXPECT_GE(check_cases("added/"), 13000u + 4 * 2000u); }
+
+TEST(TokenizerParity, OverflowingWindowsWithStrideMatch) { EXPECT_GE(check_cases("overflow/"), 5000u); }
+
+// Where HF refuses a stride (or panics on one), hotpath throws; elsewhere the windows are equal.
+TEST(TokenizerParity, StrideErrorsAreHfErrors) {
+  const Tokenizer tok = load("minilm_json");
+  std::size_t errors = 0;
+  std::size_t compared = 0;
+  for (const json& c : reference()["stride_errors"]) {
+    EncodeOptions o;
+    o.max_length = c["max_length"].get<std::size_t>();
+    o.stride = c["stride"].get<std::size_t>();
+    const std::string strategy = c["strategy"].get<std::string>();
+    o.truncation = strategy == "only_first"    ? TruncationStrategy::kOnlyFirst
+                   : strategy == "only_second" ? TruncationStrategy::kOnlySecond
+                                               : TruncationStrategy::kLongestFirst;
+    o.truncation_side = c["direction"].get<std::string>() == "left" ? Side::kLeft : Side::kRight;
+    o.return_overflowing_tokens = true;
+    const json& input = c["input"];
+    SCOPED_TRACE(c.dump());
+    const auto run = [&] {
+      return input.is_array() ? tok.encode_pair(input[0].get<std::string>(), input[1].get<std::string>(), o)
+                              : tok.encode(input.get<std::string>(), o);
+    };
+    if (o.max_length < tok.num_special_tokens(input.is_array())) {
+      // hotpath refuses this max_length whatever the stride (HF wraps around and skips truncation).
+      EXPECT_THROW((void)run(), Error);
+      continue;
+    }
+    if (c.contains("error")) {
+      ++errors;
+      EXPECT_THROW((void)run(), Error);
+      continue;
+    }
+    const Encoding e = run();
+    EXPECT_EQ(e.ids, c["ids"].get<std::vector<std::int32_t>>());
+    std::vector<std::vector<std::int32_t>> windows;
+    for (const Encoding& w : e.overflowing) windows.push_back(w.ids);
+    EXPECT_EQ(windows, c["overflowing"].get<std::vector<std::vector<std::int32_t>>>());
+    ++compared;
+  }
+  EXPECT_GT(errors, 20u);
+  EXPECT_GT(compared, 100u);
+}
+
+// HF's single_word test (regex \w before and after the match) on every code point: a single_word
+// token right after the code point is matched exactly when HF matches it.
+TEST(TokenizerParity, SingleWordBoundariesMatchOnEveryCodePoint) {
+  std::set<char32_t> word;
+  for (const json& run : reference()["word_characters"]) {
+    for (auto c = run[0].get<char32_t>(); c <= run[1].get<char32_t>(); ++c) word.insert(c);
+  }
+  EXPECT_GT(word.size(), 100000u);
+  const std::string snowman = "\xE2\x98\x83";  // U+2603
+  const Tokenizer tok = Tokenizer::from_json(R"({"model":{"type":"WordPiece","unk_token":"[UNK]","vocab":{"[UNK]":0}},
+      "pre_tokenizer":{"type":"BertPreTokenizer"},"added_tokens":[{"id":1,"content":")" + snowman +
+                                             R"(","single_word":true,"normalized":false}]})");
+  std::string text;
+  std::vector<char32_t> cps;
+  for (char32_t c = 0; c < 0x110000; ++c) {
+    if ((c >= 0xD800 && c < 0xE000) || c == 0x2603) continue;
+    cps.push_back(c);
+    append_utf8(text, c);
+    text += snowman + " ";
+  }
+  const Encoding e = tok.encode(text, {.return_offsets = true, .offset_unit = OffsetUnit::kChars});
+  std::set<std::uint32_t> matched;
+  for (std::size_t i = 0; i < e.ids.size(); ++i) {
+    if (e.ids[i] == 1) matched.insert(e.offsets[i].begin);
+  }
+  int failures = 0;
+  for (std::size_t k = 0; k < cps.size(); ++k) {
+    const bool hotpath_word = !matched.contains(static_cast<std::uint32_t>(3 * k + 1));
+    if (hotpath_word != word.contains(cps[k]) && ++failures <= 40) {
+      ADD_FAILURE() << std::hex << "U+" << static_cast<std::uint32_t>(cps[k]) << ": hf word character "
+                    << word.contains(cps[k]);
+    }
+  }
+  EXPECT_EQ(failures, 0);
 }
 
 // Every code point through the normalizer, as HF's BertNormalizer.normalize_str sees it.

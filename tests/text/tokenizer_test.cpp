@@ -291,7 +291,7 @@ TEST(TokenizerJson, MalformedFilesAreOneLineErrors) {
       {tiny_json({{"post_processor", R"({"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<s>","type_id":0}}],"pair":[],"special_tokens":{}})"}}),
        R"(special token "<s>" is missing from post_processor.special_tokens)"},
       {tiny_json({{"post_processor", R"({"type":"BertProcessing","sep":["[SEP]",999],"cls":["[CLS]",2]})"}}), "post_processor uses id 999"},
-      {tiny_json({{"added_tokens", R"([{"id":4,"content":"[MASK]","lstrip":true}])"}}), "lstrip=true is not supported"},
+      {tiny_json({{"added_tokens", R"([{"id":4,"content":"[MASK]","lstrip":1}])"}}), "added_tokens[0].lstrip: expected true or false"},
       {tiny_json({{"added_tokens", R"([{"id":4,"content":""}])"}}), "added_tokens[0].content: expected a non-empty UTF-8 string"},
       {tiny_json({{"truncation", R"({"max_length":8,"strategy":"Sideways"})"}}), R"(truncation.strategy is "Sideways")"},
       {tiny_json({{"padding", R"({"strategy":"Random"})"}}), R"(padding.strategy is "Random")"},
@@ -338,6 +338,148 @@ TEST(Tokenizer, WritesOneJsonObjectPerEncoding) {
   std::string out;
   append_json(out, tiny().encode("hello", {.return_offsets = true}));
   EXPECT_EQ(out, R"({"input_ids":[2,5,3],"token_type_ids":[0,0,0],"attention_mask":[1,1,1],"offset_mapping":[[0,0],[0,5],[0,0]]})");
+}
+
+TEST(Tokenizer, SpecialTokensMaskMarksTemplateTokensAndPadding) {
+  const Tokenizer tok = tiny();
+  const std::vector<std::string_view> firsts = {"hello [MASK]", "a"};
+  const std::vector<std::string_view> seconds = {"world", "b a b"};
+  const auto batch = tok.encode_pair_batch(firsts, seconds, {.padding = Padding::kLongest, .return_special_tokens_mask = true});
+  EXPECT_EQ(batch[0].ids, ids({"[CLS]", "hello", "[MASK]", "[SEP]", "world", "[SEP]", "[PAD]"}));
+  // A special token written in the text is text: 0, as HF's encoding.special_tokens_mask.
+  EXPECT_EQ(batch[0].special_tokens_mask, (std::vector<std::int32_t>{1, 0, 0, 1, 0, 1, 1}));
+  EXPECT_EQ(batch[1].special_tokens_mask, (std::vector<std::int32_t>{1, 0, 1, 0, 0, 0, 1}));
+  EXPECT_TRUE(tok.encode("hello").special_tokens_mask.empty());  // only when asked
+  EXPECT_EQ(tok.encode("hello", {.add_special_tokens = false, .return_special_tokens_mask = true}).special_tokens_mask,
+            std::vector<std::int32_t>{0});
+}
+
+std::vector<std::vector<std::int32_t>> window_ids(const Encoding& e) {
+  std::vector<std::vector<std::int32_t>> out = {e.ids};
+  for (const Encoding& w : e.overflowing) out.push_back(w.ids);
+  return out;
+}
+
+TEST(Tokenizer, OverflowingWindowsOverlapByStride) {
+  const Tokenizer tok = tiny();
+  // 7 words, 3 per window (max_length 5 less [CLS] [SEP]), overlapping by 1: steps of 2.
+  const std::string text = "a b hello world token , !";
+  EncodeOptions o{.max_length = 5, .stride = 1, .return_overflowing_tokens = true, .return_offsets = true};
+  Encoding e = tok.encode(text, o);
+  EXPECT_EQ(window_ids(e), (std::vector<std::vector<std::int32_t>>{ids({"[CLS]", "a", "b", "hello", "[SEP]"}),
+                                                                   ids({"[CLS]", "hello", "world", "token", "[SEP]"}),
+                                                                   ids({"[CLS]", "token", ",", "!", "[SEP]"})}));
+  EXPECT_EQ(e.overflowing[0].offsets[1], (Offset{4, 9}));  // offsets still point into the text
+  // Left truncation keeps the end first and walks back.
+  o.truncation_side = Side::kLeft;
+  e = tok.encode(text, o);
+  EXPECT_EQ(window_ids(e), (std::vector<std::vector<std::int32_t>>{ids({"[CLS]", "token", ",", "!", "[SEP]"}),
+                                                                   ids({"[CLS]", "hello", "world", "token", "[SEP]"}),
+                                                                   ids({"[CLS]", "a", "b", "hello", "[SEP]"})}));
+  // Without return_overflowing_tokens the same truncation keeps one window.
+  EXPECT_TRUE(tok.encode(text, {.max_length = 5, .stride = 1}).overflowing.empty());
+  // max_length with room for the special tokens only: HF overflows the whole text.
+  e = tok.encode("a b", {.max_length = 2, .return_overflowing_tokens = true});
+  EXPECT_EQ(window_ids(e), (std::vector<std::vector<std::int32_t>>{ids({"[CLS]", "[SEP]"}), ids({"[CLS]", "a", "b", "[SEP]"})}));
+}
+
+TEST(Tokenizer, PairOverflowFollowsHuggingFaceOrder) {
+  const Tokenizer tok = tiny();
+  // only_second: the question stays, the context is windowed (type ids stay 0 / 1).
+  Encoding e = tok.encode_pair("hello", "a b a b a", {.max_length = 6, .truncation = TruncationStrategy::kOnlySecond,
+                                                      .stride = 1, .return_overflowing_tokens = true});
+  EXPECT_EQ(window_ids(e), (std::vector<std::vector<std::int32_t>>{
+                               ids({"[CLS]", "hello", "[SEP]", "a", "b", "[SEP]"}),
+                               ids({"[CLS]", "hello", "[SEP]", "b", "a", "[SEP]"}),
+                               ids({"[CLS]", "hello", "[SEP]", "a", "b", "[SEP]"}),
+                               ids({"[CLS]", "hello", "[SEP]", "b", "a", "[SEP]"})}));
+  EXPECT_EQ(e.overflowing[2].type_ids, (std::vector<std::int32_t>{0, 0, 0, 1, 1, 1}));
+  // longest_first truncating both: A's windows with B and B's windows, then A with B's windows.
+  e = tok.encode_pair("a b a", "hello world token", {.max_length = 7, .return_overflowing_tokens = true});
+  const std::vector<std::vector<std::int32_t>> want = {
+      ids({"[CLS]", "a", "b", "[SEP]", "hello", "world", "[SEP]"}),
+      ids({"[CLS]", "a", "[SEP]", "hello", "world", "[SEP]"}),
+      ids({"[CLS]", "a", "[SEP]", "token", "[SEP]"}),
+      ids({"[CLS]", "a", "b", "[SEP]", "token", "[SEP]"})};
+  EXPECT_EQ(window_ids(e), want);
+  // Padding reaches every window.
+  const std::vector<std::string_view> firsts = {"hello"};
+  const std::vector<std::string_view> seconds = {"a b a b a"};
+  const auto batch = tok.encode_pair_batch(firsts, seconds,
+                                           {.max_length = 7, .truncation = TruncationStrategy::kOnlySecond, .stride = 1,
+                                            .return_overflowing_tokens = true, .padding = Padding::kMaxLength,
+                                            .return_special_tokens_mask = true});
+  ASSERT_EQ(batch[0].overflowing.size(), 1u);
+  EXPECT_EQ(batch[0].overflowing[0].ids, ids({"[CLS]", "hello", "[SEP]", "a", "b", "a", "[SEP]"}));
+  const auto padded = tok.encode_batch(firsts, {.max_length = 3, .stride = 0, .return_overflowing_tokens = true,
+                                                .padding = Padding::kLongest, .return_special_tokens_mask = true});
+  ASSERT_EQ(padded[0].overflowing.size(), 0u);
+  const auto two = tok.encode_batch(seconds, {.max_length = 4, .return_overflowing_tokens = true,
+                                              .padding = Padding::kMaxLength, .return_special_tokens_mask = true});
+  ASSERT_EQ(two[0].overflowing.size(), 2u);
+  EXPECT_EQ(two[0].overflowing[1].ids, ids({"[CLS]", "a", "[SEP]", "[PAD]"}));
+  EXPECT_EQ(two[0].overflowing[1].special_tokens_mask, (std::vector<std::int32_t>{1, 0, 1, 1}));
+}
+
+TEST(Tokenizer, StrideTooLargeIsAnErrorAsInHuggingFace) {
+  const Tokenizer tok = tiny();
+  // max_length 5 leaves 3 tokens after [CLS] [SEP]: stride 3 is refused up front (HF's with_truncation) ...
+  EXPECT_NE(error_of([&] { (void)tok.encode("a", {.max_length = 5, .stride = 4}); }).find("stride 4 is greater than"),
+            std::string::npos);
+  // ... and a stride not below what a truncated sequence keeps fails when truncating (HF panics).
+  EXPECT_NE(error_of([&] { (void)tok.encode("a b a b a", {.max_length = 5, .stride = 3}); }).find("stride 3 must be below"),
+            std::string::npos);
+  EXPECT_NO_THROW((void)tok.encode("a b", {.max_length = 5, .stride = 3}));  // nothing to truncate
+  EXPECT_NE(error_of([&] {
+              (void)tok.encode_pair("a b a b", "b a b a", {.max_length = 7, .stride = 2, .return_overflowing_tokens = true});
+            }).find("must be below the 2 tokens"),
+            std::string::npos);
+}
+
+TEST(Tokenizer, FlattenOverflowingGivesOneRowPerWindow) {
+  const Tokenizer tok = tiny();
+  const std::vector<std::string_view> lines = {"a b a b a", "hello", "a b a"};
+  FlatEncodings flat = flatten_overflowing(tok.encode_batch(lines, {.max_length = 4, .return_overflowing_tokens = true}));
+  EXPECT_EQ(flat.overflow_to_sample_mapping, (std::vector<std::size_t>{0, 0, 0, 1, 2, 2}));
+  ASSERT_EQ(flat.encodings.size(), 6u);
+  EXPECT_EQ(flat.encodings[2].ids, ids({"[CLS]", "a", "[SEP]"}));
+  for (const Encoding& e : flat.encodings) EXPECT_TRUE(e.overflowing.empty());
+  std::string out;
+  append_json(out, tok.encode("hello", {.return_special_tokens_mask = true}), {.length = true, .overflow_to_sample_mapping = 7});
+  EXPECT_EQ(out, R"({"input_ids":[2,5,3],"token_type_ids":[0,0,0],"attention_mask":[1,1,1],"special_tokens_mask":[1,0,1],"length":3,"overflow_to_sample_mapping":7})");
+}
+
+// tiny_json with `added` appended to its added tokens (new contents get ids 22, 23, ... as in HF).
+Tokenizer with_added(const std::string& added) {
+  return Tokenizer::from_json(tiny_json({{"added_tokens",
+                                          R"([{"id":0,"content":"[PAD]","special":true},{"id":3,"content":"[SEP]","special":true},
+                                              {"id":4,"content":"[MASK]","special":true,"normalized":false},)" + added + "]"}}));
+}
+
+TEST(TokenizerJson, AddedTokenFlagsMatchLikeHuggingFace) {
+  // normalized: matched in the lowercased text; not normalized: verbatim only.
+  Tokenizer tok = with_added(R"({"id":22,"content":"Hello World","normalized":true},{"id":23,"content":"WoW","normalized":false})");
+  Encoding e = tok.encode("HELLO  world wow WoW", {.add_special_tokens = false, .return_offsets = true});
+  EXPECT_EQ(e.ids, (std::vector<std::int32_t>{5, 6, 1, 23}));  // two spaces: no match
+  e = tok.encode("HELLO world!", {.add_special_tokens = false, .return_offsets = true});
+  EXPECT_EQ(e.ids, (std::vector<std::int32_t>{22, 8}));
+  EXPECT_EQ(e.offsets[0], (Offset{0, 11}));
+  EXPECT_EQ(tok.token_to_id("Hello World"), 22);
+  // single_word: not inside a word; lstrip/rstrip take the spaces into the token's offsets.
+  tok = with_added(R"({"id":22,"content":"ab","single_word":true,"normalized":false},{"id":23,"content":"<m>","lstrip":true,"rstrip":true,"normalized":false})");
+  e = tok.encode("ab xab ab_ (ab) a  <m>  b", {.add_special_tokens = false, .return_offsets = true});
+  // ab | xab ab _ ( | ab | ) a | "  <m>  " | b   (the vocabulary has no "xab", "##b", "_" or "(")
+  EXPECT_EQ(e.ids, (std::vector<std::int32_t>{22, 1, 1, 1, 1, 22, 1, 12, 23, 14}));
+  ASSERT_EQ(e.offsets.size(), 10u);
+  EXPECT_EQ(e.offsets[5], (Offset{12, 14}));
+  EXPECT_EQ(e.offsets[8], (Offset{17, 24}));
+  // HF's loader ignores a file's ids: a content the model has keeps its id, a new one the next free id.
+  tok = with_added(R"({"id":40,"content":"hello","special":true},{"id":7,"content":"<new>"})");
+  EXPECT_EQ(tok.token_to_id("hello"), 5);
+  EXPECT_EQ(tok.token_to_id("<new>"), 22);
+  EXPECT_EQ(tok.encode("hello<new>", {.add_special_tokens = false}).ids, (std::vector<std::int32_t>{5, 22}));
+  // [MASK] stays verbatim: "[mask]" is ordinary text.
+  EXPECT_EQ(tok.tokenize("[MASK][mask]"), (std::vector<std::string>{"[MASK]", "[UNK]", "[UNK]", "[UNK]"}));
 }
 
 TEST(TokenizeBench, CountsLinesAndTokens) {

@@ -4,6 +4,13 @@
 //   auto tok = hotpath::text::Tokenizer::from_directory("all-MiniLM-L6-v2");  // tokenizer.json or vocab.txt
 //   hotpath::text::Encoding e = tok.encode("Hello, world!");            // [CLS] hello , world ! [SEP]
 //   auto batch = tok.encode_batch(lines, {.max_length = 128, .padding = hotpath::text::Padding::kLongest, .threads = 4});
+//   // Long documents: windows of 384 tokens overlapping by 128, one row each (HF return_overflowing_tokens).
+//   auto rows = hotpath::text::flatten_overflowing(tok.encode_pair_batch(questions, contexts,
+//       {.max_length = 384, .truncation = hotpath::text::TruncationStrategy::kOnlySecond, .stride = 128,
+//        .return_overflowing_tokens = true}));
+//
+// Added tokens (tokenizer.json "added_tokens", the special tokens of a vocab.txt) are found in the
+// text before anything else and never split, with HF's single_word / lstrip / rstrip / normalized.
 //
 // Input must be valid UTF-8: anything else is rejected with the byte offset (and the line in a
 // batch) rather than replaced, since a python str — what HF sees — cannot hold invalid bytes.
@@ -35,6 +42,11 @@ struct EncodeOptions {
   std::size_t max_length = 0;
   TruncationStrategy truncation = TruncationStrategy::kLongestFirst;
   Side truncation_side = Side::kRight;
+  // With max_length: consecutive windows overlap by this many tokens (HF `stride`; must be below
+  // each truncated sequence's length limit, or it is an error, as in HF).
+  std::size_t stride = 0;
+  // Keep what truncation cuts off, as further windows in Encoding::overflowing (HF's order).
+  bool return_overflowing_tokens = false;
   // kLongest: to the longest encoding of the batch; kMaxLength: to pad_length (0: max_length).
   Padding padding = Padding::kNone;
   std::size_t pad_length = 0;
@@ -42,6 +54,7 @@ struct EncodeOptions {
   Side padding_side = Side::kRight;
   bool return_offsets = false;
   OffsetUnit offset_unit = OffsetUnit::kBytes;
+  bool return_special_tokens_mask = false;
   unsigned threads = 1;  // batch encode workers; 0: one per hardware thread
 };
 
@@ -57,8 +70,21 @@ struct Encoding {
   std::vector<std::int32_t> type_ids;
   std::vector<std::int32_t> attention_mask;
   std::vector<Offset> offsets;  // empty unless EncodeOptions::return_offsets
+  // Empty unless EncodeOptions::return_special_tokens_mask: 1 for the tokens the post-processor
+  // added ([CLS], [SEP]) and padding, 0 for the text's tokens (an added token in the text too), as HF.
+  std::vector<std::int32_t> special_tokens_mask;
+  // With return_overflowing_tokens: the windows after this one (padded like it), in HF's order.
+  std::vector<Encoding> overflowing;
   [[nodiscard]] std::size_t size() const { return ids.size(); }
 };
+
+// transformers' rows with return_overflowing_tokens: each encoding followed by its overflowing
+// windows, all flat; overflow_to_sample_mapping[row] is the index of the input it came from.
+struct FlatEncodings {
+  std::vector<Encoding> encodings;
+  std::vector<std::size_t> overflow_to_sample_mapping;
+};
+FlatEncodings flatten_overflowing(std::vector<Encoding> batch);
 
 // Settings for a tokenizer built from vocab.txt (BertWordPieceTokenizer's arguments, or what
 // tokenizer_config.json says: do_lower_case, strip_accents, tokenize_chinese_chars, *_token).
@@ -120,8 +146,15 @@ class Tokenizer {
   std::shared_ptr<const Impl> impl_;
 };
 
+// Optional fields of append_json, named as transformers names them.
+struct JsonFields {
+  bool length = false;                                     // "length": ids.size(), padding included
+  std::optional<std::size_t> overflow_to_sample_mapping;  // the input this row came from
+};
+
 // One encoding as a JSON object on one line (no newline): {"input_ids":[..],"token_type_ids":[..],
-// "attention_mask":[..]} plus "offset_mapping":[[b,e],..] when it has offsets. Appends to `out`.
-void append_json(std::string& out, const Encoding& encoding);
+// "attention_mask":[..]} plus "offset_mapping":[[b,e],..] and "special_tokens_mask":[..] when it has
+// them, and `fields`. Appends to `out`; ignores `overflowing` (flatten_overflowing makes them rows).
+void append_json(std::string& out, const Encoding& encoding, const JsonFields& fields = {});
 
 }  // namespace hotpath::text

@@ -12,11 +12,26 @@
 
 namespace hotpath::text {
 
-// A special token matched in the raw text before normalization ("[CLS]" in the input is id 101,
-// not "[", "cl", "##s", "]"), like HF's non-normalized added tokens.
+// An added token (HF's AddedToken): found in the text before pre-tokenization and never split
+// ("[CLS]" in the input is id 101, not "[", "cl", "##s", "]").
 struct AddedToken {
-  std::string content;
+  std::string content;  // as in the file
+  std::string pattern;  // what is matched: `content`, or its normalized form when `normalized`
   std::int32_t id = 0;
+  bool single_word = false;  // only where no word character (regex \w) touches either end
+  bool lstrip = false;       // the match takes the whitespace before it
+  bool rstrip = false;       // ... and after it
+  bool normalized = false;   // matched in the normalized text (e.g. lowercased), else in the raw text
+  bool special = false;
+};
+
+// The added tokens matched in one text (raw or normalized): longest first, so the first that
+// matches at a position is HF's leftmost-longest match.
+struct AddedTokenSet {
+  std::vector<AddedToken> tokens;
+  std::array<bool, 256> first_byte{};  // quick reject: can a match start with this byte
+  std::string first_bytes;             // the distinct first bytes (one: memchr finds candidates)
+  [[nodiscard]] bool empty() const { return tokens.empty(); }
 };
 
 // One element of the post-processor's template: a special token or sequence A/B.
@@ -44,8 +59,9 @@ struct Tokenizer::Impl {
   std::int32_t unk_id = 0;
   std::size_t vocab_size = 0;  // ids that have a token (set by finish())
 
-  std::vector<AddedToken> added;               // longest first
-  std::array<bool, 256> added_first_byte{};    // quick reject before trying `added`
+  std::vector<AddedToken> added;  // every added token, in file order
+  AddedTokenSet raw_added;         // the non-normalized ones
+  AddedTokenSet normalized_added;  // the normalized ones, patterns normalized
   internal::VocabTable added_lookup;
 
   bool has_post_processor = false;
@@ -57,7 +73,7 @@ struct Tokenizer::Impl {
   EncodeOptions file_options;
   std::size_t model_max_length = 0;
 
-  // Fills ascii_action/ascii_lower and added_first_byte from the rest; call once built.
+  // Fills ascii_action/ascii_lower and the added-token sets from the rest; call once built.
   void finish();
 };
 

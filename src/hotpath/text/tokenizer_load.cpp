@@ -105,13 +105,24 @@ void build_vocab(Tokenizer::Impl& impl, const std::vector<std::pair<std::string_
   impl.continuation.build(prefix.empty() ? entries : continuation);
 }
 
-void add_special(Tokenizer::Impl& impl, const std::string& content, std::int32_t id) {
+// The first token with a content wins (HF's added vocabulary maps each content to one id).
+void add_token(Tokenizer::Impl& impl, AddedToken token) {
   for (const AddedToken& t : impl.added) {
-    if (t.content == content) return;
+    if (t.content == token.content) return;
   }
-  impl.added.push_back({content, id});
-  if (static_cast<std::size_t>(id) >= impl.id_to_token.size()) impl.id_to_token.resize(static_cast<std::size_t>(id) + 1);
-  if (impl.id_to_token[static_cast<std::size_t>(id)].empty()) impl.id_to_token[static_cast<std::size_t>(id)] = content;
+  const auto id = static_cast<std::size_t>(token.id);
+  if (id >= impl.id_to_token.size()) impl.id_to_token.resize(id + 1);
+  if (impl.id_to_token[id].empty()) impl.id_to_token[id] = token.content;
+  impl.added.push_back(std::move(token));
+}
+
+// BertWordPieceTokenizer's add_special_tokens: special, never normalized, no flags.
+void add_special(Tokenizer::Impl& impl, const std::string& content, std::int32_t id) {
+  AddedToken t;
+  t.content = content;
+  t.id = id;
+  t.special = true;
+  add_token(impl, std::move(t));
 }
 
 TemplateItem special_item(std::int32_t id, std::int32_t type_id) { return {false, 0, type_id, {id}}; }
@@ -267,14 +278,24 @@ void Tokenizer::Impl::finish() {
     ascii_action[static_cast<std::size_t>(b)] = action;
     ascii_lower[static_cast<std::size_t>(b)] = lower;
   }
-  // Leftmost-longest matching tries the longest added token first.
-  std::stable_sort(added.begin(), added.end(),
-                   [](const AddedToken& a, const AddedToken& b) { return a.content.size() > b.content.size(); });
-  added_first_byte.fill(false);
+  raw_added = {};
+  normalized_added = {};
   std::vector<std::pair<std::string_view, std::int32_t>> entries;
-  for (const AddedToken& t : added) {
-    added_first_byte[static_cast<unsigned char>(t.content[0])] = true;
+  for (AddedToken& t : added) {
     entries.emplace_back(t.content, t.id);
+    // HF matches a normalized token by its content run through the tokenizer's normalizer.
+    t.pattern = t.normalized ? normalizer.normalize(t.content) : t.content;
+    if (t.pattern.empty()) continue;  // normalized away: it can never match
+    AddedTokenSet& set = t.normalized ? normalized_added : raw_added;
+    set.tokens.push_back(t);
+    const auto first = static_cast<unsigned char>(t.pattern[0]);
+    if (!set.first_byte[first]) set.first_bytes.push_back(static_cast<char>(first));
+    set.first_byte[first] = true;
+  }
+  for (AddedTokenSet* set : {&raw_added, &normalized_added}) {
+    // Leftmost-longest matching tries the longest pattern first.
+    std::stable_sort(set->tokens.begin(), set->tokens.end(),
+                     [](const AddedToken& a, const AddedToken& b) { return a.pattern.size() > b.pattern.size(); });
   }
   added_lookup.build(entries);
   vocab_size = static_cast<std::size_t>(
@@ -406,25 +427,43 @@ std::shared_ptr<Tokenizer::Impl> Tokenizer::json_impl(std::string_view json_text
   HOTPATH_CHECK(pre_type == "BertPreTokenizer", file, ": pre_tokenizer.type is \"", pre_type,
                 "\"; hotpath supports \"BertPreTokenizer\"");
 
-  // added_tokens: matched in the raw text, never split.
+  // added_tokens: found in the text before pre-tokenization, never split. Like HF's loader, the
+  // id is not the file's: a content the model has keeps the model's id, a new one gets the next id
+  // past the vocabulary (HF warns when that differs from the file; files HF wrote always agree).
   if (const json* added = optional_member(root, "added_tokens")) {
     HOTPATH_CHECK(added->is_array(), file, ": added_tokens: expected an array, got ", type_name(*added));
+    const auto model_vocab_size = static_cast<std::int64_t>(entries.size());
+    std::int64_t max_added = -1;
     for (std::size_t i = 0; i < added->size(); ++i) {
       const std::string at = file + ": added_tokens[" + std::to_string(i) + "]";
       const json& t = (*added)[i];
       const std::string content = get_string(require(t, "content", at), at + ".content");
       HOTPATH_CHECK(!content.empty() && find_invalid_utf8(content) == std::string_view::npos, at,
                     ".content: expected a non-empty UTF-8 string");
-      const auto id = static_cast<std::int32_t>(get_int(require(t, "id", at), at + ".id", 0, kMaxId));
-      HOTPATH_CHECK(static_cast<std::size_t>(id) < impl->id_to_token.size() + (std::size_t{1} << 20), at, ".id ", id,
-                    " is far past the vocabulary");
-      for (const char* flag : {"single_word", "lstrip", "rstrip", "normalized"}) {
-        if (const json* v = optional_member(t, flag)) {
-          HOTPATH_CHECK(!get_bool(*v, at + "." + flag), at, " (\"", content, "\"): ", flag,
-                        "=true is not supported; hotpath matches added tokens verbatim in the raw text");
-        }
+      const auto file_id = get_int(require(t, "id", at), at + ".id", 0, kMaxId);
+      HOTPATH_CHECK(static_cast<std::size_t>(file_id) < impl->id_to_token.size() + (std::size_t{1} << 20), at, ".id ",
+                    file_id, " is far past the vocabulary");
+      std::int64_t id = -1;
+      for (const AddedToken& previous : impl->added) {
+        if (previous.content == content) id = previous.id;
       }
-      add_special(*impl, content, id);
+      if (id < 0) id = impl->initial.find(content.data(), content.size());
+      if (id < 0) id = max_added < 0 ? model_vocab_size : (max_added >= model_vocab_size ? max_added + 1 : model_vocab_size);
+      HOTPATH_CHECK(id <= kMaxId, at, ": too many added tokens");
+      max_added = std::max(max_added, id);
+      AddedToken token;
+      token.content = content;
+      token.id = static_cast<std::int32_t>(id);
+      const auto flag = [&](const char* key, bool fallback) {
+        const json* v = optional_member(t, key);
+        return v ? get_bool(*v, at + "." + key) : fallback;
+      };
+      token.special = flag("special", false);
+      token.single_word = flag("single_word", false);
+      token.lstrip = flag("lstrip", false);
+      token.rstrip = flag("rstrip", false);
+      token.normalized = flag("normalized", !token.special);  // HF's AddedToken::from default
+      add_token(*impl, std::move(token));
     }
   }
 
