@@ -1,7 +1,9 @@
 // hotpath_attention_bench: hotpath's fused attention vs its ATen reference (matmul, mask, softmax,
 // matmul) vs at::scaled_dot_product_attention (LibTorch's own CPU flash kernel) on BERT-shaped
 // inputs with a padding mask, forward and forward+backward, fp32 and bf16, per thread count. The
-// three run interleaved on the shared machine and the best of each is kept.
+// three run interleaved on the shared machine and the best of each is kept. --dropout p puts dropout
+// on the probabilities of all three (sdpa: dropout_p) and adds the fused kernel without dropout,
+// interleaved too, so the cost of the mask is measured on the same machine state.
 //   hotpath_attention_bench --batch 32 --heads 12 --lengths 128,512 --dim 64 --threads 1,2 --json out.json
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -35,6 +37,7 @@ struct Args {
   int repeats = 5;
   std::vector<std::string> impls = {"fused", "reference", "sdpa"};
   bool no_mask = false;
+  double dropout = 0.0;
   std::string json_path;
 };
 
@@ -42,6 +45,10 @@ std::string fixed(double x, int digits) {
   std::ostringstream out;
   out << std::fixed << std::setprecision(digits) << x;
   return out.str();
+}
+
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
 }
 
 double seconds_of(const std::function<void()>& f) {
@@ -66,6 +73,8 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", a.repeats);
   app.add_option("--json", a.json_path);
   app.add_flag("--no-mask", a.no_mask, "no padding mask (every key attends)");
+  app.add_option("--dropout", a.dropout, "dropout probability on the attention probabilities (0: none)")
+      ->check(CLI::Range(0.0, 0.99));
   app.add_option("--impls", a.impls, "fused,reference,sdpa (fused alone: profiling)")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
 
@@ -75,11 +84,15 @@ int main(int argc, char** argv) {
                            {"heads", a.heads},
                            {"dim", a.dim},
                            {"repeats", a.repeats},
+                           {"dropout", a.dropout},
                            {"results", nlohmann::json::array()}};
+  const bool dropout = a.dropout > 0.0;
   std::cout << "fused attention loops: " << hotpath::models::attention_kernel_name() << "; mask: "
-            << (a.no_mask ? "none" : "padding (sequence b keeps L - (b mod 8)·L/16 keys)") << "\n";
-  std::cout << "| L | dtype | mode | threads | fused ms | reference ms | sdpa ms | vs reference | vs sdpa |\n"
-               "|---|---|---|---|---|---|---|---|---|\n";
+            << (a.no_mask ? "none" : "padding (sequence b keeps L - (b mod 8)·L/16 keys)")
+            << "; dropout: " << a.dropout << "\n";
+  std::cout << "| L | dtype | mode | threads | fused ms | reference ms | sdpa ms | vs reference | vs sdpa |"
+            << (dropout ? " fused p=0 ms | dropout cost |\n" : "\n")
+            << "|---|---|---|---|---|---|---|---|---|" << (dropout ? "---|---|\n" : "\n");
   for (const std::int64_t len : a.lengths) {
     at::manual_seed(0);
     const at::Tensor q0 = at::randn({a.batch, a.heads, len, a.dim});
@@ -109,17 +122,21 @@ int main(int argc, char** argv) {
           const at::Tensor out = forward();
           (void)torch::autograd::grad({out}, {q, k, v}, {dout});
         };
+        // A fresh seed per call, as in training (from_generator draws one).
+        const auto drop = [&] { return hotpath::models::AttentionDropout::from_generator(a.dropout); };
         const std::vector<std::pair<std::string, std::function<at::Tensor()>>> impls = {
-            {"fused", [&] { return hotpath::models::attention(q, k, v, mask, AttentionKernel::kFused); }},
-            {"reference", [&] { return hotpath::models::reference_attention(q, k, v, mask); }},
-            {"sdpa", [&] { return at::scaled_dot_product_attention(q, k, v, sdpa_mask); }},
+            {"fused", [&] { return hotpath::models::attention(q, k, v, mask, AttentionKernel::kFused, drop()); }},
+            {"reference", [&] { return hotpath::models::reference_attention(q, k, v, mask, drop()); }},
+            {"sdpa", [&] { return at::scaled_dot_product_attention(q, k, v, sdpa_mask, a.dropout); }},
+            {"fused_p0", [&] { return hotpath::models::attention(q, k, v, mask, AttentionKernel::kFused); }},
         };
         for (const int threads : a.threads) {
           at::set_num_threads(threads);
           std::vector<double> best(impls.size(), 1e30);
           for (int r = 0; r < a.repeats + 1; ++r) {  // the first round warms up
             for (std::size_t i = 0; i < impls.size(); ++i) {
-              if (std::find(a.impls.begin(), a.impls.end(), impls[i].first) == a.impls.end()) continue;
+              if (impls[i].first == "fused_p0" ? !dropout || !contains(a.impls, "fused") : !contains(a.impls, impls[i].first))
+                continue;
               const double s = seconds_of([&] { step(impls[i].second); });
               if (r > 0) best[i] = std::min(best[i], s);
             }
@@ -129,14 +146,21 @@ int main(int argc, char** argv) {
           const auto ratio = [&](std::size_t i) {
             return measured(i) && measured(0) ? fixed(best[i] / best[0], 2) + "x" : std::string("-");
           };
+          // Dropout's cost: fused with it over fused without, as a percentage.
+          const auto cost = [&] {
+            return measured(0) && measured(3) ? fixed(100.0 * (best[0] / best[3] - 1.0), 1) + " %" : std::string("-");
+          };
           std::cout << "| " << len << " | " << dtype << " | " << mode << " | " << threads << " | " << ms(0) << " | "
-                    << ms(1) << " | " << ms(2) << " | " << ratio(1) << " | " << ratio(2) << " |" << std::endl;
+                    << ms(1) << " | " << ms(2) << " | " << ratio(1) << " | " << ratio(2) << " |";
+          if (dropout) std::cout << " " << ms(3) << " | " << cost() << " |";
+          std::cout << std::endl;
           nlohmann::json row = {{"length", len}, {"dtype", dtype}, {"mode", mode}, {"threads", threads}};
-          const char* names[] = {"fused_ms", "reference_ms", "sdpa_ms"};
-          for (std::size_t i = 0; i < 3; ++i)
+          const char* names[] = {"fused_ms", "reference_ms", "sdpa_ms", "fused_no_dropout_ms"};
+          for (std::size_t i = 0; i < 4; ++i)
             if (measured(i)) row[names[i]] = best[i] * 1e3;
           if (measured(0) && measured(1)) row["speedup_vs_reference"] = best[1] / best[0];
           if (measured(0) && measured(2)) row["speedup_vs_sdpa"] = best[2] / best[0];
+          if (measured(0) && measured(3)) row["dropout_cost"] = best[0] / best[3] - 1.0;
           report["results"].push_back(row);
         }
       }

@@ -1,6 +1,8 @@
 // Fused attention against the plain ATen reference: outputs and q/k/v gradients in fp32 and bf16,
 // with and without padding masks (a fully masked sequence too), lengths off the tile sizes, head_dim
 // 32/64/odd, batch > 1, every ISA compilation this CPU runs, and the kernel switch and fallbacks.
+// Dropout on the probabilities: fused vs reference with the same mask (p 0.1 and 0.5), the mask's
+// statistics and its dependence on seed, offset and coordinates only, seeds from the default generator.
 #include "hotpath/models/attention.h"
 
 #include <ATen/ATen.h>
@@ -8,7 +10,9 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -25,10 +29,11 @@ struct Case {
   std::int64_t last_keeps = 0;  // > 0: the last sequence keeps only this many keys (blocks of padding)
 };
 
-std::string describe(const Case& c, at::ScalarType type) {
+std::string describe(const Case& c, at::ScalarType type, const AttentionDropout& dropout = {}) {
   std::ostringstream out;
   out << "[" << c.batch << "," << c.heads << "," << c.lq << "x" << c.lk << "," << c.d << "] "
       << (c.mask ? "masked " : "") << c10::toString(type) << " on " << attention_kernel_name();
+  if (dropout.p > 0.0) out << " dropout " << dropout.p;
   return out.str();
 }
 
@@ -56,11 +61,12 @@ Inputs make_inputs(const Case& c, std::uint64_t seed) {
 }
 
 // Output and gradients of `kernel` on copies of the inputs cast to `type`, returned as fp32.
-std::vector<at::Tensor> run(const Inputs& in, at::ScalarType type, AttentionKernel kernel) {
+std::vector<at::Tensor> run(const Inputs& in, at::ScalarType type, AttentionKernel kernel,
+                            const AttentionDropout& dropout = {}) {
   at::Tensor q = in.q.to(type).requires_grad_();
   at::Tensor k = in.k.to(type).requires_grad_();
   at::Tensor v = in.v.to(type).requires_grad_();
-  at::Tensor out = attention(q, k, v, in.mask, kernel);
+  at::Tensor out = attention(q, k, v, in.mask, kernel, dropout);
   EXPECT_EQ(out.scalar_type(), type);
   const auto grads = torch::autograd::grad({out}, {q, k, v}, {in.dout.to(type)});
   return {out.to(at::kFloat), grads[0].to(at::kFloat), grads[1].to(at::kFloat), grads[2].to(at::kFloat)};
@@ -77,20 +83,22 @@ void expect_close(const at::Tensor& got, const at::Tensor& want, double tol, con
 // fp32: fused vs reference within 1e-5. bf16: fused (fp32 math on bf16 inputs, bf16 result) vs the
 // fp32 reference on the same bf16 values within 1e-2 — the bf16 reference itself rounds its scores
 // and probabilities to bf16 and is the less accurate of the two.
-void check_case(const Case& c, std::uint64_t seed) {
+void check_case(const Case& c, std::uint64_t seed, const AttentionDropout& dropout = {}) {
   const Inputs in = make_inputs(c, seed);
   const char* names[] = {"output", "dq", "dk", "dv"};
   {
-    const auto fused = run(in, at::kFloat, AttentionKernel::kFused);
-    const auto ref = run(in, at::kFloat, AttentionKernel::kReference);
-    for (int i = 0; i < 4; ++i) expect_close(fused[i], ref[i], 1e-5, describe(c, at::kFloat) + " " + names[i]);
+    const auto fused = run(in, at::kFloat, AttentionKernel::kFused, dropout);
+    const auto ref = run(in, at::kFloat, AttentionKernel::kReference, dropout);
+    for (int i = 0; i < 4; ++i)
+      expect_close(fused[i], ref[i], 1e-5, describe(c, at::kFloat, dropout) + " " + names[i]);
   }
   {
     Inputs rounded{in.q.to(at::kBFloat16).to(at::kFloat), in.k.to(at::kBFloat16).to(at::kFloat),
                    in.v.to(at::kBFloat16).to(at::kFloat), in.mask, in.dout.to(at::kBFloat16).to(at::kFloat)};
-    const auto fused = run(in, at::kBFloat16, AttentionKernel::kFused);
-    const auto ref = run(rounded, at::kFloat, AttentionKernel::kReference);
-    for (int i = 0; i < 4; ++i) expect_close(fused[i], ref[i], 1e-2, describe(c, at::kBFloat16) + " " + names[i]);
+    const auto fused = run(in, at::kBFloat16, AttentionKernel::kFused, dropout);
+    const auto ref = run(rounded, at::kFloat, AttentionKernel::kReference, dropout);
+    for (int i = 0; i < 4; ++i)
+      expect_close(fused[i], ref[i], 1e-2, describe(c, at::kBFloat16, dropout) + " " + names[i]);
   }
 }
 
@@ -118,6 +126,64 @@ class AttentionIsaTest : public ::testing::TestWithParam<AttentionIsa> {
 TEST_P(AttentionIsaTest, MatchesReferenceForwardAndBackward) {
   std::uint64_t seed = 1;
   for (const Case& c : kCases) check_case(c, seed++);
+}
+
+// The same cases with dropout: the reference applies attention_dropout_mask, the kernels hash it again
+// (forward and backward), so any disagreement between the three shows up here.
+TEST_P(AttentionIsaTest, DropoutMatchesReferenceForwardAndBackward) {
+  std::uint64_t seed = 11;
+  for (const double p : {0.1, 0.5}) {
+    for (const Case& c : kCases) {
+      check_case(c, seed, AttentionDropout{p, /*seed=*/seed * 977, /*offset=*/seed % 3});
+      ++seed;
+    }
+  }
+  // A fully masked sequence (uniform probabilities) is dropped out like any other.
+  const Case c{3, 2, 21, 21, 32, true};
+  Inputs in = make_inputs(c, 7);
+  in.mask[1].fill_(0);
+  const AttentionDropout dropout{0.3, 5, 0};
+  const auto fused = run(in, at::kFloat, AttentionKernel::kFused, dropout);
+  const auto ref = run(in, at::kFloat, AttentionKernel::kReference, dropout);
+  for (int i = 0; i < 4; ++i) expect_close(fused[i], ref[i], 1e-5, "fully masked, dropout 0.3: " + std::to_string(i));
+}
+
+// The hash as attention.cpp defines it, one element at a time: splitmix64's finaliser keys each head
+// and row, two lowbias32 rounds make the key's bits.
+std::uint64_t mix64(std::uint64_t z) {
+  z += 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+std::uint32_t lowbias32(std::uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352dU;
+  x ^= x >> 15;
+  x *= 0x846ca68bU;
+  return x ^ (x >> 16);
+}
+bool scalar_keep(const AttentionDropout& d, std::uint64_t b, std::uint64_t h, std::uint64_t i, std::uint64_t j) {
+  const std::uint64_t head = mix64(mix64(mix64(mix64(d.seed) ^ d.offset) ^ b) ^ h);
+  const std::uint64_t row = mix64(head ^ i);
+  const std::uint32_t bits = lowbias32(lowbias32(static_cast<std::uint32_t>(j) + static_cast<std::uint32_t>(row)) ^
+                                       static_cast<std::uint32_t>(row >> 32));
+  return bits >= static_cast<std::uint32_t>(std::round(d.p * 4294967296.0));
+}
+
+// Every ISA's vector hash gives the scalar definition's mask, tails (lk not a multiple of 16) included.
+TEST_P(AttentionIsaTest, DropoutMaskIsTheScalarHash) {
+  const AttentionDropout dropout{0.25, 1234, 7};
+  const at::Tensor keep = attention_dropout_mask(dropout, 2, 3, 37, 70);
+  const auto k = keep.accessor<bool, 4>();
+  std::int64_t wrong = 0;
+  for (std::int64_t b = 0; b < 2; ++b)
+    for (std::int64_t h = 0; h < 3; ++h)
+      for (std::int64_t i = 0; i < 37; ++i)
+        for (std::int64_t j = 0; j < 70; ++j)
+          wrong += k[b][h][i][j] != scalar_keep(dropout, static_cast<std::uint64_t>(b), static_cast<std::uint64_t>(h),
+                                               static_cast<std::uint64_t>(i), static_cast<std::uint64_t>(j));
+  EXPECT_EQ(wrong, 0) << "of " << keep.numel() << " on " << attention_kernel_name();
 }
 
 TEST_P(AttentionIsaTest, FullyMaskedSequenceAveragesValuesWithoutQkGradient) {
@@ -148,6 +214,103 @@ INSTANTIATE_TEST_SUITE_P(Isa, AttentionIsaTest,
                            }
                            return std::string("Unknown");
                          });
+
+// ---- dropout ----------------------------------------------------------------------------------------
+
+double kept_fraction(const at::Tensor& keep) { return keep.to(at::kDouble).mean().item<double>(); }
+
+// The kept fraction is 1 − p overall, per key position and per query row, and neighbouring rows and
+// keys are independent (both kept ≈ (1 − p)²): 6σ bounds, so a wrong threshold or a hash that repeats
+// along a row or across rows fails.
+TEST(AttentionDropout, KeptFractionIsOneMinusPAndElementsAreIndependent) {
+  for (const double p : {0.1, 0.5}) {
+    const at::Tensor keep = attention_dropout_mask(AttentionDropout{p, 42, 0}, 4, 4, 64, 256).to(at::kDouble);
+    const double n = static_cast<double>(keep.numel());
+    const double sigma = std::sqrt(p * (1 - p) / n);
+    EXPECT_NEAR(keep.mean().item<double>(), 1 - p, 6 * sigma) << "p " << p;
+    // Per key position (1024 rows each) and per query row (256 keys each).
+    const double col_sigma = std::sqrt(p * (1 - p) / 1024.0);
+    const at::Tensor per_key = keep.mean({0, 1, 2});
+    EXPECT_LE((per_key - (1 - p)).abs().max().item<double>(), 6 * col_sigma) << "p " << p;
+    const double row_sigma = std::sqrt(p * (1 - p) / 256.0);
+    const at::Tensor per_row = keep.mean(-1);
+    EXPECT_LE((per_row - (1 - p)).abs().max().item<double>(), 6 * row_sigma) << "p " << p;
+    // Pairs: neighbouring keys, neighbouring queries, neighbouring heads.
+    const double both = (1 - p) * (1 - p);
+    const double pair_sigma = std::sqrt(both * (1 - both) / (n / 2));
+    const auto pair = [&](const at::Tensor& a, const at::Tensor& b) { return (a * b).mean().item<double>(); };
+    EXPECT_NEAR(pair(keep.narrow(3, 0, 255), keep.narrow(3, 1, 255)), both, 6 * pair_sigma) << "keys, p " << p;
+    EXPECT_NEAR(pair(keep.narrow(2, 0, 63), keep.narrow(2, 1, 63)), both, 6 * pair_sigma) << "queries, p " << p;
+    EXPECT_NEAR(pair(keep.narrow(1, 0, 3), keep.narrow(1, 1, 3)), both, 6 * pair_sigma) << "heads, p " << p;
+  }
+}
+
+TEST(AttentionDropout, SeedAndOffsetSelectTheMaskCoordinatesFixIt) {
+  const AttentionDropout base{0.1, 99, 3};
+  const at::Tensor keep = attention_dropout_mask(base, 2, 2, 40, 50);
+  EXPECT_TRUE(at::equal(keep, attention_dropout_mask(base, 2, 2, 40, 50)));  // same seed, same mask
+  // Another seed or offset: a fresh mask, differing where exactly one of the two drops (≈ 2p(1−p)).
+  for (const AttentionDropout& other : {AttentionDropout{0.1, 100, 3}, AttentionDropout{0.1, 99, 4}}) {
+    const double differ = kept_fraction(keep != attention_dropout_mask(other, 2, 2, 40, 50));
+    EXPECT_NEAR(differ, 2 * 0.1 * 0.9, 0.04) << other.seed << "/" << other.offset;
+  }
+  // Batches and heads differ from each other.
+  EXPECT_GT(kept_fraction(keep[0][0] != keep[0][1]), 0.1);
+  EXPECT_GT(kept_fraction(keep[0][0] != keep[1][0]), 0.1);
+  // An element's fate depends on its (b, h, i, j) only: a larger shape holds this one as a corner, so
+  // a sequence keeps its mask whatever the batch's padded length.
+  const at::Tensor larger = attention_dropout_mask(base, 3, 4, 70, 130);
+  EXPECT_TRUE(at::equal(larger.slice(0, 0, 2).slice(1, 0, 2).slice(2, 0, 40).slice(3, 0, 50), keep));
+  // p = 0 keeps everything.
+  EXPECT_TRUE(attention_dropout_mask(AttentionDropout{0.0, 99, 3}, 1, 1, 4, 4).all().item<bool>());
+}
+
+TEST(AttentionDropout, SeedsComeFromTheDefaultGenerator) {
+  at::manual_seed(5);
+  const AttentionDropout first = AttentionDropout::from_generator(0.1);
+  const AttentionDropout second = AttentionDropout::from_generator(0.1);
+  EXPECT_NE(first.seed, second.seed);
+  at::manual_seed(5);
+  EXPECT_EQ(AttentionDropout::from_generator(0.0).seed, 0U);  // p = 0 draws nothing ...
+  EXPECT_EQ(AttentionDropout::from_generator(0.1).seed, first.seed);  // ... so the stream is unchanged
+  // fused_attention(…, p) = attention(…, kAuto, that draw): repeatable under at::manual_seed.
+  const Case c{2, 2, 30, 30, 32, true};
+  const Inputs in = make_inputs(c, 9);
+  at::manual_seed(8);
+  const at::Tensor once = fused_attention(in.q, in.k, in.v, in.mask, 0.2);
+  at::manual_seed(8);
+  const at::Tensor again = fused_attention(in.q, in.k, in.v, in.mask, 0.2);
+  at::manual_seed(8);
+  const AttentionDropout drawn = AttentionDropout::from_generator(0.2);
+  EXPECT_TRUE(at::equal(once, again));
+  EXPECT_TRUE(at::equal(once, attention(in.q, in.k, in.v, in.mask, AttentionKernel::kFused, drawn)));
+  EXPECT_FALSE(at::allclose(once, fused_attention(in.q, in.k, in.v, in.mask, 0.2), 1e-3, 1e-3));  // next draw
+  EXPECT_FALSE(at::allclose(once, fused_attention(in.q, in.k, in.v, in.mask), 1e-3, 1e-3));
+}
+
+TEST(AttentionDropout, ZeroIsNoDropoutAndBadProbabilitiesThrow) {
+  const Case c{2, 2, 30, 30, 32, true};
+  const Inputs in = make_inputs(c, 10);
+  const auto plain = run(in, at::kFloat, AttentionKernel::kFused);
+  const auto zero = run(in, at::kFloat, AttentionKernel::kFused, AttentionDropout{0.0, 77, 1});
+  for (std::size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(at::equal(plain[i], zero[i])) << i;
+  for (const double p : {-0.1, 1.0, std::numeric_limits<double>::quiet_NaN()}) {
+    for (auto kernel : {AttentionKernel::kReference, AttentionKernel::kFused, AttentionKernel::kAuto})
+      EXPECT_THROW(attention(in.q, in.k, in.v, in.mask, kernel, AttentionDropout{p, 1, 0}), Error) << p;
+    EXPECT_THROW(AttentionDropout::from_generator(p), Error) << p;
+  }
+}
+
+// The fallback (double here; CUDA likewise) applies the same mask as the kernels.
+TEST(AttentionDropout, ReferenceFallbackAppliesTheSameMask) {
+  const Case c{1, 2, 20, 20, 16, true};
+  const Inputs in = make_inputs(c, 12);
+  const AttentionDropout dropout{0.4, 3, 0};
+  const at::Tensor dropped = attention(in.q.to(at::kDouble), in.k.to(at::kDouble), in.v.to(at::kDouble), in.mask,
+                                       AttentionKernel::kAuto, dropout);
+  EXPECT_TRUE(at::allclose(dropped.to(at::kFloat), attention(in.q, in.k, in.v, in.mask, AttentionKernel::kFused, dropout),
+                           1e-5, 1e-5));
+}
 
 TEST(Attention, MaskDtypesAgree) {
   const Case c{2, 2, 33, 33, 32, true};
@@ -224,11 +387,14 @@ TEST(Attention, RunsUnderNoGradAndInferenceMode) {
 TEST(Attention, SameResultWhateverTheThreadCount) {
   const Case c{2, 4, 70, 70, 64, true};
   const Inputs in = make_inputs(c, 6);
-  const auto one = run(in, at::kFloat, AttentionKernel::kFused);
-  at::set_num_threads(2);
-  const auto two = run(in, at::kFloat, AttentionKernel::kFused);
-  at::set_num_threads(1);
-  for (std::size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(at::equal(one[i], two[i])) << i;
+  for (const double p : {0.0, 0.1}) {
+    const AttentionDropout dropout{p, 21, 0};
+    const auto one = run(in, at::kFloat, AttentionKernel::kFused, dropout);
+    at::set_num_threads(2);
+    const auto two = run(in, at::kFloat, AttentionKernel::kFused, dropout);
+    at::set_num_threads(1);
+    for (std::size_t i = 0; i < one.size(); ++i) EXPECT_TRUE(at::equal(one[i], two[i])) << i << " p " << p;
+  }
 }
 
 }  // namespace

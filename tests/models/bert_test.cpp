@@ -1,26 +1,33 @@
 // BERT / DistilBERT: config.json parsing and its errors, HF parameter names, padding, the attention
 // switch, key prefixes and weight mismatches (python-free; parity with transformers is in
 // bert_parity_test.cpp).
+#include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/allclose.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/dropout.h>
 #include <ATen/ops/equal.h>
+#include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
+#include <ATen/ops/softmax.h>
 #include <caffe2/serialize/inline_container.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "hotpath/core/error.h"
+#include "hotpath/models/attention.h"
 #include "hotpath/models/bert.h"
 #include "hotpath/models/hf_weights.h"
 #include "hotpath/models/weights.h"
@@ -165,14 +172,32 @@ TEST(BertAttention, EagerMatchesScaledDotProductAttention) {
   EXPECT_TRUE(at::allclose(bert_eager_attention(q, k, v, {}), at::scaled_dot_product_attention(q, k, v), 1e-5, 1e-6));
 }
 
+TEST(BertAttention, EagerDropoutIsRepeatableUnderTheSeed) {
+  const at::Tensor q = at::randn({2, 3, 5, 8});
+  const at::Tensor k = at::randn({2, 3, 5, 8});
+  const at::Tensor v = at::randn({2, 3, 5, 8});
+  at::manual_seed(3);
+  const at::Tensor once = bert_eager_attention(q, k, v, {}, 0.5);
+  at::manual_seed(3);
+  EXPECT_TRUE(at::equal(once, bert_eager_attention(q, k, v, {}, 0.5)));
+  EXPECT_FALSE(at::allclose(once, bert_eager_attention(q, k, v, {}), 1e-3, 1e-3));
+  // HF's order: dropout(softmax) · v, the probabilities scaled by 1/(1 − p).
+  at::manual_seed(3);
+  const at::Tensor probs = at::softmax(at::matmul(q, k.transpose(-2, -1)) / std::sqrt(8.0), -1);
+  EXPECT_TRUE(at::allclose(once, at::matmul(at::dropout(probs, 0.5, true), v), 1e-5, 1e-6));
+}
+
 std::atomic<int> g_attention_calls{0};
-at::Tensor counting_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& m) {
+double g_attention_p = -1.0;
+at::Tensor counting_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& m,
+                              double dropout_p) {
   ++g_attention_calls;
+  g_attention_p = dropout_p;
   EXPECT_EQ(q.dim(), 4);
   EXPECT_EQ(q.size(1), 2);  // heads
   EXPECT_EQ(q.size(3), 8);  // head_dim
   EXPECT_EQ(m.dim(), 2);
-  return bert_eager_attention(q, k, v, m);
+  return bert_eager_attention(q, k, v, m, dropout_p);
 }
 
 TEST(BertModel, AttentionIsSwitchable) {
@@ -186,7 +211,62 @@ TEST(BertModel, AttentionIsSwitchable) {
   model.set_attention(&counting_attention);
   const at::Tensor switched = model.forward(ids, mask);
   EXPECT_EQ(g_attention_calls.load(), 2);  // once per layer
+  EXPECT_EQ(g_attention_p, 0.0);           // eval: no dropout on the probabilities
   EXPECT_TRUE(at::equal(reference, switched));
+}
+
+// Training passes config.attention_probs_dropout_prob to the attention function (HF applies it to the
+// probabilities), eval passes 0; with the fused kernel the dropout shows in the output.
+TEST(BertModel, TrainingDropsOutAttentionProbabilities) {
+  BertConfig config = BertConfig::from_json(kTinyBert);  // hidden dropout 0: only the attention's is left
+  config.attention_probs_dropout_prob = 0.3;
+  BertModel model(config);
+  model.set_attention(&counting_attention);
+  const at::Tensor ids = random_ids(2, 6);
+  const at::Tensor mask = at::ones({2, 6}, at::kLong);
+  model.train();
+  (void)model.forward(ids, mask);
+  EXPECT_EQ(g_attention_p, 0.3);
+  model.eval();
+  (void)model.forward(ids, mask);
+  EXPECT_EQ(g_attention_p, 0.0);
+  model.set_attention(&fused_attention);
+  const at::NoGradGuard no_grad;
+  const at::Tensor evaluated = model.forward(ids, mask);
+  model.train();
+  at::manual_seed(1);
+  const at::Tensor trained = model.forward(ids, mask);
+  at::manual_seed(1);
+  EXPECT_TRUE(at::equal(trained, model.forward(ids, mask)));
+  EXPECT_FALSE(at::allclose(trained, evaluated, 1e-3, 1e-3));
+}
+
+// Activation checkpointing replays the fused kernel's mask: the seed is drawn from the default CPU
+// generator, whose state checkpoint() restores for the recompute (hidden dropout draws from it too, in
+// the same order), so the gradients equal the plain run's bit for bit.
+TEST(BertModel, CheckpointedFusedDropoutGivesTheSameGradients) {
+  BertConfig config = BertConfig::from_json(kTinyBert);
+  config.hidden_dropout_prob = 0.1;
+  config.attention_probs_dropout_prob = 0.2;
+  BertOptions options;
+  options.attention = &fused_attention;
+  at::manual_seed(0);
+  BertForSequenceClassification model(config, options);
+  model.train();
+  const at::Tensor ids = random_ids(2, 9);
+  at::Tensor mask = at::ones({2, 9}, at::kLong);
+  mask[1].slice(0, 6).fill_(0);
+  std::map<std::string, at::Tensor> grads[2];
+  for (int checkpointed = 0; checkpointed < 2; ++checkpointed) {
+    model.encoder->set_gradient_checkpointing(checkpointed == 1);
+    model.zero_grad();
+    at::manual_seed(7);
+    (model.forward(ids, mask) * at::arange(1, 3, at::kFloat)).sum().backward();
+    for (const auto& p : model.named_parameters())
+      if (p.value().grad().defined()) grads[checkpointed][p.key()] = p.value().grad().clone();
+  }
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  for (const auto& [name, g] : grads[0]) EXPECT_TRUE(at::equal(g, grads[1].at(name))) << name;
 }
 
 TEST(SentenceEmbedder, MeanPoolsOverTheMaskAndNormalizes) {

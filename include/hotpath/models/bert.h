@@ -8,8 +8,9 @@
 // Matches transformers' BertModel / DistilBertModel in eval mode (eager attention): post-norm layers,
 // exact (erf) GELU for "gelu", LayerNorm eps from config.json (DistilBERT: 1e-12), absolute position
 // embeddings only. Attention goes through one switchable function (BertOptions::attention) over
-// q, k, v [B, heads, L, head_dim] and the key padding mask [B, L] (1 = keep), so a fused kernel can
-// replace the ATen reference without touching the layers.
+// q, k, v [B, heads, L, head_dim], the key padding mask [B, L] (1 = keep) and the dropout probability
+// on the attention probabilities (config.attention_probs_dropout_prob in training, 0 in eval), so a
+// fused kernel can replace the ATen reference without touching the layers.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -33,16 +34,18 @@
 
 namespace hotpath::models {
 
-// softmax(q·kᵀ/√d + mask)·v with q, k, v [B, heads, L, head_dim] and key_padding_mask [B, L]
-// (nonzero = attend; undefined = attend everywhere) → [B, heads, L, head_dim].
+// dropout(softmax(q·kᵀ/√d + mask), dropout_p)·v with q, k, v [B, heads, L, head_dim] and
+// key_padding_mask [B, L] (nonzero = attend; undefined = attend everywhere) → [B, heads, L, head_dim].
+// dropout_p > 0 only in training; the function draws its randomness from LibTorch's default CPU
+// generator (at::manual_seed repeats it, activation checkpointing replays it). models::fused_attention
+// (attention.h) has this signature.
 using AttentionFn = at::Tensor (*)(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                   const at::Tensor& key_padding_mask);
+                                   const at::Tensor& key_padding_mask, double dropout_p);
 
 // Plain ATen, as transformers' eager attention: matmul, ·1/√d, masked keys set to the dtype's lowest
-// value, softmax, matmul. No dropout on the probabilities (the signature has no room for it, and the
-// fused kernel has none): in training BertModel applies hidden dropout only.
+// value, softmax, at::dropout(probs, dropout_p) when dropout_p > 0, matmul.
 at::Tensor bert_eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                const at::Tensor& key_padding_mask);
+                                const at::Tensor& key_padding_mask, double dropout_p = 0.0);
 
 struct BertOptions {
   AttentionFn attention = &bert_eager_attention;

@@ -1,6 +1,7 @@
 #include "hotpath/models/attention.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -33,9 +35,38 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
 
+// splitmix64's finaliser: a 64-bit bijection with full avalanche; keys the dropout hash per head and row.
+constexpr std::uint64_t mix64(std::uint64_t z) {
+  z += 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// Dropout as the kernels apply it to one (batch, head): keep an element when its 32 hash bits are at
+// least `threshold` (≈ p·2³²), scale kept ones by 1/(1−p). head_key = mix of (seed, offset, b, h).
+struct DropoutArgs {
+  bool on = false;
+  std::uint32_t threshold = 0;
+  float scale = 1.0F;
+  std::uint64_t head_key = 0;
+};
+
+DropoutArgs dropout_args(const AttentionDropout& dropout, std::int64_t b, std::int64_t h) {
+  DropoutArgs d;
+  if (dropout.p <= 0.0) return d;
+  d.on = true;
+  const double threshold = std::round(dropout.p * 4294967296.0);
+  d.threshold = threshold >= 4294967295.0 ? 0xFFFFFFFFU : static_cast<std::uint32_t>(threshold);
+  d.scale = static_cast<float>(1.0 / (1.0 - dropout.p));
+  d.head_key = mix64(mix64(mix64(mix64(dropout.seed) ^ dropout.offset) ^ static_cast<std::uint64_t>(b)) ^
+                     static_cast<std::uint64_t>(h));
+  return d;
+}
+
 // One (batch, head) as the kernels see it: row-major [L, d] inputs of element type T (float, or bf16
-// as its raw 16 bits), the key bias row (0 keep, −inf masked or padding; Lkp entries) and whether
-// every key is masked (scores are then all equal: zero).
+// as its raw 16 bits), the key bias row (0 keep, −inf masked or padding; Lkp entries), whether every
+// key is masked (scores are then all equal: zero) and the dropout on its probabilities.
 struct HeadArgs {
   const void* q = nullptr;
   const void* k = nullptr;
@@ -46,6 +77,7 @@ struct HeadArgs {
   std::int64_t lk = 0;
   std::int64_t d = 0;
   float scale = 1.0F;
+  DropoutArgs dropout;
 };
 
 struct ForwardArgs {
@@ -76,7 +108,7 @@ std::int64_t forward_scratch_floats(std::int64_t lk, std::int64_t d) {
 std::int64_t backward_scratch_floats(std::int64_t lq, std::int64_t lk, std::int64_t d) {
   const std::int64_t dp = round_up(d, kPad);
   const std::int64_t lkp = round_up(lk, kBwdKeys);
-  return 3 * lq * dp + 3 * dp * lkp + 2 * kBwdKeys * dp + 2 * kBwdQueries * kBwdKeys + 2 * lq;
+  return 3 * lq * dp + 3 * dp * lkp + 2 * kBwdKeys * dp + 3 * kBwdQueries * kBwdKeys + 2 * lq;
 }
 
 // ---- one compilation per ISA ----------------------------------------------------------------------
@@ -93,9 +125,10 @@ struct Kernels {
   void (*forward_bf16)(const ForwardArgs&, float*);
   void (*backward_f32)(const BackwardArgs&, float*);
   void (*backward_bf16)(const BackwardArgs&, float*);
+  void (*dropout_keep_row)(const DropoutArgs&, std::int64_t, std::int64_t, bool*);
 };
 const Kernels kPortable{"portable", portable::forward_f32, portable::forward_bf16, portable::backward_f32,
-                        portable::backward_bf16};
+                        portable::backward_bf16, portable::dropout_keep_row};
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define HOTPATH_X86_KERNELS 1
@@ -106,7 +139,8 @@ constexpr int W = 8;
 #include "attention_kernels.inc"
 }  // namespace avx2
 #pragma GCC pop_options
-const Kernels kAvx2{"avx2", avx2::forward_f32, avx2::forward_bf16, avx2::backward_f32, avx2::backward_bf16};
+const Kernels kAvx2{"avx2", avx2::forward_f32, avx2::forward_bf16, avx2::backward_f32, avx2::backward_bf16,
+                    avx2::dropout_keep_row};
 
 // Compiled, never run on the AVX2-only development machine: the same source with 16-lane vectors.
 #pragma GCC push_options
@@ -117,7 +151,7 @@ constexpr int W = 16;
 }  // namespace avx512
 #pragma GCC pop_options
 const Kernels kAvx512{"avx512", avx512::forward_f32, avx512::forward_bf16, avx512::backward_f32,
-                      avx512::backward_bf16};
+                      avx512::backward_bf16, avx512::dropout_keep_row};
 
 bool cpu_has_avx2() {
   static const bool has = __builtin_cpu_supports("avx2") != 0 && __builtin_cpu_supports("fma") != 0;
@@ -188,7 +222,7 @@ std::size_t element_size(const at::Tensor& t) { return t.element_size(); }
 
 // Forward over tasks (batch, head, block of queries); returns the output and the logsumexp [B, H, Lq].
 std::pair<at::Tensor, at::Tensor> fused_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                                const at::Tensor& mask) {
+                                                const at::Tensor& mask, const AttentionDropout& dropout) {
   const std::int64_t batch = q.size(0);
   const std::int64_t heads = q.size(1);
   const std::int64_t lq = q.size(2);
@@ -228,6 +262,7 @@ std::pair<at::Tensor, at::Tensor> fused_forward(const at::Tensor& q, const at::T
       a.head.lk = lk;
       a.head.d = d;
       a.head.scale = scale;
+      a.head.dropout = dropout_args(dropout, b, bh % heads);
       a.out = op + static_cast<std::size_t>(bh * lq * d) * es;
       a.lse = lp + bh * lq;
       a.q0 = blk * kFwdQueries;
@@ -242,7 +277,8 @@ std::pair<at::Tensor, at::Tensor> fused_forward(const at::Tensor& q, const at::T
 
 // Backward over tasks (batch, head): dq, dk, dv in q's dtype.
 variable_list fused_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                             const at::Tensor& out, const at::Tensor& lse, const at::Tensor& dout) {
+                             const AttentionDropout& dropout, const at::Tensor& out, const at::Tensor& lse,
+                             const at::Tensor& dout) {
   const std::int64_t batch = q.size(0);
   const std::int64_t heads = q.size(1);
   const std::int64_t lq = q.size(2);
@@ -281,6 +317,7 @@ variable_list fused_backward(const at::Tensor& q, const at::Tensor& k, const at:
       a.head.lk = lk;
       a.head.d = d;
       a.head.scale = scale;
+      a.head.dropout = dropout_args(dropout, b, bh % heads);
       a.out = at_row(out, bh * lq * d);
       a.dout = at_row(dout, bh * lq * d);
       a.lse = lp + bh * lq;
@@ -293,25 +330,39 @@ variable_list fused_backward(const at::Tensor& q, const at::Tensor& k, const at:
   return {dq, dk, dv};
 }
 
-// Inputs: q, k, v (contiguous, one dtype), mask (empty: none). Saved: q, k, v, mask, out, lse.
+// Inputs: q, k, v (contiguous, one dtype), mask (empty: none), dropout. Saved: q, k, v, out, lse, the
+// mask and the dropout's p, seed and offset (backward regenerates its mask from them).
 struct FusedAttention : public torch::autograd::Function<FusedAttention> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            const at::Tensor& mask) {
-    auto [out, lse] = fused_forward(q, k, v, mask);
+                            const at::Tensor& mask, const AttentionDropout& dropout) {
+    auto [out, lse] = fused_forward(q, k, v, mask, dropout);
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["mask"] = mask;  // not differentiable
+    ctx->saved_data["dropout_p"] = dropout.p;
+    ctx->saved_data["dropout_seed"] = static_cast<std::int64_t>(dropout.seed);  // IValue has no uint64
+    ctx->saved_data["dropout_offset"] = static_cast<std::int64_t>(dropout.offset);
     return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor mask = ctx->saved_data["mask"].toTensor();
+    AttentionDropout dropout;
+    dropout.p = ctx->saved_data["dropout_p"].toDouble();
+    dropout.seed = static_cast<std::uint64_t>(ctx->saved_data["dropout_seed"].toInt());
+    dropout.offset = static_cast<std::uint64_t>(ctx->saved_data["dropout_offset"].toInt());
     const at::Tensor dout = grads[0].contiguous();
-    variable_list g = fused_backward(saved[0], saved[1], saved[2], mask, saved[3], saved[4], dout);
+    variable_list g = fused_backward(saved[0], saved[1], saved[2], mask, dropout, saved[3], saved[4], dout);
     g.emplace_back();  // mask
+    g.emplace_back();  // dropout
     return g;
   }
 };
+
+void check_dropout(const AttentionDropout& dropout) {
+  HOTPATH_CHECK(dropout.p >= 0.0 && dropout.p < 1.0, "attention: dropout probability must be in [0, 1); got ",
+                dropout.p);
+}
 
 void check_shapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) {
   HOTPATH_CHECK(q.defined() && k.defined() && v.defined(), "attention: q, k and v must be defined tensors");
@@ -351,35 +402,73 @@ const char* attention_skip_reason(const at::Tensor& q, const at::Tensor& k, cons
   return nullptr;
 }
 
+AttentionDropout AttentionDropout::from_generator(double p, std::optional<at::Generator> generator) {
+  AttentionDropout dropout;
+  dropout.p = p;
+  check_dropout(dropout);
+  if (p == 0.0) return dropout;
+  at::Generator gen = generator && generator->defined() ? *generator : at::detail::getDefaultCPUGenerator();
+  auto* cpu = at::check_generator<at::CPUGeneratorImpl>(gen);
+  const std::lock_guard<std::mutex> lock(gen.mutex());
+  dropout.seed = cpu->random64();
+  return dropout;
+}
+
+at::Tensor attention_dropout_mask(const AttentionDropout& dropout, std::int64_t batch, std::int64_t heads,
+                                  std::int64_t lq, std::int64_t lk) {
+  check_dropout(dropout);
+  HOTPATH_CHECK(batch >= 0 && heads >= 0 && lq >= 0 && lk >= 0, "attention_dropout_mask: negative size [", batch,
+                ", ", heads, ", ", lq, ", ", lk, "]");
+  if (dropout.p == 0.0) return at::ones({batch, heads, lq, lk}, at::kBool);
+  at::Tensor keep = at::empty({batch, heads, lq, lk}, at::kBool);
+  bool* out = keep.data_ptr<bool>();
+  const auto row = kernels().dropout_keep_row;
+  at::parallel_for(0, batch * heads, 1, [&](std::int64_t t0, std::int64_t t1) {
+    for (std::int64_t bh = t0; bh < t1; ++bh) {
+      const DropoutArgs d = dropout_args(dropout, bh / heads, bh % heads);
+      for (std::int64_t i = 0; i < lq; ++i) row(d, i, lk, out + (bh * lq + i) * lk);
+    }
+  });
+  return keep;
+}
+
 at::Tensor reference_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                               const at::Tensor& key_padding_mask) {
+                               const at::Tensor& key_padding_mask, const AttentionDropout& dropout) {
   check_shapes(q, k, v, key_padding_mask);
+  check_dropout(dropout);
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(3)));
   if (key_padding_mask.defined()) {
     const at::Tensor masked =
         key_padding_mask.eq(0).to(scores.device()).view({key_padding_mask.size(0), 1, 1, key_padding_mask.size(1)});
     scores = scores.masked_fill(masked, lowest_value(scores.scalar_type()));
   }
-  return at::matmul(at::softmax(scores, -1), v);
+  at::Tensor probs = at::softmax(scores, -1);
+  if (dropout.p > 0.0) {
+    const at::Tensor keep = attention_dropout_mask(dropout, q.size(0), q.size(1), q.size(2), k.size(2));
+    // One rounding in the probabilities' dtype: masked_fill then ·1/(1−p) as a scalar.
+    probs = probs.masked_fill(keep.logical_not().to(probs.device()), 0.0) * (1.0 / (1.0 - dropout.p));
+  }
+  return at::matmul(probs, v);
 }
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& key_padding_mask,
-                     AttentionKernel kernel) {
+                     AttentionKernel kernel, const AttentionDropout& dropout) {
   check_shapes(q, k, v, key_padding_mask);
-  if (kernel == AttentionKernel::kReference) return reference_attention(q, k, v, key_padding_mask);
+  check_dropout(dropout);
+  if (kernel == AttentionKernel::kReference) return reference_attention(q, k, v, key_padding_mask, dropout);
   const char* why = attention_skip_reason(q, k, v, key_padding_mask);
   if (why != nullptr) {
     HOTPATH_CHECK(kernel != AttentionKernel::kFused, "attention: the fused kernel cannot run: ", why);
-    return reference_attention(q, k, v, key_padding_mask);
+    return reference_attention(q, k, v, key_padding_mask, dropout);
   }
   // An undefined tensor cannot pass through Function::apply: "no mask" travels as an empty one.
   const at::Tensor mask = key_padding_mask.defined() ? key_padding_mask : at::empty({0}, at::kBool);
-  return FusedAttention::apply(q.contiguous(), k.contiguous(), v.contiguous(), mask);
+  return FusedAttention::apply(q.contiguous(), k.contiguous(), v.contiguous(), mask, dropout);
 }
 
 at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                           const at::Tensor& key_padding_mask) {
-  return attention(q, k, v, key_padding_mask, AttentionKernel::kAuto);
+                           const at::Tensor& key_padding_mask, double dropout_p) {
+  return attention(q, k, v, key_padding_mask, AttentionKernel::kAuto, AttentionDropout::from_generator(dropout_p));
 }
 
 void set_attention_isa(AttentionIsa isa) {

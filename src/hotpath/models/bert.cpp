@@ -93,14 +93,16 @@ void fill_sinusoidal(at::Tensor& table) {
 // ---- attention -----------------------------------------------------------------------------------
 
 at::Tensor bert_eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                const at::Tensor& key_padding_mask) {
+                                const at::Tensor& key_padding_mask, double dropout_p) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   at::Tensor scores = autocast_matmul(q, k.transpose(-2, -1)) * scale;
   if (key_padding_mask.defined()) {
     const at::Tensor drop = (key_padding_mask == 0).view({key_padding_mask.size(0), 1, 1, key_padding_mask.size(1)});
     scores = scores.masked_fill(drop, lowest(scores.scalar_type()));
   }
-  return autocast_matmul(at::softmax(scores, -1), v);
+  at::Tensor probs = at::softmax(scores, -1);
+  if (dropout_p > 0.0) probs = at::dropout(probs, dropout_p, /*train=*/true);
+  return autocast_matmul(probs, v);
 }
 
 // ---- BertLayer -----------------------------------------------------------------------------------
@@ -144,9 +146,12 @@ at::Tensor BertLayer::forward(const at::Tensor& hidden, const at::Tensor& mask) 
   const std::int64_t heads = config_.num_attention_heads;
   const std::int64_t d = config_.head_dim();
   const auto split = [&](const at::Tensor& x) { return x.view({b, l, heads, d}).transpose(1, 2); };
-  const at::Tensor context = options_.attention(split(query_(hidden)), split(key_(hidden)), split(value_(hidden)), mask)
-                                 .transpose(1, 2)
-                                 .reshape({b, l, heads * d});
+  // As transformers: dropout on the attention probabilities in training only.
+  const double attention_p = is_training() ? config_.attention_probs_dropout_prob : 0.0;
+  const at::Tensor context =
+      options_.attention(split(query_(hidden)), split(key_(hidden)), split(value_(hidden)), mask, attention_p)
+          .transpose(1, 2)
+          .reshape({b, l, heads * d});
   const double p = config_.hidden_dropout_prob;
   const at::Tensor attended = attention_norm_(at::dropout(attention_out_(context), p, is_training()) + hidden);
   const at::Tensor inner = activation(intermediate_(attended), config_.hidden_act);
