@@ -81,10 +81,18 @@ struct TrainResult {
 TrainResult train(const Recipe& recipe, const TrainOptions& options = {});
 
 // Fine-tunes a Hugging Face BERT-family classifier (model.pretrained) on text shards (text_trainer.cpp):
-// full or LoRA (model.lora_r), bf16 autocast, accumulation-free, clipping, schedules, activation
-// checkpointing, eval accuracy each epoch, metrics.jsonl, and a Hugging Face model directory at the end
-// (run/model: config.json + model.safetensors + tokenizer files; run/adapter: the PEFT adapter).
-// Not yet: mid-run checkpoints and --resume, EMA, TensorBoard (errors or ignored keys say so).
+// full or LoRA (model.lora_r), bf16 autocast, gradient accumulation (train.accum_steps micro-batches of
+// batch_size / accum_steps, each micro-batch's mean loss weighted by its share of the step's samples, so
+// a step equals one over their union also for token-budget batches), clipping, schedules, activation
+// checkpointing, eval accuracy (next to the majority class), metrics.jsonl, TensorBoard (run/tensorboard:
+// train/loss, train/lr, train/samples_per_s, eval/top1, eval/top5, eval/loss), and at the end a Hugging
+// Face model directory (run/model: config.json + model.safetensors with LoRA merged + tokenizer files;
+// run/adapter: the PEFT adapter).
+// Checkpoints (run/checkpoints/step-NNNNNNNN, the image trainer's format and checkpoint.* keys) hold the
+// trained tensors (LoRA: adapters + head; full: every parameter and buffer), the optimizer state, the CPU
+// RNG and trainer.json (step, loader epoch/micro-batch, best metric, the pending metrics window); resume is
+// bit-exact. best/ is run/model (+ adapter/) as of the best epoch-end eval, with metrics.json.
+// A stop request checkpoints and returns interrupted (no run/model). Not yet: EMA, CUDA (errors say so).
 TrainResult train_text(const Recipe& recipe, const TrainOptions& options = {});
 
 // The shard paths of a recipe key's patterns (data.train / data.eval); errors name the recipe file

@@ -1,5 +1,6 @@
 // Fine-tuning a Hugging Face BERT-family classifier on text shards: the text half of `hotpath train`
-// (data.kind: text). See train_text in trainer.h for what it does and does not do yet.
+// (data.kind: text). See train_text in trainer.h for what it does; checkpoints, metrics.jsonl and
+// TensorBoard go through run_util.h, shared with the image loop in trainer.cpp.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -33,10 +35,13 @@
 #include "hotpath/models/weights.h"
 #include "hotpath/text/text_batch_tensor.h"
 #include "hotpath/text/text_loader.h"
+#include "hotpath/core/tensorboard.h"
+#include "hotpath/train/checkpoint.h"
 #include "hotpath/train/optimizer.h"
 #include "hotpath/train/recipe.h"
 #include "hotpath/train/schedule.h"
 #include "hotpath/train/trainer.h"
+#include "run_util.h"
 
 namespace hotpath::train {
 namespace {
@@ -64,7 +69,8 @@ text::TextLoaderOptions loader_options(const Recipe& recipe, const std::vector<s
   o.tokenizer_dir = d.tokenizer.empty() ? recipe.model.pretrained : d.tokenizer;
   o.max_length = static_cast<std::size_t>(d.max_length);
   o.workers = static_cast<unsigned>(d.workers);
-  o.batching.batch_size = static_cast<int>(recipe.train.batch_size);
+  // Micro-batches: an optimizer step takes train.accum_steps of them (eval uses the same size).
+  o.batching.batch_size = static_cast<int>(recipe.train.batch_size / recipe.train.accum_steps);
   o.batching.max_tokens = d.max_tokens;
   o.batching.pad_to_multiple_of = static_cast<std::size_t>(d.pad_to_multiple_of);
   o.batching.bucket_batches = d.bucket ? 100 : 0;
@@ -148,6 +154,132 @@ std::string fixed(double v, int digits) {
   return s.str();
 }
 
+// What trainer.json of a text checkpoint holds besides the tensors: the loader position of the next
+// micro-batch, the best metric, and the running sums behind the next metrics line, so a resumed
+// run logs exactly the lines an uninterrupted one would.
+struct TextTrainerState {
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  std::int64_t batch = 0;  // micro-batch index within `epoch`
+  std::optional<double> best_metric;
+  std::int64_t best_step = -1;
+  double loss_window = 0;  // summed step losses since the last metrics line
+  std::int64_t window = 0;
+  text::PaddingStats padding;
+};
+
+std::string text_state_json(const TextTrainerState& s, const Recipe& recipe) {
+  json j;
+  j["kind"] = "text";
+  j["step"] = s.step;
+  j["epoch"] = s.epoch;
+  j["batch"] = s.batch;
+  if (s.best_metric) j["best_metric"] = *s.best_metric;
+  j["best_step"] = s.best_step;
+  j["loss_window"] = s.loss_window;  // nlohmann writes doubles so that they read back bit-exact
+  j["window"] = s.window;
+  j["padding"] = {{"batches", s.padding.batches}, {"samples", s.padding.samples},
+                  {"real_tokens", s.padding.real_tokens}, {"padded_tokens", s.padding.padded_tokens}};
+  j["recipe"] = recipe.name;
+  j["seed"] = recipe.train.seed;
+  j["batch_size"] = recipe.train.batch_size;
+  j["accum_steps"] = recipe.train.accum_steps;
+  j["max_tokens"] = recipe.data.max_tokens;
+  j["lora_r"] = recipe.model.lora_r;
+  return j.dump(2) + "\n";
+}
+
+TextTrainerState text_state_from_json(const std::string& json_text, const std::string& where, const Recipe& recipe) {
+  TextTrainerState s;
+  try {
+    const auto j = nlohmann::json::parse(json_text);
+    HOTPATH_CHECK(j.value("kind", std::string()) == "text", where,
+                  ": not a text-recipe checkpoint (the run directory holds an image run)");
+    s.step = j.at("step").get<std::int64_t>();
+    s.epoch = j.at("epoch").get<std::int64_t>();
+    s.batch = j.at("batch").get<std::int64_t>();
+    if (j.contains("best_metric")) s.best_metric = j.at("best_metric").get<double>();
+    s.best_step = j.value("best_step", std::int64_t{-1});
+    s.loss_window = j.at("loss_window").get<double>();
+    s.window = j.at("window").get<std::int64_t>();
+    const auto& p = j.at("padding");
+    s.padding.batches = p.at("batches").get<std::int64_t>();
+    s.padding.samples = p.at("samples").get<std::int64_t>();
+    s.padding.real_tokens = p.at("real_tokens").get<std::int64_t>();
+    s.padding.padded_tokens = p.at("padded_tokens").get<std::int64_t>();
+    // The loader plan and the checkpoint's tensors depend on these: another value cannot resume.
+    const auto same = [&](const char* key, std::int64_t now, const char* recipe_key) {
+      const auto then = j.at(key).get<std::int64_t>();
+      HOTPATH_CHECK(then == now, where, ": the checkpoint was made with ", recipe_key, "=", then,
+                    "; the recipe now says ", now, " (resume needs the same batches and model layout)");
+    };
+    same("batch_size", recipe.train.batch_size, "train.batch_size");
+    same("accum_steps", recipe.train.accum_steps, "train.accum_steps");
+    same("max_tokens", recipe.data.max_tokens, "data.max_tokens");
+    same("lora_r", recipe.model.lora_r, "model.lora_r");
+    HOTPATH_CHECK(s.step >= 0 && s.epoch >= 0 && s.batch >= 0, where, ": negative step, epoch or batch");
+  } catch (const nlohmann::json::exception& e) {
+    HOTPATH_CHECK(false, where, ": invalid trainer state: ", e.what());
+  }
+  return s;
+}
+
+// The tensors of a text checkpoint's model.safetensors. With LoRA only the trained ones (adapters and
+// modules_to_save): the frozen encoder is model.pretrained's and is loaded again on resume. Without,
+// every parameter and buffer, as the image trainer saves them.
+TensorMap checkpoint_model_state(const torch::nn::Module& model, const NamedParameters& trainable, bool lora) {
+  if (!lora) return models::named_state(model);
+  TensorMap out;
+  for (const auto& [name, p] : trainable) out[name] = p;
+  return out;
+}
+
+// Copies `saved` into the model's tensors `expected` (same names and shapes, all of them, nothing else).
+void restore_model_state(const TensorMap& expected, const TensorMap& saved, const std::string& where) {
+  for (const auto& [name, t] : saved) {
+    const auto it = expected.find(name);
+    HOTPATH_CHECK(it != expected.end(), where, ": ", name,
+                  ": not a trained tensor of this model (was the checkpoint made with other model.* keys?)");
+    HOTPATH_CHECK(it->second.sizes() == t.sizes(), where, ": ", name, ": shape ", t.sizes(),
+                  " does not match the model's ", it->second.sizes());
+  }
+  for (const auto& [name, t] : expected) HOTPATH_CHECK(saved.contains(name), where, ": ", name, ": missing");
+  at::NoGradGuard no_grad;
+  for (const auto& [name, t] : expected) t.copy_(saved.at(name));
+}
+
+// The weights run/model gets: LoRA adapters merged into their base weights as LoraLinearImpl::merge
+// does (W + scaling·B·A in W's dtype), computed beside the live model so training can go on.
+TensorMap merged_state(torch::nn::Module& model) {
+  TensorMap state = models::named_state(model);
+  at::NoGradGuard no_grad;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    const auto lora = std::dynamic_pointer_cast<models::LoraLinearImpl>(item.value());
+    if (!lora || !lora->has_adapter()) continue;
+    const std::string& path = item.key();
+    const at::Tensor delta = at::matmul(lora->lora_B->weight, lora->lora_A->weight) * lora->scaling();
+    state[path + ".weight"] = lora->weight + delta.to(lora->weight.scalar_type());
+    state.erase(path + ".lora_A.weight");
+    state.erase(path + ".lora_B.weight");
+  }
+  return state;
+}
+
+// A Hugging Face model directory (config.json with the labels, model.safetensors, tokenizer files)
+// and, with LoRA, the PEFT adapter in `adapter_dir`.
+void write_model_dirs(const fs::path& model_dir, const fs::path& adapter_dir, torch::nn::Module& model,
+                      const std::optional<models::LoraConfig>& lora, const Recipe& recipe,
+                      const std::vector<std::string>& labels) {
+  if (lora) {
+    models::save_lora(model, *lora, adapter_dir);
+    copy_tokenizer_files(recipe.model.pretrained, adapter_dir);
+  }
+  fs::create_directories(model_dir);
+  models::write_tensors((model_dir / "model.safetensors").string(), merged_state(model), {{"format", "pt"}});
+  write_file_atomic((model_dir / "config.json").string(), finetuned_config(recipe, labels));
+  copy_tokenizer_files(recipe.model.pretrained, model_dir);
+}
+
 }  // namespace
 
 TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
@@ -155,24 +287,29 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
   std::ostream& out = options.out ? *options.out : std::cerr;
   const auto& tr = recipe.train;
   const auto& m = recipe.model;
-  HOTPATH_CHECK(!options.resume, recipe.source,
-                ": --resume is not supported for text recipes yet (they write no mid-run checkpoints)");
   HOTPATH_CHECK(tr.device != "cuda", recipe.source, ": train.device: text fine-tuning runs on the CPU for now");
   HOTPATH_CHECK(tr.precision != "fp16", recipe.source, ": train.precision: fp16 needs CUDA; use bf16 on CPU");
-  HOTPATH_CHECK(tr.accum_steps == 1, recipe.source, ": train.accum_steps: text recipes take 1 (token-budget batches "
-                "already vary in size); use data.max_tokens");
   HOTPATH_CHECK(tr.ema_decay == 0, recipe.source, ": train.ema_decay: EMA is not supported for text recipes yet");
   HOTPATH_CHECK(fs::exists(fs::path(m.pretrained) / "config.json"), recipe.source,
                 ": model.pretrained: no config.json in ", m.pretrained);
+  const bool benchmark = options.benchmark_warmup_steps >= 0;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(tr.threads > 0 ? static_cast<int>(tr.threads) : cores);
+  // Initial weights (the new head, LoRA's A) and dropout until a checkpoint restores its state.
   at::manual_seed(tr.seed);
 
   const fs::path run_dir(recipe.output_dir);
+  const fs::path ckpt_root = run_dir / "checkpoints";
   fs::create_directories(run_dir);
+  if (options.resume) {
+    HOTPATH_CHECK(latest_checkpoint(ckpt_root.string()).has_value(), ckpt_root.string(),
+                  ": no checkpoint to resume from");
+  }
   write_file_atomic((run_dir / "config.yaml").string(), to_yaml(recipe));
 
-  // Data.
+  // Data: micro-batches of batch_size / accum_steps samples (each within data.max_tokens); an
+  // optimizer step takes accum_steps of them.
+  const std::int64_t accum = tr.accum_steps;
   text::TextLoader train_loader(loader_options(recipe, existing_shards(recipe.data.train, recipe, "data.train"), true));
   std::unique_ptr<text::TextLoader> eval_loader;
   if (!recipe.data.eval.empty()) {
@@ -235,13 +372,33 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
   std::vector<at::Tensor> trainable_tensors;
   for (const auto& np : trainable) trainable_tensors.push_back(np.second);
 
-  const std::int64_t steps_per_epoch = train_loader.batches_in_epoch(0);
+  // Steps: an epoch's micro-batches in groups of accum_steps, the last group possibly shorter
+  // (token-budget plans differ in length from epoch to epoch, so each epoch is counted).
+  const auto steps_in_epoch = [&](std::int64_t epoch) {
+    return (train_loader.batches_in_epoch(epoch) + accum - 1) / accum;
+  };
+  const std::int64_t steps_per_epoch = steps_in_epoch(0);
   HOTPATH_CHECK(steps_per_epoch >= 1, recipe.source, ": data.train yields no batch");
-  std::int64_t total_steps = tr.epochs * steps_per_epoch;
-  if (tr.max_steps > 0) total_steps = std::min(total_steps, tr.max_steps);
+  std::int64_t planned_steps = 0;
+  for (std::int64_t e = 0; e < tr.epochs; ++e) planned_steps += steps_in_epoch(e);
+  const std::int64_t total_steps = tr.max_steps > 0 ? std::min(planned_steps, tr.max_steps) : planned_steps;
   auto optimizer = make_optimizer(optimizer_config_for(recipe), trainable);
-  const Schedule schedule(schedule_config_for(recipe, steps_per_epoch, tr.epochs * steps_per_epoch));
+  const Schedule schedule(schedule_config_for(recipe, steps_per_epoch, planned_steps));
   const auto autocast = autocast_dtype_of(tr.precision);
+
+  // Resume: trained tensors, optimizer state, RNG (dropout) and loader position; everything else was
+  // rebuilt above exactly as the first run built it.
+  TextTrainerState state;
+  if (options.resume) {
+    const std::string latest = *latest_checkpoint(ckpt_root.string());
+    const CheckpointData data = load_checkpoint(latest);
+    state = text_state_from_json(data.trainer_json, latest + "/trainer.json", recipe);
+    restore_model_state(checkpoint_model_state(*model, trainable, lora.has_value()), data.model,
+                        latest + "/model.safetensors");
+    load_optimizer_state(*optimizer, trainable, data.optimizer);
+    load_rng_state(data.rng, at::Device(at::kCPU));
+    if (!options.quiet) out << "resuming from " << latest << " at step " << state.step << "\n";
+  }
 
   if (!options.quiet) {
     out << "train: " << (config.arch == models::BertArch::kDistilBert ? "distilbert" : "bert") << " "
@@ -252,139 +409,210 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
         << (tr.precision == "bf16" ? std::string(" (") + models::bf16_math_name() + ")" : "") << ", attention "
         << m.attention << (m.gradient_checkpointing ? ", activation checkpointing" : "") << "; "
         << train_loader.corpus().size() << " samples, " << steps_per_epoch << " steps/epoch × " << tr.epochs
-        << " epochs\n";
+        << " epochs" << (accum > 1 ? ", " + std::to_string(accum) + " micro-batches a step" : "") << "\n";
   }
 
-  std::ofstream metrics(run_dir / "metrics.jsonl", std::ios::trunc);
+  // A line at the checkpoint's step that is not a log_every one, or an eval there mid-epoch, was
+  // logged because train.max_steps ended the run there: the resumed run goes on as if it had not.
+  std::ofstream metrics = open_metrics(run_dir / "metrics.jsonl",
+                                       options.resume ? std::optional<std::int64_t>(state.step) : std::nullopt,
+                                       {.drop_train_at_step = state.step % tr.log_every != 0,
+                                        .drop_eval_at_step = state.batch != 0});
+  TensorBoardWriter tb((run_dir / "tensorboard").string());
   models::PeakMemory peak;
   TrainResult result;
   result.run_dir = run_dir.string();
-  std::int64_t step = 0, samples = 0;
+  result.epochs_completed = state.epoch;
   StepBreakdown& bd = result.breakdown;
-  double best_metric = 0;
-  bool have_best = false;
-  text::PaddingStats padding;
-  for (std::int64_t epoch = 0; epoch < tr.epochs && step < total_steps; ++epoch) {
+  std::int64_t samples = 0;  // this invocation's
+  text::PaddingStats& padding = state.padding;
+
+  const auto save = [&] {
+    if (benchmark) return;
+    CheckpointData data;
+    data.model = checkpoint_model_state(*model, trainable, lora.has_value());
+    data.optimizer = optimizer_state(*optimizer, trainable);
+    data.rng = rng_state(at::Device(at::kCPU));
+    data.trainer_json = text_state_json(state, recipe);
+    save_checkpoint_and_prune(ckpt_root, state.step, data, recipe.checkpoint.keep_last);
+  };
+  const auto run_eval = [&](std::int64_t epoch_label) {
+    const TextEval e = evaluate_text(*model, *eval_loader, autocast, num_labels);
     model->train();
-    train_loader.seek({epoch, 0});
-    double loss_window = 0;
-    std::int64_t window = 0;
+    result.eval = e.result;
+    write_metrics_line(metrics, {{"split", "eval"}, {"epoch", epoch_label}, {"step", state.step},
+                                 {"top1", e.result.top1}, {"top5", e.result.top5}, {"loss", e.result.loss},
+                                 {"majority_top1", e.majority_top1}});
+    add_eval_scalars(tb, e.result, state.step);
+    tb.flush();
+    if (!options.quiet) {
+      out << "eval epoch " << epoch_label << ": accuracy " << fixed(e.result.top1, 2) << "% (majority class "
+          << fixed(e.majority_top1, 2) << "%)  loss " << fixed(e.result.loss, 4) << " on " << e.result.samples
+          << " samples\n";
+    }
+    return e;
+  };
+
+  bool stop = false;
+  for (std::int64_t epoch = state.epoch; epoch < tr.epochs && !stop && state.step < total_steps; ++epoch) {
+    model->train();
+    const std::int64_t micro_in_epoch = train_loader.batches_in_epoch(epoch);
+    train_loader.seek({epoch, epoch == state.epoch ? state.batch : 0});
     const auto epoch_start = Clock::now();
-    while (step < total_steps) {
-      if (options.stop != nullptr && options.stop->load()) {
-        result.interrupted = true;
-        break;
-      }
+    std::int64_t epoch_samples = 0;
+    bool epoch_done = train_loader.position().batch >= micro_in_epoch;
+    while (!epoch_done && state.step < total_steps) {
       const auto t0 = Clock::now();
-      const auto batch = train_loader.next();
-      if (!batch) break;
-      padding.batches += 1;
-      padding.samples += batch->batch_size;
-      padding.real_tokens += batch->real_tokens;
-      padding.padded_tokens += batch->padded_tokens;
-      const text::TextBatchTensors t = text::to_tensors(*batch);
-      const auto t1 = Clock::now();
-      schedule.apply(*optimizer, step);
-      at::Tensor loss;
-      {
-        models::AutocastGuard guard(at::kCPU, autocast);
-        const at::Tensor logits = model->forward(t.input_ids, t.attention_mask, t.token_type_ids);
-        loss = at::cross_entropy_loss(logits.to(at::kFloat), t.labels, {}, at::Reduction::Mean, -100,
-                                      tr.label_smoothing);
+      std::vector<text::TextBatch> micro;
+      std::int64_t step_samples = 0;
+      for (std::int64_t a = 0; a < accum; ++a) {
+        auto batch = train_loader.next();
+        if (!batch) break;
+        step_samples += batch->batch_size;
+        padding.batches += 1;
+        padding.samples += batch->batch_size;
+        padding.real_tokens += batch->real_tokens;
+        padding.padded_tokens += batch->padded_tokens;
+        micro.push_back(std::move(*batch));
       }
-      const auto t2 = Clock::now();
-      loss.backward();
+      HOTPATH_ASSERT(!micro.empty() && step_samples > 0);
+      double t_data = seconds_between(t0, Clock::now()), t_fwd = 0, t_bwd = 0;
+      schedule.apply(*optimizer, state.step);
+      double step_loss = 0;
+      for (const text::TextBatch& batch : micro) {
+        const auto a0 = Clock::now();
+        const text::TextBatchTensors t = text::to_tensors(batch);
+        const auto a1 = Clock::now();
+        at::Tensor loss;
+        {
+          models::AutocastGuard guard(at::kCPU, autocast);
+          const at::Tensor logits = model->forward(t.input_ids, t.attention_mask, t.token_type_ids);
+          loss = at::cross_entropy_loss(logits.to(at::kFloat), t.labels, {}, at::Reduction::Mean, -100,
+                                        tr.label_smoothing);
+        }
+        const auto a2 = Clock::now();
+        // Each micro-batch's mean weighted by its share of the step's samples: the gradients sum to
+        // those of the mean over their union, whatever sizes token-budget batches come in.
+        const double weight = static_cast<double>(batch.batch_size) / static_cast<double>(step_samples);
+        (micro.size() == 1 ? loss : loss * weight).backward();
+        const auto a3 = Clock::now();
+        const double loss_value = loss.item<double>();
+        HOTPATH_CHECK(std::isfinite(loss_value), "train: the loss is ", loss_value, " at step ", state.step + 1,
+                      " (epoch ", epoch + 1, "; lower optimizer.lr, or set train.clip_grad_norm). Last checkpoint: ",
+                      latest_checkpoint(ckpt_root.string()).value_or("none"));
+        step_loss += micro.size() == 1 ? loss_value : loss_value * weight;
+        t_data += seconds_between(a0, a1);
+        t_fwd += seconds_between(a1, a2);
+        t_bwd += seconds_between(a2, a3);
+      }
       const auto t3 = Clock::now();
-      const double loss_value = loss.item<double>();
-      HOTPATH_CHECK(std::isfinite(loss_value), "train: the loss is ", loss_value, " at step ", step,
-                    " (lower optimizer.lr, or train.clip_grad_norm)");
       if (tr.clip_grad_norm > 0) clip_grad_norm(trainable_tensors, tr.clip_grad_norm);
       optimizer->step();
       optimizer->zero_grad(/*set_to_none=*/true);
       const auto t4 = Clock::now();
-      bd.data_s += seconds_between(t0, t1);
-      bd.forward_s += seconds_between(t1, t2);
-      bd.backward_s += seconds_between(t2, t3);
+      bd.data_s += t_data;
+      bd.forward_s += t_fwd;
+      bd.backward_s += t_bwd;
       bd.optimizer_s += seconds_between(t3, t4);
       bd.steps += 1;
-      ++step;
-      samples += batch->batch_size;
-      loss_window += loss_value;
-      ++window;
-      if (step % tr.log_every == 0 || step == total_steps) {
-        const double lr = get_lr(*optimizer);
-        metrics << json{{"split", "train"}, {"step", step}, {"epoch", epoch}, {"loss", loss_window / window},
-                        {"lr", lr}, {"padding_fraction", padding.padding_fraction()}}
-                       .dump()
-                << "\n";
-        metrics.flush();
+      const double lr = get_lr(*optimizer);
+      samples += step_samples;
+      epoch_samples += step_samples;
+      state.step += 1;
+      state.loss_window += step_loss;
+      state.window += 1;
+      const std::int64_t next_batch = train_loader.position().batch;
+      epoch_done = next_batch >= micro_in_epoch;
+      state.epoch = epoch_done ? epoch + 1 : epoch;
+      state.batch = epoch_done ? 0 : next_batch;
+      const bool regular_line = state.step % tr.log_every == 0;
+      if (regular_line || state.step == total_steps) {
+        const double loss = state.loss_window / static_cast<double>(state.window);
+        const double rate =
+            static_cast<double>(epoch_samples) / std::max(seconds_between(epoch_start, Clock::now()), 1e-9);
+        write_metrics_line(metrics, {{"split", "train"}, {"step", state.step}, {"epoch", epoch}, {"loss", loss},
+                                     {"lr", lr}, {"padding_fraction", padding.padding_fraction()}});
+        add_train_scalars(tb, loss, lr, rate, state.step);
         if (!options.quiet) {
-          const double elapsed = seconds_between(epoch_start, Clock::now());
-          out << "epoch " << epoch + 1 << "/" << tr.epochs << "  step " << step << "/" << total_steps << "  loss "
-              << fixed(loss_window / window, 4) << "  lr " << lr << "  "
-              << fixed(static_cast<double>(batch->index + 1) * static_cast<double>(tr.batch_size) / std::max(elapsed, 1e-9), 1)
-              << " samples/s  padding " << fixed(100.0 * padding.padding_fraction(), 1) << "%\n";
+          out << "epoch " << epoch + 1 << "/" << tr.epochs << "  step " << state.step << "/" << total_steps
+              << "  loss " << fixed(loss, 4) << "  lr " << lr << "  " << fixed(rate, 1) << " samples/s  padding "
+              << fixed(100.0 * padding.padding_fraction(), 1) << "%\n";
         }
-        loss_window = 0;
-        window = 0;
+        // The last step's extra line leaves the window to the checkpoint: resumed, it goes on.
+        if (regular_line) {
+          state.loss_window = 0;
+          state.window = 0;
+        }
+      }
+      // Mid-epoch checkpoints: every checkpoint.every_steps, on a stop request and where max_steps
+      // ends the run. The end of an epoch checkpoints below, after its eval (best_metric included).
+      const bool interrupted = options.stop != nullptr && options.stop->load();
+      const bool periodic = recipe.checkpoint.every_steps > 0 && state.step % recipe.checkpoint.every_steps == 0;
+      if (!epoch_done && (periodic || interrupted || state.step >= total_steps)) save();
+      if (interrupted) {
+        result.interrupted = true;
+        stop = true;
+        break;
       }
     }
-    if (result.interrupted) break;
+    if (!epoch_done) {
+      // Stopped mid-epoch. By max_steps: evaluate what was trained (logged, not a best/ candidate: a
+      // resumed run would not see this eval); by a stop request: only the checkpoint above.
+      if (!result.interrupted && eval_loader && !benchmark) run_eval(epoch + 1);
+      break;
+    }
     result.epochs_completed = epoch + 1;
-    const bool last = epoch + 1 == tr.epochs || step >= total_steps;
-    if (eval_loader && (last || (tr.eval_every > 0 && (epoch + 1) % tr.eval_every == 0))) {
-      const TextEval e = evaluate_text(*model, *eval_loader, autocast, num_labels);
-      result.eval = e.result;
-      metrics << json{{"split", "eval"}, {"epoch", epoch + 1}, {"step", step}, {"top1", e.result.top1},
-                      {"top5", e.result.top5}, {"loss", e.result.loss}, {"majority_top1", e.majority_top1}}
-                     .dump()
-              << "\n";
-      metrics.flush();
-      if (!options.quiet) {
-        out << "eval epoch " << epoch + 1 << ": accuracy " << fixed(e.result.top1, 2) << "% (majority class "
-            << fixed(e.majority_top1, 2) << "%)  loss " << fixed(e.result.loss, 4) << " on " << e.result.samples
-            << " samples\n";
-      }
-      const double metric = recipe.checkpoint.metric == "loss" ? -e.result.loss : e.result.top1;
-      if (!have_best || metric > best_metric) {
-        best_metric = metric;
-        have_best = true;
+    const bool last = epoch + 1 == tr.epochs || state.step >= total_steps;
+    if (eval_loader && !benchmark && (last || (tr.eval_every > 0 && (epoch + 1) % tr.eval_every == 0))) {
+      const TextEval e = run_eval(epoch + 1);
+      const double metric = metric_value(e.result, recipe.checkpoint.metric);
+      if (recipe.checkpoint.keep_best &&
+          (!state.best_metric || metric_better(recipe.checkpoint.metric, metric, *state.best_metric))) {
+        state.best_metric = metric;
+        state.best_step = state.step;
+        // best/: the HF directory run/model would be at this point (+ adapter/ with LoRA), swapped in whole.
+        const fs::path best = run_dir / "best", tmp = run_dir / "best.tmp";
+        fs::remove_all(tmp);
+        write_model_dirs(tmp, tmp / "adapter", *model, lora, recipe, labels);
+        write_file_atomic((tmp / "metrics.json").string(),
+                          json{{"step", state.step}, {"epoch", epoch + 1}, {"top1", e.result.top1},
+                               {"top5", e.result.top5}, {"loss", e.result.loss},
+                               {"majority_top1", e.majority_top1}}.dump(2) + "\n");
+        std::error_code ec;
+        fs::remove_all(best, ec);
+        fs::rename(tmp, best, ec);
+        HOTPATH_CHECK(!ec, best.string(), ": cannot rename ", tmp.string(), " to it: ", ec.message());
+        sync_directory(run_dir.string());
       }
     }
-  }
-
-  // The fine-tuned model as a Hugging Face directory; with LoRA also the PEFT adapter, then merged.
-  if (options.benchmark_warmup_steps < 0) {
-    if (lora) {
-      const fs::path adapter = run_dir / "adapter";
-      models::save_lora(*model, *lora, adapter);
-      copy_tokenizer_files(m.pretrained, adapter);
-      models::merge_lora(*model);
+    const bool periodic = recipe.checkpoint.every_steps > 0 && state.step % recipe.checkpoint.every_steps == 0;
+    if (last || stop || periodic ||
+        (recipe.checkpoint.every_epochs > 0 && (epoch + 1) % recipe.checkpoint.every_epochs == 0)) {
+      save();
     }
-    const fs::path model_dir = run_dir / "model";
-    fs::create_directories(model_dir);
-    models::save_safetensors(*model, (model_dir / "model.safetensors").string(), {{"format", "pt"}});
-    write_file_atomic((model_dir / "config.json").string(), finetuned_config(recipe, labels));
-    copy_tokenizer_files(m.pretrained, model_dir);
+    tb.flush();
   }
 
-  result.steps = step;
+  // The fine-tuned model as a Hugging Face directory (LoRA merged) and, with LoRA, the PEFT adapter.
+  // An interrupted run leaves only its checkpoint: resume finishes the run and writes these.
+  if (!benchmark && !result.interrupted) {
+    write_model_dirs(run_dir / "model", run_dir / "adapter", *model, lora, recipe, labels);
+  }
+  tb.flush();
+
+  result.steps = state.step;
   result.seconds = seconds_between(t_start, Clock::now());
   const double train_s = bd.total_s();
   result.samples_per_s = train_s > 0 ? static_cast<double>(samples) / train_s : 0;
   result.steady_samples_per_s = result.samples_per_s;
-  result.steady_steps = step;
+  result.steady_steps = bd.steps;
   json profile = json::parse(bd.to_json());
   profile["peak_memory_bytes"] = peak.peak_bytes();
   profile["padding_fraction"] = padding.padding_fraction();
   write_file_atomic((run_dir / "profile.json").string(), profile.dump(2) + "\n");
   if (!options.quiet) {
-    out << bd.summary() << "\n";
-    out << "trained: " << step << " steps in " << fixed(result.seconds, 1) << " s (" << fixed(result.samples_per_s, 1)
-        << " samples/s), padding " << fixed(100.0 * padding.padding_fraction(), 1) << "% of tokens, peak tensor memory "
-        << fixed(static_cast<double>(peak.peak_bytes()) / (1 << 20), 1) << " MiB";
-    if (result.eval) out << "; eval accuracy " << fixed(result.eval->top1, 2) << "%";
-    out << "\nrun directory: " << run_dir.string() << "\n";
+    out << "text: padding " << fixed(100.0 * padding.padding_fraction(), 1) << "% of tokens, peak tensor memory "
+        << fixed(static_cast<double>(peak.peak_bytes()) / (1 << 20), 1) << " MiB\n";
   }
   return result;
 }

@@ -3,9 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
-#include <ATen/core/Generator.h>
 #include <ATen/detail/CUDAHooksInterface.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/csrc/autograd/grad_mode.h>
@@ -19,7 +17,6 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
-#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -38,6 +35,7 @@
 #include "hotpath/train/optimizer.h"
 #include "hotpath/train/package.h"
 #include "hotpath/train/schedule.h"
+#include "run_util.h"
 
 namespace hotpath::train {
 namespace fs = std::filesystem;
@@ -116,27 +114,6 @@ std::string percent(double v) {
   return s.str();
 }
 
-// The "step" of a metrics.jsonl line, or -1.
-std::int64_t metrics_line_step(const std::string& line) {
-  try {
-    const auto j = nlohmann::json::parse(line);
-    return j.value("step", std::int64_t{-1});
-  } catch (const nlohmann::json::exception&) {
-    return -1;
-  }
-}
-
-// Resuming at `step`: drop lines logged after it by the interrupted run, so the file reads as one run.
-void rewind_metrics(const std::string& path, std::int64_t step) {
-  if (!fs::exists(path)) return;
-  std::ifstream in(path);
-  std::string line, kept;
-  while (std::getline(in, line)) {
-    if (!line.empty() && metrics_line_step(line) <= step) kept += line + "\n";
-  }
-  write_file_atomic(path, kept);
-}
-
 struct TrainerState {
   std::int64_t step = 0;
   std::int64_t epoch = 0;  // loader position of the next micro-batch
@@ -181,38 +158,6 @@ TrainerState trainer_state_from_json(const std::string& text, const std::string&
     HOTPATH_CHECK(false, where, ": invalid trainer state: ", e.what());
   }
   return s;
-}
-
-bool better(const std::string& metric, double candidate, double best) {
-  return metric == "loss" ? candidate < best : candidate > best;
-}
-
-double metric_of(const EvalResult& r, const std::string& metric) {
-  if (metric == "top5") return r.top5;
-  if (metric == "loss") return r.loss;
-  return r.top1;
-}
-
-// RNG streams a checkpoint must carry: the CPU generator (dropout, stochastic depth) and CUDA's.
-TensorMap rng_state(const at::Device& device) {
-  TensorMap out;
-  out["cpu"] = at::detail::getDefaultCPUGenerator().get_state();
-  if (device.is_cuda()) out["cuda"] = at::globalContext().defaultGenerator(device).get_state();
-  return out;
-}
-
-void set_generator_state(at::Generator generator, const at::Tensor& state) {
-  std::lock_guard<std::mutex> lock(generator.mutex());
-  generator.set_state(state);
-}
-
-void load_rng_state(const TensorMap& state, const at::Device& device) {
-  if (const auto it = state.find("cpu"); it != state.end()) {
-    set_generator_state(at::detail::getDefaultCPUGenerator(), it->second);
-  }
-  if (const auto it = state.find("cuda"); it != state.end() && device.is_cuda()) {
-    set_generator_state(at::globalContext().defaultGenerator(device), it->second);
-  }
 }
 
 }  // namespace
@@ -526,19 +471,10 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
 
   // Run directory.
   write_file_atomic((run_dir / "config.yaml").string(), to_yaml(recipe));
-  const std::string metrics_path = (run_dir / "metrics.jsonl").string();
-  if (options.resume) {
-    rewind_metrics(metrics_path, state.step);
-  } else {
-    write_file_atomic(metrics_path, "");
-  }
-  std::ofstream metrics(metrics_path, std::ios::app);
-  HOTPATH_CHECK(metrics.good(), metrics_path, ": cannot open for writing");
+  std::ofstream metrics =
+      open_metrics(run_dir / "metrics.jsonl", options.resume ? std::optional<std::int64_t>(state.step) : std::nullopt);
   TensorBoardWriter tb((run_dir / "tensorboard").string());
-  const auto log_line = [&](const json& j) {
-    metrics << j.dump() << "\n";
-    metrics.flush();
-  };
+  const auto log_line = [&](const json& j) { write_metrics_line(metrics, j); };
   ModelPackage package{.dir = run_dir.string(),
                        .model = recipe.model.name,
                        .num_classes = recipe.model.num_classes,
@@ -590,9 +526,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     if (ema) data.ema = models::named_state(ema->model());
     data.rng = rng_state(device);
     data.trainer_json = trainer_state_json(state, recipe);
-    const std::string dir = (ckpt_root / checkpoint_name(state.step)).string();
-    save_checkpoint(dir, data);
-    prune_checkpoints(ckpt_root.string(), recipe.checkpoint.keep_last);
+    save_checkpoint_and_prune(ckpt_root, state.step, data, recipe.checkpoint.keep_last);
     (void)why;
   };
 
@@ -726,9 +660,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
         if (grad_norm >= 0) j["grad_norm"] = grad_norm;
         if (!stepped) j["skipped"] = true;
         log_line(j);
-        tb.add_scalar("train/loss", step_loss, state.step);
-        tb.add_scalar("train/lr", lr, state.step);
-        tb.add_scalar("train/samples_per_s", rate, state.step);
+        add_train_scalars(tb, step_loss, lr, rate, state.step);
       }
       if (progress) progress->update(step_in_epoch, train_fields(step_loss, lr, rate));
       if (step_in_epoch == steps_per_epoch) {
@@ -760,15 +692,14 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
       result.eval = r;
       log_line({{"split", "eval"}, {"step", state.step}, {"epoch", epoch + 1}, {"top1", r.top1}, {"top5", r.top5},
                 {"loss", r.loss}, {"samples", r.samples}});
-      tb.add_scalar("eval/top1", r.top1, state.step);
-      tb.add_scalar("eval/top5", r.top5, state.step);
-      tb.add_scalar("eval/loss", r.loss, state.step);
+      add_eval_scalars(tb, r, state.step);
       if (!options.quiet) {
         out << "eval epoch " << epoch + 1 << ": top-1 " << percent(r.top1) << "  top-5 " << percent(r.top5)
             << "  loss " << format_number(r.loss) << (ema ? " (EMA weights)" : "") << "\n";
       }
-      const double m = metric_of(r, recipe.checkpoint.metric);
-      if (recipe.checkpoint.keep_best && (!state.best_metric || better(recipe.checkpoint.metric, m, *state.best_metric))) {
+      const double m = metric_value(r, recipe.checkpoint.metric);
+      if (recipe.checkpoint.keep_best &&
+          (!state.best_metric || metric_better(recipe.checkpoint.metric, m, *state.best_metric))) {
         state.best_metric = m;
         state.best_step = state.step;
         const fs::path best = run_dir / "best";

@@ -1,0 +1,108 @@
+#include "run_util.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <ATen/core/Generator.h>
+
+#include <mutex>
+#include <string>
+
+#include "hotpath/core/atomic_file.h"
+#include "hotpath/core/error.h"
+
+namespace hotpath::train {
+namespace fs = std::filesystem;
+namespace {
+
+struct LineKey {
+  std::int64_t step = -1;
+  bool eval = false;
+};
+
+LineKey line_key(const std::string& line) {
+  try {
+    const auto j = nlohmann::json::parse(line);
+    return {j.value("step", std::int64_t{-1}), j.value("split", std::string()) == "eval"};
+  } catch (const nlohmann::json::exception&) {
+    return {};
+  }
+}
+
+void set_generator_state(at::Generator generator, const at::Tensor& state) {
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_state(state);
+}
+
+}  // namespace
+
+std::ofstream open_metrics(const fs::path& path, std::optional<std::int64_t> resume_step, MetricsRewind rewind) {
+  std::string kept;
+  if (resume_step && fs::exists(path)) {
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      const LineKey k = line_key(line);
+      const bool at_step = k.step == *resume_step;
+      if (k.step > *resume_step || (at_step && (k.eval ? rewind.drop_eval_at_step : rewind.drop_train_at_step))) {
+        continue;
+      }
+      kept += line + "\n";
+    }
+  }
+  write_file_atomic(path.string(), kept);
+  std::ofstream out(path, std::ios::app);
+  HOTPATH_CHECK(out.good(), path.string(), ": cannot open for writing");
+  return out;
+}
+
+void write_metrics_line(std::ostream& metrics, const nlohmann::ordered_json& line) {
+  metrics << line.dump() << "\n";
+  metrics.flush();
+}
+
+void add_train_scalars(TensorBoardWriter& tb, double loss, double lr, double samples_per_s, std::int64_t step) {
+  tb.add_scalar("train/loss", loss, step);
+  tb.add_scalar("train/lr", lr, step);
+  tb.add_scalar("train/samples_per_s", samples_per_s, step);
+}
+
+void add_eval_scalars(TensorBoardWriter& tb, const EvalResult& eval, std::int64_t step) {
+  tb.add_scalar("eval/top1", eval.top1, step);
+  tb.add_scalar("eval/top5", eval.top5, step);
+  tb.add_scalar("eval/loss", eval.loss, step);
+}
+
+double metric_value(const EvalResult& eval, const std::string& metric) {
+  if (metric == "top5") return eval.top5;
+  if (metric == "loss") return eval.loss;
+  return eval.top1;
+}
+
+bool metric_better(const std::string& metric, double candidate, double best) {
+  return metric == "loss" ? candidate < best : candidate > best;
+}
+
+TensorMap rng_state(const at::Device& device) {
+  TensorMap out;
+  out["cpu"] = at::detail::getDefaultCPUGenerator().get_state();
+  if (device.is_cuda()) out["cuda"] = at::globalContext().defaultGenerator(device).get_state();
+  return out;
+}
+
+void load_rng_state(const TensorMap& state, const at::Device& device) {
+  if (const auto it = state.find("cpu"); it != state.end()) {
+    set_generator_state(at::detail::getDefaultCPUGenerator(), it->second);
+  }
+  if (const auto it = state.find("cuda"); it != state.end() && device.is_cuda()) {
+    set_generator_state(at::globalContext().defaultGenerator(device), it->second);
+  }
+}
+
+void save_checkpoint_and_prune(const fs::path& root, std::int64_t step, const CheckpointData& data,
+                               std::int64_t keep_last) {
+  save_checkpoint((root / checkpoint_name(step)).string(), data);
+  prune_checkpoints(root.string(), keep_last);
+}
+
+}  // namespace hotpath::train
