@@ -74,10 +74,16 @@ void run(const TrainArgs& a) {
               << " --resume" << (a.overrides.empty() ? "" : " --set ...") << "\n";
     std::exit(130);
   }
-  std::cout << "trained " << recipe.model.name << ": " << r.steps << " steps, " << r.epochs_completed << " epochs in "
-            << format_duration(r.seconds) << " (" << std::fixed << std::setprecision(0) << r.samples_per_s
-            << " samples/s)";
-  if (r.eval) {
+  // One result line on stdout (the trainer's progress and its own details went to stderr).
+  const bool text = recipe.data.kind == "text";
+  std::cout << "trained " << recipe.model.name;
+  if (text && recipe.model.lora_r > 0) std::cout << " (LoRA r " << recipe.model.lora_r << ")";
+  std::cout << ": " << r.steps << " steps, " << r.epochs_completed << " epochs in " << format_duration(r.seconds)
+            << " (" << std::fixed << std::setprecision(0) << r.samples_per_s << " samples/s)";
+  if (r.eval && text) {
+    std::cout << std::setprecision(2) << "; eval accuracy " << r.eval->top1 << "%, loss " << std::setprecision(4)
+              << r.eval->loss << " on " << r.eval->samples << " samples";
+  } else if (r.eval) {
     std::cout << std::setprecision(2) << "; test top-1 " << r.eval->top1 << "%, top-5 " << r.eval->top5 << "% on "
               << r.eval->samples << " samples";
   }
@@ -88,7 +94,8 @@ void run(const TrainArgs& a) {
 
 void add_train(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
-  CLI::App* cmd = app.add_subcommand("train", "Train an image classifier from a YAML recipe (configs/*.yaml)");
+  CLI::App* cmd = app.add_subcommand(
+      "train", "Train an image classifier or fine-tune a text classifier from a YAML recipe (configs/*.yaml)");
   cmd->add_option("config", args->config, "Recipe file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", args->overrides, "Override a recipe key: --set train.epochs=5 (repeatable)");
   cmd->add_flag("--resume", args->resume, "Continue from the latest checkpoint in the run directory");
