@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `hotpath tokenize` as a user runs it: the JSON lines equal Hugging Face `tokenizers` on real text
-# (Debian fortunes) for singles and pairs with truncation + padding, any thread count gives the
-# same output, and bad input is exit code 1 with ONE line on stderr naming the line.
+# (Debian fortunes) for singles and pairs with truncation + padding, overflowing windows with a
+# stride (+ special_tokens_mask), any thread count gives the same output, and bad input is exit
+# code 1 with ONE line on stderr naming the line.
 # Usage: tokenize_cli_test.sh HOTPATH PYTHON SOURCE_DIR
 set -uo pipefail
 hp=$1
@@ -24,12 +25,20 @@ for path in sorted(glob.glob("/usr/share/games/fortunes/*")):
     for line in open(path, "rb").read().decode("utf-8", errors="replace").split("\n"):
         if line.strip() and "\t" not in line and "\r" not in line:
             lines.append(line)
+all_lines = lines
 lines = lines[::97][:400] + ["Café déjà vu — naïve 中文字符 🤖 [SEP] [MASK]", "\u200bzero\u00a0width", "İstanbul ﬁnance"]
 pairs = [[a, b] for a, b in zip(lines[::2], lines[1::2])]
 open("lines.txt", "w").write("\n".join(lines) + "\n")
 open("pairs.tsv", "w").write("\n".join(a + "\t" + b for a, b in pairs) + "\n")
 json.dump({"lines": lines}, open("lines.json", "w"))
 json.dump({"pairs": pairs}, open("pairs.json", "w"))
+# Short "questions" (at most 4 words) with long "contexts" (5 lines joined) for overflowing windows.
+questions = [l for l in all_lines[::7] if len(l.split()) <= 4 and len(l) < 30][:150]
+contexts = [" ".join(all_lines[1000 + i:1005 + i]) for i in range(0, 750, 5)]
+qa = [[q + " [MASK]?", c] for q, c in zip(questions, contexts)]
+assert len(qa) == 150, len(qa)
+open("qa.tsv", "w").write("\n".join(a + "\t" + b for a, b in qa) + "\n")
+json.dump({"pairs": qa}, open("qa.json", "w"))
 PY
 
 # same OUT REF: the CLI's JSON lines against the reference's encodings.
@@ -42,6 +51,9 @@ assert len(got) == len(ref), (len(got), len(ref))
 for i, (g, r) in enumerate(zip(got, ref)):
     for key, rkey in (("input_ids", "ids"), ("token_type_ids", "type_ids"), ("attention_mask", "attention_mask")):
         assert g[key] == r[rkey], (i, key, g[key], r[rkey])
+    for key in ("special_tokens_mask", "overflow_to_sample_mapping"):
+        if key in g:
+            assert g[key] == r[key], (i, key, g[key], r[key])
     if "offset_mapping" in g:
         assert g["offset_mapping"] == r["offsets"], (i, g["offset_mapping"], r["offsets"])
 PY
@@ -56,6 +68,22 @@ same singles.jsonl singles.ref.json
 "$py" "$src/tools/tokenizer_ref.py" encode --tokenizer-json "$model/tokenizer.json" --max-length 40 --padding longest \
   --pad-to-multiple-of 8 pairs.json > pairs.ref.json
 same pairs.jsonl pairs.ref.json
+
+# Question/context windows: only_second with a stride, every window one line (+ its input's index),
+# the special-token mask and the length.
+"$hp" tokenize --tokenizer "$model" --pair --max-length 32 --truncation only_second --stride 6 \
+  --return-overflowing-tokens --special-tokens-mask --return-length --padding max_length --batch-size 50 \
+  --input qa.tsv > windows.jsonl || fail "tokenize windows: exit $?"
+"$py" "$src/tools/tokenizer_ref.py" encode --tokenizer-json "$model/tokenizer.json" --max-length 32 \
+  --truncation only_second --stride 6 --overflow --padding max_length --pad-length 32 qa.json > windows.ref.json
+same windows.jsonl windows.ref.json
+"$py" - windows.jsonl <<'PY' || fail "--return-length or the window count is wrong"
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+assert all(r["length"] == len(r["input_ids"]) == 32 for r in rows)
+assert sorted({r["overflow_to_sample_mapping"] for r in rows}) == list(range(150)), "every input has a row"
+assert len(rows) > 300, len(rows)
+PY
 
 # The output does not depend on threads or batch size (padding=none).
 "$hp" tokenize --tokenizer "$model" --threads 3 --batch-size 7 --char-offsets < lines.txt > threads.jsonl

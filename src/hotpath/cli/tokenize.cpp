@@ -2,6 +2,8 @@
 // ({"input_ids":[..],"token_type_ids":[..],"attention_mask":[..]}), or (--bench) the throughput.
 //   hotpath tokenize --tokenizer all-MiniLM-L6-v2 < lines.txt > encodings.jsonl
 //   hotpath tokenize --tokenizer DIR --pair --max-length 128 --padding longest < pairs.tsv
+//   hotpath tokenize --tokenizer DIR --pair --max-length 384 --truncation only_second --stride 128
+//     --return-overflowing-tokens < question_context.tsv   # one line per window + "overflow_to_sample_mapping"
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 #include <iostream>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +30,10 @@ struct TokenizeArgs {
   bool pair = false;
   std::size_t max_length = 0;
   std::string truncation = "longest_first";
+  std::size_t stride = 0;
+  bool overflowing = false;
+  bool special_tokens_mask = false;
+  bool length = false;
   std::string padding = "none";
   std::size_t pad_length = 0;
   std::size_t pad_to_multiple_of = 0;
@@ -52,6 +59,9 @@ void run(const TokenizeArgs& a) {
   EncodeOptions o;
   o.add_special_tokens = !a.no_special_tokens;
   o.max_length = a.max_length;
+  o.stride = a.stride;
+  o.return_overflowing_tokens = a.overflowing;
+  o.return_special_tokens_mask = a.special_tokens_mask;
   o.truncation = a.truncation == "only_first"    ? TruncationStrategy::kOnlyFirst
                  : a.truncation == "only_second" ? TruncationStrategy::kOnlySecond
                                                  : TruncationStrategy::kLongestFirst;
@@ -110,9 +120,18 @@ void run(const TokenizeArgs& a) {
       throw;
     }
     out.clear();
-    for (const Encoding& e : encodings) {
-      append_json(out, e);
-      out += '\n';
+    if (a.overflowing) {
+      const FlatEncodings flat = flatten_overflowing(std::move(encodings));
+      for (std::size_t row = 0; row < flat.encodings.size(); ++row) {
+        append_json(out, flat.encodings[row],
+                    {.length = a.length, .overflow_to_sample_mapping = begin + flat.overflow_to_sample_mapping[row]});
+        out += '\n';
+      }
+    } else {
+      for (const Encoding& e : encodings) {
+        append_json(out, e, {.length = a.length, .overflow_to_sample_mapping = std::nullopt});
+        out += '\n';
+      }
     }
     HOTPATH_CHECK(std::fwrite(out.data(), 1, out.size(), stdout) == out.size(), "tokenize: cannot write stdout");
   }
@@ -132,6 +151,14 @@ void add_tokenize(CLI::App& app) {
   cmd->add_option("--max-length", args->max_length, "Truncate to this many tokens, special tokens included (0: no)");
   cmd->add_option("--truncation", args->truncation, "Which text of a pair loses tokens")
       ->check(CLI::IsMember({"longest_first", "only_first", "only_second"}));
+  cmd->add_option("--stride", args->stride,
+                  "With --max-length: overlap of consecutive windows, in tokens (HF stride)");
+  cmd->add_flag("--return-overflowing-tokens", args->overflowing,
+                "Also write the windows truncation cuts off, one line each, with \"overflow_to_sample_mapping\" "
+                "(the 0-based input line)");
+  cmd->add_flag("--special-tokens-mask,--return-special-tokens-mask", args->special_tokens_mask,
+                "Add special_tokens_mask: 1 for [CLS]/[SEP]/padding, 0 for the text's tokens");
+  cmd->add_flag("--return-length", args->length, "Add \"length\": the number of tokens, padding included");
   cmd->add_option("--padding", args->padding, "longest: within each batch; max_length: to --pad-length or --max-length")
       ->check(CLI::IsMember({"none", "longest", "max_length"}));
   cmd->add_option("--pad-length", args->pad_length, "Length for --padding max_length (0: --max-length)");
