@@ -22,6 +22,7 @@
 #include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "hotpath/core/error.h"
+#include "hotpath/core/malloc_policy.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/core/process.h"
 #include "hotpath/models/attention.h"
@@ -174,6 +175,7 @@ json bench_finetune(const BenchTextArgs& a) {
               {"seq_len", a.seq_len},
               {"precision", a.precision},
               {"bf16_math", a.precision == "bf16" ? json(models::bf16_math_name()) : json(nullptr)},
+              {"malloc", malloc_policy_name()},
               {"attention", a.attention == "fused" ? std::string("fused (") + models::attention_kernel_name() + ")"
                                                    : std::string("reference")},
               {"optimizer", "adamw lr 2e-5 wd 0.01"},

@@ -26,6 +26,7 @@
 #include "cli/commands.h"
 #include "hotpath/core/atomic_file.h"
 #include "hotpath/core/error.h"
+#include "hotpath/core/malloc_policy.h"
 #include "hotpath/core/process.h"
 #include "hotpath/data/loader.h"
 #include "hotpath/models/autocast_ops.h"
@@ -184,6 +185,7 @@ void run(const BenchTrainArgs& a) {
       // How hotpath computes bf16 autocast's convs/matmuls here (native kernels or fp32 math on
       // bf16-rounded operands); the peer always runs torch.autocast's own kernels.
       {"bf16_math", tr.precision == "bf16" ? json(models::bf16_math_name()) : json(nullptr)},
+      {"malloc", malloc_policy_name()},
       {"batch_size", tr.batch_size},
       {"accum_steps", tr.accum_steps},
       {"image_size", recipe.data.image_size},

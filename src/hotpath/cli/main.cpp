@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "hotpath/core/error.h"
+#include "hotpath/core/malloc_policy.h"
 
 namespace {
 
@@ -21,6 +22,12 @@ std::string first_line(const char* what) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  try {
+    hotpath::apply_malloc_policy();  // before any thread: see core/malloc_policy.h
+  } catch (const hotpath::Error& e) {
+    std::cerr << "hotpath: error: " << e.what() << "\n";
+    return 1;
+  }
   CLI::App app{"hotpath: fast data loading, training and inference for image and text models (C++/LibTorch)"};
   app.set_version_flag("--version", "hotpath 0.1.0");
   app.option_defaults()->always_capture_default();
