@@ -92,7 +92,9 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options = {});
 // trained tensors (LoRA: adapters + head; full: every parameter and buffer), the optimizer state, the CPU
 // RNG and trainer.json (step, loader epoch/micro-batch, best metric, the pending metrics window); resume is
 // bit-exact. best/ is run/model (+ adapter/) as of the best epoch-end eval, with metrics.json.
-// A stop request checkpoints and returns interrupted (no run/model). Not yet: EMA, CUDA (errors say so).
+// train.ema_decay keeps an EMA of the trained tensors (in the checkpoint as ema.safetensors); eval, best/
+// and run/model then use the averaged weights. A stop request checkpoints and returns interrupted (no
+// run/model). Not yet: CUDA (an error says so).
 TrainResult train_text(const Recipe& recipe, const TrainOptions& options = {});
 
 // The shard paths of a recipe key's patterns (data.train / data.eval); errors name the recipe file

@@ -280,6 +280,62 @@ void write_model_dirs(const fs::path& model_dir, const fs::path& adapter_dir, to
   copy_tokenizer_files(recipe.model.pretrained, model_dir);
 }
 
+// Exponential moving average of the trained tensors (train.ema_decay). The frozen ones never change,
+// so only these are averaged (for LoRA a few thousand numbers, not the encoder).
+class TrainedEma {
+ public:
+  TrainedEma(const NamedParameters& trainable, double decay) : decay_(decay) {
+    at::NoGradGuard no_grad;
+    for (const auto& [name, p] : trainable) {
+      names_.push_back(name);
+      params_.push_back(p);
+      averages_.push_back(p.detach().clone());
+    }
+  }
+  // average += (1 - decay) · (param - average), after each optimizer step.
+  void update() {
+    at::NoGradGuard no_grad;
+    at::_foreach_lerp_(averages_, params_, 1.0 - decay_);
+  }
+  // name → average (aliases: restore_model_state copies into them).
+  [[nodiscard]] TensorMap state() const {
+    TensorMap out;
+    for (std::size_t i = 0; i < names_.size(); ++i) out[names_[i]] = averages_[i];
+    return out;
+  }
+  // Swaps the averages and the trained values in the model (twice = back): eval, best/ and run/model
+  // see the averaged weights, as the image trainer's EMA model.
+  void swap() {
+    at::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const at::Tensor trained = params_[i].detach().clone();
+      params_[i].copy_(averages_[i]);
+      averages_[i].copy_(trained);
+    }
+  }
+
+ private:
+  double decay_;
+  std::vector<std::string> names_;
+  std::vector<at::Tensor> params_, averages_;
+};
+
+// The EMA weights in the model for a scope (no EMA: nothing happens).
+class EmaWeightsIn {
+ public:
+  explicit EmaWeightsIn(TrainedEma* ema) : ema_(ema) {
+    if (ema_) ema_->swap();
+  }
+  ~EmaWeightsIn() {
+    if (ema_) ema_->swap();
+  }
+  EmaWeightsIn(const EmaWeightsIn&) = delete;
+  EmaWeightsIn& operator=(const EmaWeightsIn&) = delete;
+
+ private:
+  TrainedEma* ema_;
+};
+
 }  // namespace
 
 TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
@@ -289,7 +345,6 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
   const auto& m = recipe.model;
   HOTPATH_CHECK(tr.device != "cuda", recipe.source, ": train.device: text fine-tuning runs on the CPU for now");
   HOTPATH_CHECK(tr.precision != "fp16", recipe.source, ": train.precision: fp16 needs CUDA; use bf16 on CPU");
-  HOTPATH_CHECK(tr.ema_decay == 0, recipe.source, ": train.ema_decay: EMA is not supported for text recipes yet");
   HOTPATH_CHECK(fs::exists(fs::path(m.pretrained) / "config.json"), recipe.source,
                 ": model.pretrained: no config.json in ", m.pretrained);
   const bool benchmark = options.benchmark_warmup_steps >= 0;
@@ -385,6 +440,8 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
   auto optimizer = make_optimizer(optimizer_config_for(recipe), trainable);
   const Schedule schedule(schedule_config_for(recipe, steps_per_epoch, planned_steps));
   const auto autocast = autocast_dtype_of(tr.precision);
+  std::unique_ptr<TrainedEma> ema;
+  if (tr.ema_decay > 0) ema = std::make_unique<TrainedEma>(trainable, tr.ema_decay);
 
   // Resume: trained tensors, optimizer state, RNG (dropout) and loader position; everything else was
   // rebuilt above exactly as the first run built it.
@@ -396,6 +453,10 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
     restore_model_state(checkpoint_model_state(*model, trainable, lora.has_value()), data.model,
                         latest + "/model.safetensors");
     load_optimizer_state(*optimizer, trainable, data.optimizer);
+    if (ema) {
+      HOTPATH_CHECK(!data.ema.empty(), latest, ": train.ema_decay is on but the checkpoint has no ema.safetensors");
+      restore_model_state(ema->state(), data.ema, latest + "/ema.safetensors");
+    }
     load_rng_state(data.rng, at::Device(at::kCPU));
     if (!options.quiet) out << "resuming from " << latest << " at step " << state.step << "\n";
   }
@@ -432,10 +493,12 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
     CheckpointData data;
     data.model = checkpoint_model_state(*model, trainable, lora.has_value());
     data.optimizer = optimizer_state(*optimizer, trainable);
+    if (ema) data.ema = ema->state();
     data.rng = rng_state(at::Device(at::kCPU));
     data.trainer_json = text_state_json(state, recipe);
     save_checkpoint_and_prune(ckpt_root, state.step, data, recipe.checkpoint.keep_last);
   };
+  // Call with the EMA weights in the model (EmaWeightsIn) when EMA is on.
   const auto run_eval = [&](std::int64_t epoch_label) {
     const TextEval e = evaluate_text(*model, *eval_loader, autocast, num_labels);
     model->train();
@@ -448,7 +511,7 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
     if (!options.quiet) {
       out << "eval epoch " << epoch_label << ": accuracy " << fixed(e.result.top1, 2) << "% (majority class "
           << fixed(e.majority_top1, 2) << "%)  loss " << fixed(e.result.loss, 4) << " on " << e.result.samples
-          << " samples\n";
+          << " samples" << (ema ? " (EMA weights)" : "") << "\n";
     }
     return e;
   };
@@ -509,6 +572,7 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
       if (tr.clip_grad_norm > 0) clip_grad_norm(trainable_tensors, tr.clip_grad_norm);
       optimizer->step();
       optimizer->zero_grad(/*set_to_none=*/true);
+      if (ema) ema->update();
       const auto t4 = Clock::now();
       bd.data_s += t_data;
       bd.forward_s += t_fwd;
@@ -558,12 +622,16 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
     if (!epoch_done) {
       // Stopped mid-epoch. By max_steps: evaluate what was trained (logged, not a best/ candidate: a
       // resumed run would not see this eval); by a stop request: only the checkpoint above.
-      if (!result.interrupted && eval_loader && !benchmark) run_eval(epoch + 1);
+      if (!result.interrupted && eval_loader && !benchmark) {
+        const EmaWeightsIn ema_in(ema.get());
+        run_eval(epoch + 1);
+      }
       break;
     }
     result.epochs_completed = epoch + 1;
     const bool last = epoch + 1 == tr.epochs || state.step >= total_steps;
     if (eval_loader && !benchmark && (last || (tr.eval_every > 0 && (epoch + 1) % tr.eval_every == 0))) {
+      const EmaWeightsIn ema_in(ema.get());
       const TextEval e = run_eval(epoch + 1);
       const double metric = metric_value(e.result, recipe.checkpoint.metric);
       if (recipe.checkpoint.keep_best &&
@@ -596,6 +664,7 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
   // The fine-tuned model as a Hugging Face directory (LoRA merged) and, with LoRA, the PEFT adapter.
   // An interrupted run leaves only its checkpoint: resume finishes the run and writes these.
   if (!benchmark && !result.interrupted) {
+    const EmaWeightsIn ema_in(ema.get());  // with EMA on, the averaged weights (what EMA is for)
     write_model_dirs(run_dir / "model", run_dir / "adapter", *model, lora, recipe, labels);
   }
   tb.flush();
