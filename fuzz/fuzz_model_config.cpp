@@ -1,0 +1,71 @@
+// libFuzzer target: the JSON files of a model directory. The first byte picks what the rest is:
+//   0: config.json (BertConfig)   1: modules.json   2: 1_Pooling/config.json   3: adapter_config.json (LoRA)
+// Bad input must end in hotpath::Error on one line (never a crash, hang, JSON exception escaping);
+// a config that parses must keep the invariants the model constructors rely on.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "hotpath/core/error.h"
+#include "hotpath/models/bert_config.h"
+#include "hotpath/models/lora_config.h"
+
+namespace {
+
+[[noreturn]] void fail(const char* what) {
+  std::fprintf(stderr, "fuzz_model_config: %s\n", what);
+  std::abort();
+}
+
+void check(const hotpath::models::BertConfig& c) {
+  using hotpath::models::kBertMaxSize;
+  for (const std::int64_t v : {c.vocab_size, c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
+                               c.intermediate_size, c.max_position_embeddings, c.num_labels}) {
+    if (v < 1 || v > kBertMaxSize) fail("a size is out of range");
+  }
+  if (c.hidden_size % c.num_attention_heads != 0) fail("hidden size not a multiple of heads");
+  if (c.pad_token_id < 0 || c.pad_token_id >= c.vocab_size) fail("pad_token_id out of range");
+  if (static_cast<std::int64_t>(c.id2label.size()) != c.num_labels) fail("id2label size != num_labels");
+  if (!(c.layer_norm_eps >= 0.0) || !(c.hidden_dropout_prob < 1.0)) fail("bad eps or dropout");
+}
+
+void check(const hotpath::models::LoraConfig& c) {
+  if (c.r < 1) fail("rank below 1");
+  if (c.target_modules.empty() == c.target_regex.empty()) fail("neither or both of target list and regex");
+  if (!(c.lora_dropout >= 0.0 && c.lora_dropout < 1.0)) fail("dropout out of range");
+  (void)c.scaling();
+  // Only lists: std::regex matching backtracks, so a hostile regex may take exponential time (the
+  // parser bounds its length, not its complexity; see docs/text.md).
+  if (c.target_regex.empty()) (void)hotpath::models::lora_target_matches(c, "encoder.layer.0.attention.self.query");
+  if (hotpath::models::LoraConfig::from_json(c.to_json()).r != c.r) fail("to_json does not round-trip");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
+  try {
+    switch (data[0] & 3) {
+      case 0: check(hotpath::models::BertConfig::from_json(text)); break;
+      case 1: {
+        hotpath::models::SentencePipeline p;
+        hotpath::models::parse_sentence_modules(text, "modules.json", p);
+        break;
+      }
+      case 2: {
+        hotpath::models::SentencePipeline p;
+        hotpath::models::parse_sentence_pooling(text, "1_Pooling/config.json", p);
+        if (p.dimension < 0) fail("negative dimension");
+        break;
+      }
+      default: check(hotpath::models::LoraConfig::from_json(text)); break;
+    }
+  } catch (const hotpath::Error& e) {
+    if (std::string_view(e.what()).find('\n') != std::string_view::npos) fail("error message is not one line");
+  }
+  return 0;
+}
