@@ -26,6 +26,12 @@ struct Piece {
   std::uint32_t end;
 };
 
+// [begin, end) of a text's pieces: what truncation keeps, or an overflowing window.
+struct Window {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+};
+
 // Per-thread buffers, reused from line to line.
 struct Scratch {
   std::string word;          // the current word, normalized
@@ -35,6 +41,8 @@ struct Scratch {
   std::vector<Offset> norm_align;  // per byte of `norm`: the original character it came from
   std::vector<Piece> first;
   std::vector<Piece> second;
+  std::vector<Window> first_windows;
+  std::vector<Window> second_windows;
   std::vector<std::uint32_t> char_index;
 };
 
@@ -394,11 +402,6 @@ std::pair<std::size_t, std::size_t> truncation_limits(std::size_t n_a, std::size
   return first ? std::pair{target - to_remove, kKeepAll} : std::pair{kKeepAll, target - to_remove};
 }
 
-struct Window {
-  std::size_t begin = 0;
-  std::size_t end = 0;
-};
-
 // HF's Encoding::truncate of `len` pieces to `max_len`: the kept window first, then (when
 // `overflow`) the cut-off windows, each overlapping the one before by `stride` pieces.
 void truncation_windows(std::size_t len, std::size_t max_len, const EncodeOptions& o, bool overflow,
@@ -537,8 +540,9 @@ Encoding encode_one(const Tokenizer::Impl& t, std::string_view first, const std:
     limits = truncation_limits(s.first.size(), s.second.size(), second != nullptr, o.max_length - n_added, o);
   }
   const bool overflow = o.return_overflowing_tokens;
-  std::vector<Window> wa;
-  std::vector<Window> wb;
+  std::vector<Window>& wa = s.first_windows;
+  std::vector<Window>& wb = s.second_windows;
+  wb.clear();
   truncation_windows(s.first.size(), limits.first, o, overflow, wa);
   if (second) truncation_windows(s.second.size(), limits.second, o, overflow, wb);
 
