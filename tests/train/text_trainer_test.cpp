@@ -250,6 +250,28 @@ INSTANTIATE_TEST_SUITE_P(CutsAndLora, TextTrainerResume,
                                             ::testing::Bool()),
                          resume_case_name);
 
+TEST_F(TextTrainer, ResumeWithTokenBudgetMicroBatchesIsBitExact) {
+  // Token-budget micro-batches vary in size and count from epoch to epoch; cut mid-step-sequence.
+  write_tiny_bert(tmp_.path() / "bert", /*dropout=*/0.1);
+  const std::vector<std::string> keys = {"train.epochs=2", "train.log_every=3", "data.max_tokens=80",
+                                         "train.accum_steps=2"};
+  const auto with = [&](const std::string& out, const std::vector<std::string>& extra) {
+    auto all = keys;
+    all.insert(all.end(), extra.begin(), extra.end());
+    all.push_back("output_dir=" + tmp_.file(out));
+    return recipe(all);
+  };
+  std::ostringstream log;
+  const TrainResult full = train(with("a", {}), quiet_to(log, true));
+  ASSERT_GT(full.steps, 8);
+  train(with("b", {"train.max_steps=" + std::to_string(full.steps / 2 + 1)}), quiet_to(log, true));
+  TrainOptions again = quiet_to(log, true);
+  again.resume = true;
+  EXPECT_EQ(train(with("b", {}), again).steps, full.steps);
+  EXPECT_EQ(read_file(tmp_.file("a/metrics.jsonl")), read_file(tmp_.file("b/metrics.jsonl")));
+  EXPECT_EQ(max_diff(tmp_.path() / "a/model/model.safetensors", tmp_.path() / "b/model/model.safetensors"), 0.0);
+}
+
 TEST_F(TextTrainer, AccumulationEqualsOneBigBatch) {
   // 92 samples: micro-batches of 8 pair up into the big batches of 16, and the last step of each epoch
   // is 8 + 4 samples, so the weighting by samples (not by micro-batch count) is what makes it match.
