@@ -261,13 +261,15 @@ TEST(TokenizerJson, LoadsLikeTheSameVocabTxt) {
 
 TEST(TokenizerJson, ReadsTruncationAndPaddingDefaults) {
   const Tokenizer tok = Tokenizer::from_json(tiny_json({
-      {"truncation", R"({"max_length":8,"strategy":"OnlySecond","stride":0,"direction":"Left"})"},
+      {"truncation", R"({"max_length":8,"strategy":"OnlySecond","stride":2,"direction":"Left"})"},
       {"padding", R"({"strategy":{"Fixed":16},"direction":"Left","pad_to_multiple_of":null,"pad_id":0,"pad_type_id":0})"},
   }));
   const EncodeOptions& o = tok.file_options();
   EXPECT_EQ(o.max_length, 8u);
   EXPECT_EQ(o.truncation, TruncationStrategy::kOnlySecond);
   EXPECT_EQ(o.truncation_side, Side::kLeft);
+  EXPECT_EQ(o.stride, 2u);
+  EXPECT_FALSE(o.return_overflowing_tokens);  // HF keeps the windows; hotpath only when asked
   EXPECT_EQ(o.padding, Padding::kMaxLength);
   EXPECT_EQ(o.pad_length, 16u);
   EXPECT_EQ(o.padding_side, Side::kLeft);

@@ -228,6 +228,9 @@ void parse_truncation_and_padding(Tokenizer::Impl& impl, const json& root, const
       HOTPATH_CHECK(side == "Right" || side == "Left", where, ".direction is \"", side, "\"; expected Right or Left");
       impl.file_options.truncation_side = side == "Right" ? Side::kRight : Side::kLeft;
     }
+    if (const json* v = optional_member(*t, "stride")) {
+      impl.file_options.stride = static_cast<std::size_t>(get_int(*v, where + ".stride", 0, kMaxLength));
+    }
   }
   if (const json* p = optional_member(root, "padding")) {
     const std::string where = file + ": padding";
