@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -38,6 +40,7 @@ struct Args {
   std::vector<std::string> impls = {"fused", "reference", "sdpa"};
   bool no_mask = false;
   double dropout = 0.0;
+  bool cpu_time = false;
   std::string json_path;
 };
 
@@ -51,7 +54,20 @@ bool contains(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-double seconds_of(const std::function<void()>& f) {
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// Wall time, or with cpu_time the calling thread's CPU time: on one intra-op thread every kernel runs
+// on the caller, and CPU time ignores the time other jobs on a shared machine hold the core.
+double seconds_of(const std::function<void()>& f, bool cpu_time) {
+  if (cpu_time) {
+    const double t0 = thread_cpu_seconds();
+    f();
+    return thread_cpu_seconds() - t0;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   f();
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -73,10 +89,16 @@ int main(int argc, char** argv) {
   app.add_option("--repeats", a.repeats);
   app.add_option("--json", a.json_path);
   app.add_flag("--no-mask", a.no_mask, "no padding mask (every key attends)");
+  app.add_flag("--cpu-time", a.cpu_time,
+               "time the calling thread's CPU time, not wall time (--threads 1 only; shared machines)");
   app.add_option("--dropout", a.dropout, "dropout probability on the attention probabilities (0: none)")
       ->check(CLI::Range(0.0, 0.99));
   app.add_option("--impls", a.impls, "fused,reference,sdpa (fused alone: profiling)")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
+  if (a.cpu_time && (a.threads.size() != 1 || a.threads[0] != 1)) {
+    std::cerr << "--cpu-time needs --threads 1 (other threads' CPU time is not counted)\n";
+    return 2;
+  }
 
   nlohmann::json report = {{"kernel", hotpath::models::attention_kernel_name()},
                            {"mask", a.no_mask ? "none" : "padding: sequence b keeps L - (b mod 8) * L/16 keys"},
@@ -85,11 +107,12 @@ int main(int argc, char** argv) {
                            {"dim", a.dim},
                            {"repeats", a.repeats},
                            {"dropout", a.dropout},
+                           {"clock", a.cpu_time ? "thread CPU time" : "wall"},
                            {"results", nlohmann::json::array()}};
   const bool dropout = a.dropout > 0.0;
   std::cout << "fused attention loops: " << hotpath::models::attention_kernel_name() << "; mask: "
             << (a.no_mask ? "none" : "padding (sequence b keeps L - (b mod 8)·L/16 keys)")
-            << "; dropout: " << a.dropout << "\n";
+            << "; dropout: " << a.dropout << "; " << (a.cpu_time ? "thread CPU time" : "wall time") << "\n";
   std::cout << "| L | dtype | mode | threads | fused ms | reference ms | sdpa ms | vs reference | vs sdpa |"
             << (dropout ? " fused p=0 ms | dropout cost |\n" : "\n")
             << "|---|---|---|---|---|---|---|---|---|" << (dropout ? "---|---|\n" : "\n");
@@ -137,7 +160,7 @@ int main(int argc, char** argv) {
             for (std::size_t i = 0; i < impls.size(); ++i) {
               if (impls[i].first == "fused_p0" ? !dropout || !contains(a.impls, "fused") : !contains(a.impls, impls[i].first))
                 continue;
-              const double s = seconds_of([&] { step(impls[i].second); });
+              const double s = seconds_of([&] { step(impls[i].second); }, a.cpu_time);
               if (r > 0) best[i] = std::min(best[i], s);
             }
           }

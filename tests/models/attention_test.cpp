@@ -163,12 +163,16 @@ std::uint32_t lowbias32(std::uint32_t x) {
   x *= 0x846ca68bU;
   return x ^ (x >> 16);
 }
+// Keys pair up within blocks of 32: key 32g + t and key 32g + 16 + t (t < 16) share the hash of
+// counter 16g + t, the first taking its low 16 bits, the second its high 16 bits.
 bool scalar_keep(const AttentionDropout& d, std::uint64_t b, std::uint64_t h, std::uint64_t i, std::uint64_t j) {
   const std::uint64_t head = mix64(mix64(mix64(mix64(d.seed) ^ d.offset) ^ b) ^ h);
   const std::uint64_t row = mix64(head ^ i);
-  const std::uint32_t bits = lowbias32(lowbias32(static_cast<std::uint32_t>(j) + static_cast<std::uint32_t>(row)) ^
-                                       static_cast<std::uint32_t>(row >> 32));
-  return bits >= static_cast<std::uint32_t>(std::round(d.p * 4294967296.0));
+  const auto counter = static_cast<std::uint32_t>(j / 32 * 16 + j % 16);
+  const std::uint32_t bits =
+      lowbias32(lowbias32(counter + static_cast<std::uint32_t>(row)) ^ static_cast<std::uint32_t>(row >> 32));
+  const std::uint32_t half = j % 32 < 16 ? bits & 0xFFFFU : bits >> 16;
+  return half >= static_cast<std::uint32_t>(std::round(d.p * 65536.0));
 }
 
 // Every ISA's vector hash gives the scalar definition's mask, tails (lk not a multiple of 16) included.
@@ -240,6 +244,9 @@ TEST(AttentionDropout, KeptFractionIsOneMinusPAndElementsAreIndependent) {
     const double pair_sigma = std::sqrt(both * (1 - both) / (n / 2));
     const auto pair = [&](const at::Tensor& a, const at::Tensor& b) { return (a * b).mean().item<double>(); };
     EXPECT_NEAR(pair(keep.narrow(3, 0, 255), keep.narrow(3, 1, 255)), both, 6 * pair_sigma) << "keys, p " << p;
+    // Keys 16 apart within a block of 32 share one hash (its two halves): still independent.
+    const at::Tensor blocks = keep.view({4, 4, 64, 8, 2, 16});
+    EXPECT_NEAR(pair(blocks.select(4, 0), blocks.select(4, 1)), both, 6 * pair_sigma) << "hash halves, p " << p;
     EXPECT_NEAR(pair(keep.narrow(2, 0, 63), keep.narrow(2, 1, 63)), both, 6 * pair_sigma) << "queries, p " << p;
     EXPECT_NEAR(pair(keep.narrow(1, 0, 3), keep.narrow(1, 1, 3)), both, 6 * pair_sigma) << "heads, p " << p;
   }

@@ -16,8 +16,9 @@
 // sequence whose keys are all masked gets what the reference gives — every score equal, so each
 // query's output is the mean of V — and no gradient to q or k (its output does not depend on them).
 //
-// Dropout (FlashAttention's): element (b, h, i, j) of the probabilities is kept when a counter-based
-// hash of (seed, offset, b, h, i, j) is at least p·2³², and kept ones are scaled by 1/(1−p) before
+// Dropout (FlashAttention's): element (b, h, i, j) of the probabilities is kept when 16 bits of a
+// counter-based hash of (seed, offset, b, h, i, j) are at least p·2¹⁶ (rounded; FlashAttention's CUDA
+// kernel uses 8), and kept ones are scaled by 1/(1−p) before
 // P·V; the logsumexp is the undropped P's. No mask is stored: backward hashes the same counters again
 // (dV = P_dropᵀ·dO, dP = (dO·Vᵀ)∘mask/(1−p), D = rowsum(dO∘O) still holds). The mask of an element
 // depends on its coordinates only, not on the tensor's shape, thread count or ISA. p = 0 runs the

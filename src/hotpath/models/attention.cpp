@@ -32,6 +32,10 @@ constexpr std::int64_t kFwdKeys = 128;     // keys per online-softmax step
 constexpr std::int64_t kBwdQueries = 64;   // backward tile: queries ...
 constexpr std::int64_t kBwdKeys = 64;      // ... × keys
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// Dropout hashes keys in blocks of 32 (one hash per key pair; see dropout_block), which every key
+// tile holds whole, as does the widest vector's half (16 lanes).
+constexpr int kDropoutBlock = 32;
+static_assert(kFwdKeys % kDropoutBlock == 0 && kBwdKeys % kDropoutBlock == 0);
 
 constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
 
@@ -43,8 +47,9 @@ constexpr std::uint64_t mix64(std::uint64_t z) {
   return z ^ (z >> 31);
 }
 
-// Dropout as the kernels apply it to one (batch, head): keep an element when its 32 hash bits are at
-// least `threshold` (≈ p·2³²), scale kept ones by 1/(1−p). head_key = mix of (seed, offset, b, h).
+// Dropout as the kernels apply it to one (batch, head): keep an element when its 16 hash bits are at
+// least `threshold` (p·2¹⁶ rounded: p is honoured to 2⁻¹⁷), scale kept ones by 1/(1−p). head_key = mix
+// of (seed, offset, b, h).
 struct DropoutArgs {
   bool on = false;
   std::uint32_t threshold = 0;
@@ -56,8 +61,7 @@ DropoutArgs dropout_args(const AttentionDropout& dropout, std::int64_t b, std::i
   DropoutArgs d;
   if (dropout.p <= 0.0) return d;
   d.on = true;
-  const double threshold = std::round(dropout.p * 4294967296.0);
-  d.threshold = threshold >= 4294967295.0 ? 0xFFFFFFFFU : static_cast<std::uint32_t>(threshold);
+  d.threshold = static_cast<std::uint32_t>(std::min(65535.0, std::round(dropout.p * 65536.0)));
   d.scale = static_cast<float>(1.0 / (1.0 - dropout.p));
   d.head_key = mix64(mix64(mix64(mix64(dropout.seed) ^ dropout.offset) ^ static_cast<std::uint64_t>(b)) ^
                      static_cast<std::uint64_t>(h));
