@@ -114,6 +114,19 @@ class Trainer : public ::testing::Test {
   TempDir dir_;
 };
 
+TEST(StepBreakdown, NamesTheBottleneckWithRemediesForTheRunsKind) {
+  StepBreakdown image{.data_s = 1, .forward_s = 2, .backward_s = 5, .optimizer_s = 1, .steps = 3};
+  EXPECT_NE(image.summary().find("bottleneck: backward (compute-bound: a smaller model, channels-last"),
+            std::string::npos) << image.summary();
+  StepBreakdown text = image;
+  text.text = true;
+  EXPECT_NE(text.summary().find("bottleneck: backward (compute-bound: a smaller model, bucketing"), std::string::npos)
+      << text.summary();
+  text.data_s = 9;
+  EXPECT_NE(text.summary().find("input-bound: pack pre-tokenized shards"), std::string::npos) << text.summary();
+  EXPECT_EQ(StepBreakdown{}.summary(), "no steps timed");
+}
+
 TEST_F(Trainer, ResumeMidEpochGivesTheSameLossesBitForBit) {
   const std::string shards = write_shards(dir_, 96, 16);  // 6 steps/epoch × 2 epochs
   const std::string a = dir_.file("a"), b = dir_.file("b");

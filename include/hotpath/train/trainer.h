@@ -50,6 +50,7 @@ struct StepBreakdown {
   double backward_s = 0;
   double optimizer_s = 0;  // unscale, clip, step, scaler update, zero_grad, EMA
   std::int64_t steps = 0;
+  bool text = false;  // a text run: the hints name text remedies (tokenize ahead, LoRA) not image ones
   [[nodiscard]] double total_s() const { return data_s + forward_s + backward_s + optimizer_s; }
   // "step 212.4 ms: data 2.1% · forward 30.8% · backward 55.6% · optimizer 11.5% — bottleneck: backward
   //  (compute-bound: a smaller model, bf16 or more threads help)".

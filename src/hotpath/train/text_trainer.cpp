@@ -485,6 +485,7 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
   result.run_dir = run_dir.string();
   result.epochs_completed = state.epoch;
   StepBreakdown& bd = result.breakdown;
+  bd.text = true;
   std::int64_t samples = 0;  // this invocation's
   text::PaddingStats& padding = state.padding;
 

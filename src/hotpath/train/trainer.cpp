@@ -181,11 +181,14 @@ std::string StepBreakdown::summary() const {
   }
   out << " — bottleneck: " << top->name;
   if (top == &parts[0] || data_s / total > 0.2) {
-    out << " (input-bound: raise data.workers, use smaller images or uint8 batches)";
+    out << (text ? " (input-bound: pack pre-tokenized shards with data pack-text --tokenizer)"
+                 : " (input-bound: raise data.workers, use smaller images or uint8 batches)");
   } else if (top == &parts[3]) {
-    out << " (optimizer-bound: fewer parameters, no EMA, or a fused optimizer)";
+    out << (text ? " (optimizer-bound: LoRA trains a fraction of the parameters; no EMA)"
+                 : " (optimizer-bound: fewer parameters, no EMA, or a fused optimizer)");
   } else {
-    out << " (compute-bound: a smaller model, channels-last, bf16 or more threads help)";
+    out << (text ? " (compute-bound: a smaller model, bucketing (less padding), bf16 or more threads help)"
+                 : " (compute-bound: a smaller model, channels-last, bf16 or more threads help)");
   }
   return out.str();
 }
