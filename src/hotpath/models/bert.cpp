@@ -16,11 +16,14 @@
 #include <torch/nn/init.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <string_view>
 #include <utility>
 
 #include "hotpath/core/error.h"
 #include "hotpath/models/activation_checkpoint.h"
+#include "hotpath/models/dropout.h"
 #include "hotpath/models/hf_weights.h"
 
 namespace hotpath::models {
@@ -60,6 +63,23 @@ at::Tensor activation(const at::Tensor& x, BertActivation act) {
     case BertActivation::kRelu: return at::relu(x);
   }
   return x;
+}
+
+// Hidden, embedding and classifier dropout: the fused kernels of dropout.h (one parallel pass, the
+// residual add folded in, no mask kept for backward). HOTPATH_BERT_DROPOUT=aten puts at::dropout back
+// (bernoulli_ + a saved float mask + a separate add): the A/B switch behind docs/benchmarks.md's numbers.
+bool aten_dropout() {
+  const char* v = std::getenv("HOTPATH_BERT_DROPOUT");
+  return v != nullptr && std::string_view(v) == "aten";
+}
+
+at::Tensor hidden_dropout(const at::Tensor& x, double p, bool training) {
+  return aten_dropout() ? at::dropout(x, p, training) : fused_dropout(x, p, training);
+}
+
+// dropout(x) + residual.
+at::Tensor hidden_dropout_add(const at::Tensor& x, const at::Tensor& residual, double p, bool training) {
+  return aten_dropout() ? at::dropout(x, p, training) + residual : dropout_add(x, residual, p, training);
 }
 
 double lowest(at::ScalarType type) {
@@ -153,9 +173,9 @@ at::Tensor BertLayer::forward(const at::Tensor& hidden, const at::Tensor& mask) 
           .transpose(1, 2)
           .reshape({b, l, heads * d});
   const double p = config_.hidden_dropout_prob;
-  const at::Tensor attended = attention_norm_(at::dropout(attention_out_(context), p, is_training()) + hidden);
+  const at::Tensor attended = attention_norm_(hidden_dropout_add(attention_out_(context), hidden, p, is_training()));
   const at::Tensor inner = activation(intermediate_(attended), config_.hidden_act);
-  return output_norm_(at::dropout(output_(inner), p, is_training()) + attended);
+  return output_norm_(hidden_dropout_add(output_(inner), attended, p, is_training()));
 }
 
 // ---- BertModel -----------------------------------------------------------------------------------
@@ -213,7 +233,7 @@ at::Tensor BertModel::embed(const at::Tensor& input_ids, const at::Tensor& token
     x = x + (token_type_ids.defined() ? token_type_embeddings_(token_type_ids)
                                       : token_type_embeddings_->weight[0].view({1, 1, -1}));
   }
-  return at::dropout(embedding_norm_(x), config_.hidden_dropout_prob, is_training());
+  return hidden_dropout(embedding_norm_(x), config_.hidden_dropout_prob, is_training());
 }
 
 at::Tensor BertModel::run_layer(std::size_t i, const at::Tensor& hidden, const at::Tensor& mask) {
@@ -269,9 +289,9 @@ at::Tensor BertForSequenceClassification::forward(const at::Tensor& input_ids, c
   const double p = encoder->config().classifier_dropout;
   if (pre_classifier) {  // DistilBERT: [CLS] → pre_classifier → ReLU → dropout → classifier
     const at::Tensor x = at::relu(pre_classifier(hidden.select(1, 0)));
-    return classifier(at::dropout(x, p, is_training()));
+    return classifier(hidden_dropout(x, p, is_training()));
   }
-  return classifier(at::dropout(encoder->pool(hidden), p, is_training()));
+  return classifier(hidden_dropout(encoder->pool(hidden), p, is_training()));
 }
 
 at::Tensor masked_mean_pool(const at::Tensor& hidden, const at::Tensor& attention_mask) {
