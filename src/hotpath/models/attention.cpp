@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "counter_hash.h"
 #include "hotpath/core/error.h"
 
 namespace hotpath::models {
@@ -39,13 +40,8 @@ static_assert(kFwdKeys % kDropoutBlock == 0 && kBwdKeys % kDropoutBlock == 0);
 
 constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
 
-// splitmix64's finaliser: a 64-bit bijection with full avalanche; keys the dropout hash per head and row.
-constexpr std::uint64_t mix64(std::uint64_t z) {
-  z += 0x9E3779B97F4A7C15ULL;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
+// Keys the dropout hash per head and row (counter_hash.h: shared with the fused hidden dropout).
+using detail::mix64;
 
 // Dropout as the kernels apply it to one (batch, head): keep an element when its 16 hash bits are at
 // least `threshold` (p·2¹⁶ rounded: p is honoured to 2⁻¹⁷), scale kept ones by 1/(1−p). head_key = mix
