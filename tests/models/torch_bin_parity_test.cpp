@@ -4,13 +4,18 @@
 #include <ATen/ops/equal.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "hotpath/core/error.h"
+#include "hotpath/core/mapped_file.h"
 #include "hotpath/models/hf_weights.h"
 #include "hotpath/models/weights.h"
 #include "models/model_test_support.h"
@@ -19,17 +24,24 @@
 namespace hotpath::models {
 namespace {
 
+// One python run writes every fixture; ctest runs each TEST in its own process, so the fixtures are
+// cached in $TMPDIR under a hash of the script and the venv that ran it (as bert_parity_test does).
 class TorchBinParity : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new test::TempDir();
-    test::run_python(test::source_path("tools/torch_save_fixture.py"), {dir_->path().string()});
+    const std::string script = test::source_path("tools/torch_save_fixture.py");
+    std::error_code ec;
+    const std::filesystem::path venv = std::filesystem::canonical(std::filesystem::path(test::python()).parent_path(), ec);
+    const std::size_t key = std::hash<std::string>{}(read_file(script) + "\n" + (ec ? test::python() : venv.string()));
+    dir_ = std::filesystem::temp_directory_path() / ("hotpath-torch-bin-" + std::to_string(key));
+    if (std::filesystem::exists(dir_ / "done")) return;
+    const std::filesystem::path partial = dir_.string() + "." + std::to_string(::getpid()) + ".partial";
+    test::run_python(script, {partial.string()});
+    test::write_file((partial / "done").string(), "");
+    std::filesystem::rename(partial, dir_, ec);  // atomic; a parallel process may have won the race
+    if (ec) std::filesystem::remove_all(partial);
   }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  static std::string file(const std::string& name) { return dir_->file(name); }
+  static std::string file(const std::string& name) { return (dir_ / name).string(); }
 
   static void expect_same(const std::string& name) {
     const std::map<std::string, at::Tensor> got = read_torch_state_dict(file(name + ".bin"));
@@ -47,9 +59,8 @@ class TorchBinParity : public ::testing::Test {
     }
   }
 
-  static test::TempDir* dir_;
+  static inline std::filesystem::path dir_;
 };
-test::TempDir* TorchBinParity::dir_ = nullptr;
 
 TEST_F(TorchBinParity, DtypesViewsSharedStoragesAndNestedDictsEqualTorch) { expect_same("mixed"); }
 
@@ -72,10 +83,11 @@ TEST_F(TorchBinParity, LegacyFormatAndDamageAreOneLineErrors) {
   std::string what = error_of(file("legacy.bin"));
   EXPECT_NE(what.find("legacy non-zip torch.save files are not supported"), std::string::npos) << what;
   // Truncated anywhere, or one byte flipped inside a storage: an error naming the file, on one line.
+  const test::TempDir tmp;
   const std::vector<std::byte> good = test::read_bytes(file("module.bin"));
   for (std::size_t n = 0; n < good.size(); n += 97) {
-    test::write_file(file("cut.bin"), std::span(good).first(n));
-    what = error_of(file("cut.bin"));
+    test::write_file(tmp.file("cut.bin"), std::span(good).first(n));
+    what = error_of(tmp.file("cut.bin"));
     EXPECT_NE(what.find("cut.bin"), std::string::npos) << n << ": " << what;
     EXPECT_EQ(what.find('\n'), std::string::npos) << what;
   }
@@ -86,8 +98,8 @@ TEST_F(TorchBinParity, LegacyFormatAndDamageAreOneLineErrors) {
   const auto it = std::search(flipped.begin(), flipped.end(), first, first + 16);
   ASSERT_NE(it, flipped.end());
   *it ^= std::byte{0x01};
-  test::write_file(file("flipped.bin"), flipped);
-  what = error_of(file("flipped.bin"));
+  test::write_file(tmp.file("flipped.bin"), flipped);
+  what = error_of(tmp.file("flipped.bin"));
   EXPECT_NE(what.find("fails its CRC-32 check"), std::string::npos) << what;
 }
 
