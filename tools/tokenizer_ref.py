@@ -422,6 +422,17 @@ def parity(out_path):
                        padding={"length": 48}, overflow=True)
     extra_case("overflow/pairs_longest_first_40_4", "minilm_json", [[a, b] for a, b in qa[:200]],
                truncation={"max_length": 40, "stride": 4}, overflow=True)
+    # transformers' own rows for question answering: windows flattened + overflow_to_sample_mapping.
+    from transformers import AutoTokenizer
+    # Questions of at most 44 tokens: the context keeps > 16 (the stride) of the 64 (HF panics otherwise).
+    configure(toks["minilm_json"])
+    q_lens = [len(e.ids) for e in toks["minilm_json"].encode_batch([lines[a] for a, _ in qa], add_special_tokens=False)]
+    qa_kept = [p for p, n in zip(qa, q_lens) if n <= 44]
+    rows = AutoTokenizer.from_pretrained(model)(
+        [lines[a] for a, _ in qa_kept], [lines[b] for _, b in qa_kept], truncation="only_second", max_length=64,
+        stride=16, return_overflowing_tokens=True, return_special_tokens_mask=True, padding="max_length")
+    transformers_qa = {"inputs": qa_kept} | {k: rows[k] for k in ("input_ids", "token_type_ids", "attention_mask",
+                                                                   "special_tokens_mask", "overflow_to_sample_mapping")}
     short = ["a b c d e f g h i j k l m n o p", "one two three", "x", ""]
     out_errors = stride_errors(toks["minilm_json"], short, [[a, b] for a in short for b in short])
 
@@ -430,7 +441,8 @@ def parity(out_path):
     cases.append({"name": "file_defaults/minilm_json", "tokenizer": "minilm_json", "file_defaults": True,
                   "inputs": every[:1000], "encodings": encodings(tok, texts(every[:1000]))})
     out = {"model_dir": model, "sources": sources, "tokenizers": specs, "lines": lines, "cases": cases,
-           "codepoints": codepoint_probe(), "word_characters": word_character_probe(), "stride_errors": out_errors}
+           "codepoints": codepoint_probe(), "word_characters": word_character_probe(), "stride_errors": out_errors,
+           "transformers_qa": transformers_qa}
     with open(out_path, "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=True)
 

@@ -206,6 +206,38 @@ TEST(TokenizerParity, AddedTokensInTheTextMatch) { EXPECT_GE(check_cases("added/
 
 TEST(TokenizerParity, OverflowingWindowsWithStrideMatch) { EXPECT_GE(check_cases("overflow/"), 5000u); }
 
+// transformers' AutoTokenizer(questions, contexts, truncation="only_second", max_length=64,
+// stride=16, return_overflowing_tokens=True, padding="max_length"): the same rows, masks and
+// overflow_to_sample_mapping as flatten_overflowing.
+TEST(TokenizerParity, TransformersOverflowRowsMatchFlattenOverflowing) {
+  const json& want = reference()["transformers_qa"];
+  const json& lines = reference()["lines"];
+  std::vector<std::string_view> questions;
+  std::vector<std::string_view> contexts;
+  for (const json& pair : want["inputs"]) {
+    questions.push_back(lines[pair[0].get<std::size_t>()].get_ref<const std::string&>());
+    contexts.push_back(lines[pair[1].get<std::size_t>()].get_ref<const std::string&>());
+  }
+  ASSERT_GT(questions.size(), 200u);
+  const Tokenizer tok = Tokenizer::from_directory(reference()["model_dir"].get<std::string>());
+  const FlatEncodings flat = flatten_overflowing(tok.encode_pair_batch(
+      questions, contexts,
+      {.max_length = 64, .truncation = TruncationStrategy::kOnlySecond, .stride = 16, .return_overflowing_tokens = true,
+       .padding = Padding::kMaxLength, .return_special_tokens_mask = true, .threads = 2}));
+  EXPECT_EQ(flat.overflow_to_sample_mapping, want["overflow_to_sample_mapping"].get<std::vector<std::size_t>>());
+  EXPECT_GT(flat.encodings.size(), questions.size() + 100);  // long contexts: many windows
+  ASSERT_EQ(flat.encodings.size(), want["input_ids"].size());
+  int failures = 0;
+  for (std::size_t r = 0; r < flat.encodings.size() && failures < 5; ++r) {
+    const Encoding& e = flat.encodings[r];
+    const bool same = e.ids == want["input_ids"][r].get<std::vector<std::int32_t>>() &&
+                      e.type_ids == want["token_type_ids"][r].get<std::vector<std::int32_t>>() &&
+                      e.attention_mask == want["attention_mask"][r].get<std::vector<std::int32_t>>() &&
+                      e.special_tokens_mask == want["special_tokens_mask"][r].get<std::vector<std::int32_t>>();
+    if (!same && ++failures) ADD_FAILURE() << "row " << r << ": transformers " << want["input_ids"][r].dump();
+  }
+}
+
 // Where HF refuses a stride (or panics on one), hotpath throws; elsewhere the windows are equal.
 TEST(TokenizerParity, StrideErrorsAreHfErrors) {
   const Tokenizer tok = load("minilm_json");
