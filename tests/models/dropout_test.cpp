@@ -251,6 +251,20 @@ TEST(FusedDropout, CheckpointRecomputeReplaysTheMask) {
   EXPECT_TRUE(at::equal(grads[0], grads[1]));
 }
 
+// Backward regenerates the mask: after forward only the output is alive (at::dropout keeps a float
+// noise tensor of x's size for backward, besides the output).
+TEST(FusedDropout, KeepsNothingForBackward) {
+  const at::Tensor x = at::randn({64, 1024}).requires_grad_(true);
+  const at::Tensor r = at::randn({64, 1024}).requires_grad_(true);
+  PeakMemory meter;
+  at::Tensor y = dropout_add(x, r, 0.1, true);
+  EXPECT_EQ(meter.current_bytes(), static_cast<std::int64_t>(y.nbytes()));
+  y.reset();
+  meter.reset();
+  y = at::dropout(x, 0.1, true) + r;
+  EXPECT_GE(meter.current_bytes(), 2 * static_cast<std::int64_t>(y.nbytes()));
+}
+
 BertConfig tiny_bert() {
   BertConfig c;
   c.vocab_size = 60;
