@@ -15,9 +15,11 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "hotpath/models/bert.h"
 #include "hotpath/text/tokenizer.h"
