@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -343,7 +345,7 @@ TEST(SentencePipeline, ReadsModulesAndPooling) {
   EXPECT_ERROR(parse_sentence_modules("[", "modules.json", p), "modules.json: invalid JSON");
 }
 
-TEST(LoraConfigFile, RefusesHugeRanksLongRegexesAndOverflowingNumbers) {
+TEST(LoraConfigFile, RefusesHugeRanksSlowOrLongRegexesAndOverflowingNumbers) {
   const std::string base = R"({"peft_type": "LORA", "target_modules": ["query"], )";
   EXPECT_EQ(LoraConfig::from_json(base + R"("r": 4})").r, 4);
   EXPECT_ERROR(LoraConfig::from_json(base + R"("r": 18446744073709551615})"), "\"r\" must be a positive integer");
@@ -351,6 +353,19 @@ TEST(LoraConfigFile, RefusesHugeRanksLongRegexesAndOverflowingNumbers) {
   const std::string regex(kLoraMaxRegex + 1, 'a');
   EXPECT_ERROR(LoraConfig::from_json(R"({"peft_type": "LORA", "r": 4, "target_modules": ")" + regex + "\"}"),
                "regex of 1001 characters is longer than the 1000 supported");
+  // Regexes std::regex would take exponential (or high polynomial) time to match are refused.
+  const auto regex_config = [](const std::string& re) {
+    return LoraConfig::from_json(nlohmann::json{{"peft_type", "LORA"}, {"r", 4}, {"target_modules", re}}.dump());
+  };
+  for (const char* slow : {"(.*)*x", "(query|value)+", R"((a\.)*(b*)+)", ".*.*.*.*x", "x{1,2}y{3}z*w+", ".***x", "a?*",
+                           "a{99999999999999999999}", "a{2,1001}",
+                           R"((a)\99999999999999999999)"}) {
+    EXPECT_ERROR(regex_config(slow), "which std::regex can take exponential time to match");
+  }
+  for (const char* fine : {R"(.*\.(query|value))", R"(.*layer\.1\..*(query|key))", R"([(*+]*\(x\)+)", "(a|b)?c*", "a*?b", "x{2,1000}"}) {
+    EXPECT_EQ(regex_config(fine).target_regex, fine);
+  }
+  EXPECT_TRUE(lora_target_matches(regex_config(R"(.*\.(query|value))"), "bert.encoder.layer.0.attention.self.query"));
   EXPECT_ERROR(LoraConfig::from_json(base + R"("r": 4, "rank_pattern": {"a": 2}})"),
                "\"rank_pattern\" is not supported (got an object)");
 }

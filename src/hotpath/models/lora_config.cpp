@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <regex>
+#include <string_view>
+#include <vector>
 
 #include "hotpath/core/error.h"
 #include "hotpath/core/mapped_file.h"
@@ -67,6 +69,66 @@ bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
 
+// std::regex matches by backtracking: a repeated group that itself repeats or alternates ((a*)*,
+// (a|b)+) or a repetition of a repetition (a**) takes exponential time, and k repetitions in a row
+// polynomial time n^k, on a module path of ~50 characters; libstdc++'s compiler also overflows on
+// huge counts (a{99999999999999999999}) and back-reference numbers. Refuse these shapes up front;
+// PEFT's patterns (".*\\.(query|value)") use one or two repetitions and plain alternations. Returns
+// what is wrong, or "".
+std::string regex_hazard(std::string_view re) {
+  constexpr int kMaxRepeats = 3;
+  constexpr std::uint64_t kMaxCount = 1000;
+  int repeats = 0;
+  bool after_repeat = false;       // the previous token was a repetition (or a '?')
+  std::vector<bool> group_varies;  // per open group: holds a repetition or an alternation
+  const auto repeat_at = [&](std::size_t at) {
+    return at < re.size() && (re[at] == '*' || re[at] == '+' || re[at] == '{');
+  };
+  for (std::size_t i = 0; i < re.size(); ++i) {
+    const char c = re[i];
+    const bool was_repeat = after_repeat;
+    after_repeat = false;
+    if (c == '\\') {
+      // An escaped character is a literal or a class (\d); \1.. is a back-reference, which forces
+      // backtracking (and libstdc++ reads its number without an overflow check).
+      if (i + 1 < re.size() && re[i + 1] >= '1' && re[i + 1] <= '9') return "a back-reference";
+      ++i;
+    } else if (c == '[') {
+      // A character class: skip to its closing ']' (a ']' right after '[' or '[^' is literal).
+      std::size_t j = i + 1;
+      if (j < re.size() && re[j] == '^') ++j;
+      if (j < re.size() && re[j] == ']') ++j;
+      while (j < re.size() && re[j] != ']') j += re[j] == '\\' ? 2 : 1;
+      i = j;
+    } else if (c == '(') {
+      group_varies.push_back(false);
+    } else if (c == ')' && !group_varies.empty()) {
+      const bool varies = group_varies.back();
+      group_varies.pop_back();
+      if (varies && repeat_at(i + 1)) return "a repeated group that itself repeats or alternates";
+      if (varies && !group_varies.empty()) group_varies.back() = true;
+    } else if (c == '|') {
+      if (!group_varies.empty()) group_varies.back() = true;
+    } else if (c == '?' || repeat_at(i)) {
+      if (c != '?' && was_repeat) return "a repetition of a repetition";
+      if (!group_varies.empty()) group_varies.back() = true;
+      after_repeat = true;
+      if (c == '?') continue;
+      if (++repeats > kMaxRepeats) return "more than 3 repetitions (*, +, {n,m})";
+      if (c == '{') {  // {n}, {n,}, {n,m}: every count at most kMaxCount
+        std::uint64_t count = 0;
+        for (++i; i < re.size() && re[i] != '}'; ++i) {
+          if (re[i] == ',') count = 0;
+          if (re[i] < '0' || re[i] > '9') continue;
+          count = count * 10 + static_cast<std::uint64_t>(re[i] - '0');
+          if (count > kMaxCount) return "a repetition count above 1000";
+        }
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 double LoraConfig::scaling() const {
@@ -106,6 +168,9 @@ LoraConfig LoraConfig::from_json(std::string_view json_text, std::string_view so
     HOTPATH_CHECK(c.target_regex != "all-linear", source, ": target_modules \"all-linear\" is not supported; list the modules");
     HOTPATH_CHECK(c.target_regex.size() <= kLoraMaxRegex, source, ": target_modules regex of ", c.target_regex.size(),
                   " characters is longer than the ", kLoraMaxRegex, " supported");
+    const std::string hazard = regex_hazard(c.target_regex);
+    HOTPATH_CHECK(hazard.empty(), source, ": target_modules regex ", brief(Json(c.target_regex)), " has ", hazard,
+                  ", which std::regex can take exponential time to match; list the modules or simplify it");
     try {
       std::regex check(c.target_regex);
     } catch (const std::regex_error& e) {
