@@ -379,6 +379,28 @@ TEST_F(TextTrainer, ResumeErrorsNameWhatDiffers) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("model.lora_r"), std::string::npos) << e.what();
   }
+  // The shuffle plan comes from the seed and the data: another one cannot continue at the same batch.
+  try {
+    train(recipe({"train.max_steps=3", "train.seed=7"}), resume);
+    FAIL() << "resume with another seed accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.seed=0"), std::string::npos) << e.what();
+  }
+  try {
+    train(recipe({"train.max_steps=3", "data.max_length=32"}), resume);
+    FAIL() << "resume with another max_length accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data.max_length"), std::string::npos) << e.what();
+  }
+  // A finished run (here: max_steps reached) is not resumed silently: its metrics would be rewound.
+  const std::string before = read_file(tmp_.file("run/metrics.jsonl"));
+  try {
+    train(recipe({"train.max_steps=2"}), resume);
+    FAIL() << "resume of a finished run accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the run already finished (step 2 of 2)"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_file(tmp_.file("run/metrics.jsonl")), before);
 }
 
 }  // namespace

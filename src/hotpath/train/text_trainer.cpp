@@ -168,7 +168,7 @@ struct TextTrainerState {
   text::PaddingStats padding;
 };
 
-std::string text_state_json(const TextTrainerState& s, const Recipe& recipe) {
+std::string text_state_json(const TextTrainerState& s, const Recipe& recipe, std::int64_t train_samples) {
   json j;
   j["kind"] = "text";
   j["step"] = s.step;
@@ -186,10 +186,15 @@ std::string text_state_json(const TextTrainerState& s, const Recipe& recipe) {
   j["accum_steps"] = recipe.train.accum_steps;
   j["max_tokens"] = recipe.data.max_tokens;
   j["lora_r"] = recipe.model.lora_r;
+  j["max_length"] = recipe.data.max_length;
+  j["pad_to_multiple_of"] = recipe.data.pad_to_multiple_of;
+  j["bucket"] = recipe.data.bucket ? 1 : 0;
+  j["train_samples"] = train_samples;
   return j.dump(2) + "\n";
 }
 
-TextTrainerState text_state_from_json(const std::string& json_text, const std::string& where, const Recipe& recipe) {
+TextTrainerState text_state_from_json(const std::string& json_text, const std::string& where, const Recipe& recipe,
+                                      std::int64_t train_samples) {
   TextTrainerState s;
   try {
     const auto j = nlohmann::json::parse(json_text);
@@ -217,6 +222,15 @@ TextTrainerState text_state_from_json(const std::string& json_text, const std::s
     same("accum_steps", recipe.train.accum_steps, "train.accum_steps");
     same("max_tokens", recipe.data.max_tokens, "data.max_tokens");
     same("lora_r", recipe.model.lora_r, "model.lora_r");
+    // The epoch plan (order, lengths, buckets) comes from these and the data: the same batch index
+    // under another plan would repeat or skip samples.
+    same("max_length", recipe.data.max_length, "data.max_length");
+    same("pad_to_multiple_of", recipe.data.pad_to_multiple_of, "data.pad_to_multiple_of");
+    same("bucket", recipe.data.bucket ? 1 : 0, "data.bucket");
+    same("train_samples", train_samples, "the number of samples in data.train");
+    const auto seed = j.at("seed").get<std::uint64_t>();
+    HOTPATH_CHECK(seed == recipe.train.seed, where, ": the checkpoint was made with train.seed=", seed,
+                  "; the recipe now says ", recipe.train.seed, " (resume needs the same batches and model layout)");
     HOTPATH_CHECK(s.step >= 0 && s.epoch >= 0 && s.batch >= 0, where, ": negative step, epoch or batch");
   } catch (const nlohmann::json::exception& e) {
     HOTPATH_CHECK(false, where, ": invalid trainer state: ", e.what());
@@ -366,6 +380,7 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
   // optimizer step takes accum_steps of them.
   const std::int64_t accum = tr.accum_steps;
   text::TextLoader train_loader(loader_options(recipe, existing_shards(recipe.data.train, recipe, "data.train"), true));
+  const auto train_samples = static_cast<std::int64_t>(train_loader.corpus().size());
   std::unique_ptr<text::TextLoader> eval_loader;
   if (!recipe.data.eval.empty()) {
     eval_loader = std::make_unique<text::TextLoader>(
@@ -449,7 +464,9 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
   if (options.resume) {
     const std::string latest = *latest_checkpoint(ckpt_root.string());
     const CheckpointData data = load_checkpoint(latest);
-    state = text_state_from_json(data.trainer_json, latest + "/trainer.json", recipe);
+    state = text_state_from_json(data.trainer_json, latest + "/trainer.json", recipe, train_samples);
+    HOTPATH_CHECK(state.step < total_steps, latest, ": the run already finished (step ", state.step, " of ",
+                  total_steps, "); raise train.epochs or train.max_steps to train on, or start a new run");
     restore_model_state(checkpoint_model_state(*model, trainable, lora.has_value()), data.model,
                         latest + "/model.safetensors");
     load_optimizer_state(*optimizer, trainable, data.optimizer);
@@ -496,7 +513,7 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
     data.optimizer = optimizer_state(*optimizer, trainable);
     if (ema) data.ema = ema->state();
     data.rng = rng_state(at::Device(at::kCPU));
-    data.trainer_json = text_state_json(state, recipe);
+    data.trainer_json = text_state_json(state, recipe, train_samples);
     save_checkpoint_and_prune(ckpt_root, state.step, data, recipe.checkpoint.keep_last);
   };
   // Call with the EMA weights in the model (EmaWeightsIn) when EMA is on.
