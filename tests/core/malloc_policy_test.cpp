@@ -22,31 +22,43 @@ long minor_faults() {
 void touch_and_free_large_block() {
   constexpr std::size_t kBytes = 64u << 20;
   char* p = static_cast<char*>(std::malloc(kBytes));
-  ASSERT_NE(p, nullptr);
+  if (p == nullptr) std::abort();
   std::memset(p, 1, kBytes);
   asm volatile("" : : "r"(p) : "memory");  // the writes must happen
   std::free(p);
 }
 
+// The policy is process-wide and one-way, so each case runs in a fresh process (gtest's threadsafe
+// death-test style re-executes the binary for the statement) whatever order or filter the suite uses.
+// Exit code 0: as expected; 2: skipped (glibc refused); 1: not as expected.
 TEST(MallocPolicy, KeepReusesFreedLargeBlocksWithoutPageFaults) {
-  unsetenv("HOTPATH_MALLOC");
-  apply_malloc_policy();
-  if (std::string(malloc_policy_name()) != "keep") GTEST_SKIP() << malloc_policy_name();
-  touch_and_free_large_block();  // the heap grows once
-  const long before = minor_faults();
-  for (int i = 0; i < 4; ++i) touch_and_free_large_block();
-  // glibc's default mmaps and munmaps the block each time: 4 × 16,384 page faults.
-  EXPECT_LT(minor_faults() - before, 2000);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        unsetenv("HOTPATH_MALLOC");
+        apply_malloc_policy();
+        if (std::string(malloc_policy_name()) != "keep") std::exit(2);
+        touch_and_free_large_block();  // the heap grows once
+        const long before = minor_faults();
+        for (int i = 0; i < 4; ++i) touch_and_free_large_block();
+        // glibc's default mmaps and munmaps the block each time: 4 × 16,384 page faults.
+        std::exit(minor_faults() - before < 2000 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(MallocPolicy, SystemLeavesGlibcDefaults) {
-  setenv("HOTPATH_MALLOC", "system", 1);
-  apply_malloc_policy();
-  unsetenv("HOTPATH_MALLOC");
-  EXPECT_STREQ(malloc_policy_name(), "system (HOTPATH_MALLOC)");
-  const long before = minor_faults();
-  for (int i = 0; i < 2; ++i) touch_and_free_large_block();
-  EXPECT_GT(minor_faults() - before, 2 * 10000);  // each block is a fresh mapping
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("HOTPATH_MALLOC", "system", 1);
+        apply_malloc_policy();
+        if (std::string(malloc_policy_name()) != "system (HOTPATH_MALLOC)") std::exit(1);
+        const long before = minor_faults();
+        for (int i = 0; i < 2; ++i) touch_and_free_large_block();
+        std::exit(minor_faults() - before > 2 * 10000 ? 0 : 1);  // each block is a fresh mapping
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 TEST(MallocPolicy, RejectsAnUnknownChoiceByName) {
