@@ -111,6 +111,8 @@ input=lines.txt expect_error pair-without-tab "tokenize --pair: stdin:1: expecte
 printf 'a b c d e f g h\tx\n' > short_second.tsv
 input=short_second.tsv expect_error only-second-too-short "tokenize: stdin:1: truncation only_second" \
   tokenize --tokenizer "$model" --pair --max-length 6 --truncation only_second
+input=lines.txt expect_error stride-without-max-length "--stride and --return-overflowing-tokens need --max-length" \
+  tokenize --tokenizer "$model" --stride 4
 input=lines.txt expect_error no-tokenizer "has neither tokenizer.json nor vocab.txt" tokenize --tokenizer "$work/vocab_only/.."
 mkdir broken && printf '{"model": {"type": "BPE"}}' > broken/tokenizer.json
 input=lines.txt expect_error bpe 'model.type is "BPE"; hotpath supports "WordPiece"' tokenize --tokenizer broken

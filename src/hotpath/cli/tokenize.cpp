@@ -58,6 +58,9 @@ void run(const TokenizeArgs& a) {
   const Tokenizer tok = Tokenizer::from_directory(a.tokenizer);
   EncodeOptions o;
   o.add_special_tokens = !a.no_special_tokens;
+  // Without truncation nothing overflows: the flags would be silently ignored.
+  HOTPATH_CHECK(a.max_length > 0 || (a.stride == 0 && !a.overflowing),
+                "tokenize: --stride and --return-overflowing-tokens need --max-length (nothing is cut without it)");
   o.max_length = a.max_length;
   o.stride = a.stride;
   o.return_overflowing_tokens = a.overflowing;

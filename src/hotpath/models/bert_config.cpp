@@ -1,5 +1,5 @@
 // config.json (BERT / DistilBERT) and sentence-transformers' module files, torch-free so that
-// fuzz/fuzz_bert_config.cpp runs them under ASan+UBSan. Every rejection is one hotpath::Error line.
+// fuzz/fuzz_model_config.cpp runs them under ASan+UBSan. Every rejection is one hotpath::Error line.
 #include "hotpath/models/bert_config.h"
 
 #include <nlohmann/json.hpp>
@@ -196,13 +196,7 @@ BertConfig BertConfig::from_json(std::string_view json_text, std::string_view na
 }
 
 BertConfig BertConfig::from_file(const std::filesystem::path& path) {
-  std::string text;
-  try {
-    text = read_file(path.string());
-  } catch (const Error&) {
-    HOTPATH_CHECK(false, path.string(), ": cannot open");
-  }
-  return from_json(text, path.string());
+  return from_json(read_file(path.string()), path.string());  // read_file's error names the path
 }
 
 // ---- sentence-transformers -------------------------------------------------------------------------

@@ -203,13 +203,7 @@ LoraConfig LoraConfig::from_json(std::string_view json_text, std::string_view so
 }
 
 LoraConfig LoraConfig::from_file(const std::filesystem::path& path) {
-  std::string text;
-  try {
-    text = read_file(path.string());
-  } catch (const Error&) {
-    HOTPATH_CHECK(false, path.string(), ": cannot open");
-  }
-  return from_json(text, path.string());
+  return from_json(read_file(path.string()), path.string());  // read_file's error names the path
 }
 
 std::string LoraConfig::to_json() const {

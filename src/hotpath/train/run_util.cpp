@@ -17,12 +17,14 @@ namespace {
 struct LineKey {
   std::int64_t step = -1;
   bool eval = false;
+  bool parsed = false;  // false: not a JSON object line (one a crash cut short)
 };
 
 LineKey line_key(const std::string& line) {
   try {
     const auto j = nlohmann::json::parse(line);
-    return {j.value("step", std::int64_t{-1}), j.value("split", std::string()) == "eval"};
+    if (!j.is_object()) return {};
+    return {j.value("step", std::int64_t{-1}), j.value("split", std::string()) == "eval", true};
   } catch (const nlohmann::json::exception&) {
     return {};
   }
@@ -43,6 +45,7 @@ std::ofstream open_metrics(const fs::path& path, std::optional<std::int64_t> res
     while (std::getline(in, line)) {
       if (line.empty()) continue;
       const LineKey k = line_key(line);
+      if (!k.parsed) continue;  // torn by the crash that made this resume necessary
       const bool at_step = k.step == *resume_step;
       if (k.step > *resume_step || (at_step && (k.eval ? rewind.drop_eval_at_step : rewind.drop_train_at_step))) {
         continue;

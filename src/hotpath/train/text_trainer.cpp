@@ -340,8 +340,13 @@ class EmaWeightsIn {
   explicit EmaWeightsIn(TrainedEma* ema) : ema_(ema) {
     if (ema_) ema_->swap();
   }
+  // Runs while an eval's exception unwinds too: a failing swap (out of memory) must not terminate;
+  // the run is ending with the first error then, and the model it leaves is not saved.
   ~EmaWeightsIn() {
-    if (ema_) ema_->swap();
+    try {
+      if (ema_) ema_->swap();
+    } catch (...) {  // NOLINT(bugprone-empty-catch)
+    }
   }
   EmaWeightsIn(const EmaWeightsIn&) = delete;
   EmaWeightsIn& operator=(const EmaWeightsIn&) = delete;
@@ -664,11 +669,16 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
                           json{{"step", state.step}, {"epoch", epoch + 1}, {"top1", e.result.top1},
                                {"top5", e.result.top5}, {"loss", e.result.loss},
                                {"majority_top1", e.majority_top1}}.dump(2) + "\n");
+        // Never a moment without a best/: the old one steps aside (best.old) until the new one is in.
+        const fs::path old_best = run_dir / "best.old";
         std::error_code ec;
-        fs::remove_all(best, ec);
+        fs::remove_all(old_best);
+        if (fs::exists(best)) fs::rename(best, old_best, ec);
+        HOTPATH_CHECK(!ec, best.string(), ": cannot rename it to ", old_best.string(), ": ", ec.message());
         fs::rename(tmp, best, ec);
         HOTPATH_CHECK(!ec, best.string(), ": cannot rename ", tmp.string(), " to it: ", ec.message());
         sync_directory(run_dir.string());
+        fs::remove_all(old_best);
       }
     }
     const bool periodic = recipe.checkpoint.every_steps > 0 && state.step % recipe.checkpoint.every_steps == 0;
