@@ -11,9 +11,11 @@
 // Error::with_context() prepends "where: " when rethrowing from an outer layer.
 #pragma once
 
+#include <cstddef>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace hotpath {
@@ -28,6 +30,10 @@ class Error : public std::runtime_error {
     return Error(message);
   }
 };
+
+// Bytes from a file (a name, a key, a label) as they can stand in a one-line message: control bytes
+// and DEL escaped as \xNN, cut after `max_bytes` with "..." appended.
+std::string printable(std::string_view bytes, std::size_t max_bytes = 100);
 
 namespace detail {
 

@@ -10,3 +10,24 @@ void fail_assert(const char* condition, const char* file, int line) {
 }
 
 }  // namespace hotpath::detail
+
+namespace hotpath {
+
+std::string printable(std::string_view bytes, std::size_t max_bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (const char c : bytes.substr(0, max_bytes)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  if (bytes.size() > max_bytes) out += "...";
+  return out;
+}
+
+}  // namespace hotpath

@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 
+#include "hotpath/core/error.h"
+
 namespace hotpath::data {
 namespace {
 
@@ -509,17 +511,7 @@ std::string BadRecord::to_string() const {
   out += ':';
   out += std::to_string(offset);
   out += ':';
-  // Member names come from the archive: keep the line one line.
-  for (char c : member) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[static_cast<unsigned char>(c) >> 4];
-      out += kHex[c & 15];
-    } else {
-      out += c;
-    }
-  }
+  out += printable(member, member.size());  // member names come from the archive: keep the line one line
   out += ": ";
   out += reason;
   return out;

@@ -1,7 +1,6 @@
 #include "hotpath/models/attention.h"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -11,12 +10,12 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "counter_hash.h"
 #include "hotpath/core/error.h"
+#include "hotpath/models/dropout.h"
 
 namespace hotpath::models {
 namespace {
@@ -406,11 +405,8 @@ AttentionDropout AttentionDropout::from_generator(double p, std::optional<at::Ge
   AttentionDropout dropout;
   dropout.p = p;
   check_dropout(dropout);
-  if (p == 0.0) return dropout;
-  at::Generator gen = generator && generator->defined() ? *generator : at::detail::getDefaultCPUGenerator();
-  auto* cpu = at::check_generator<at::CPUGeneratorImpl>(gen);
-  const std::lock_guard<std::mutex> lock(gen.mutex());
-  dropout.seed = cpu->random64();
+  // One random64() of the generator, drawn as the fused hidden dropout draws its seed (dropout.h).
+  dropout.seed = DropoutDraw::from_generator(p, std::move(generator)).seed;
   return dropout;
 }
 

@@ -41,23 +41,6 @@ bool allowed_global(std::string_view name) {
          name == "torch._utils._rebuild_parameter" || storage_dtype(name).has_value();
 }
 
-// Text from the file for a one-line message: control bytes escaped, cut at 100 bytes.
-std::string printable(std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (const char c : s.substr(0, 100)) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      out += "\\x";
-      out += kHex[u >> 4];
-      out += kHex[u & 15];
-    } else {
-      out += c;
-    }
-  }
-  if (s.size() > 100) out += "...";
-  return out;
-}
 
 class Unpickler {
  public:

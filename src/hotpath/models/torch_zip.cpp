@@ -34,23 +34,6 @@ std::uint64_t le(std::span<const std::byte> b, std::uint64_t at, int n) {
   return v;
 }
 
-// Entry names go into one-line messages: control bytes escaped, long names cut.
-std::string printable(std::string_view s) {
-  std::string out;
-  for (const char c : s.substr(0, 120)) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[u >> 4];
-      out += kHex[u & 15];
-    } else {
-      out += c;
-    }
-  }
-  if (s.size() > 120) out += "...";
-  return out;
-}
 
 std::uint32_t crc32_of(std::span<const std::byte> data) {
   uLong crc = crc32_z(0L, Z_NULL, 0);
@@ -124,7 +107,7 @@ TorchZip::TorchZip(std::span<const std::byte> bytes, std::string source, TorchZi
     fail_unless(name_len + extra_len + comment_len <= cd_end - pos - kCentralSize, "central directory entry ", i,
                 " at offset ", pos, " runs past the central directory");
     const std::string name(reinterpret_cast<const char*>(bytes_.data() + pos + kCentralSize), name_len);
-    const std::string shown = printable(name);
+    const std::string shown = printable(name, 120);
 
     // ZIP64 extra field: the 64-bit values of the fields stored as all-ones, in this order.
     std::uint64_t extra = pos + kCentralSize + name_len;
@@ -189,10 +172,10 @@ bool TorchZip::has(std::string_view name) const { return entries_.find(name) != 
 
 std::span<const std::byte> TorchZip::record(std::string_view name) const {
   const auto it = entries_.find(name);
-  HOTPATH_CHECK(it != entries_.end(), source_, kWhat, "no record ", archive_, "/", printable(name));
+  HOTPATH_CHECK(it != entries_.end(), source_, kWhat, "no record ", archive_, "/", printable(name, 120));
   const auto out = bytes_.subspan(it->second.offset, it->second.size);
   HOTPATH_CHECK(!options_.check_crc || crc32_of(out) == it->second.crc, source_, kWhat, "record ", archive_, "/",
-                printable(name), " fails its CRC-32 check (corrupted file?)");
+                printable(name, 120), " fails its CRC-32 check (corrupted file?)");
   return out;
 }
 
