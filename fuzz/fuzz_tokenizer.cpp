@@ -56,7 +56,9 @@ bool on_boundary(std::string_view text, std::uint32_t i) {
   return i == text.size() || (i < text.size() && (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80);
 }
 
-void check(const Encoding& e, std::string_view first, std::string_view second, const EncodeOptions& o, bool window) {
+// `pair`: encoded as a pair (the second text may be empty: it still brings its [SEP]).
+void check(const Encoding& e, std::string_view first, std::string_view second, bool pair, const EncodeOptions& o,
+           bool window) {
   if (e.type_ids.size() != e.ids.size() || e.attention_mask.size() != e.ids.size()) fail("lengths differ", first);
   if (o.return_offsets && e.offsets.size() != e.ids.size()) fail("offsets missing", first);
   if (o.return_special_tokens_mask && e.special_tokens_mask.size() != e.ids.size()) fail("mask missing", first);
@@ -70,13 +72,13 @@ void check(const Encoding& e, std::string_view first, std::string_view second, c
     }
   }
   // With room for the special tokens only, HF moves whole texts into the overflow: no bound there.
-  const std::size_t specials = fixed_tokenizer().num_special_tokens(!second.empty());
+  const std::size_t specials = fixed_tokenizer().num_special_tokens(pair);
   const std::size_t bound = window ? specials + 1 : specials;
   if (o.max_length >= bound && o.max_length > 0 && o.padding == hotpath::text::Padding::kNone &&
       e.ids.size() > o.max_length) {
     fail("longer than max_length", first);
   }
-  for (const Encoding& w : e.overflowing) check(w, first, second, o, true);
+  for (const Encoding& w : e.overflowing) check(w, first, second, pair, o, true);
 }
 
 }  // namespace
@@ -126,7 +128,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const std::string_view second = tab == std::string_view::npos ? std::string_view() : text.substr(tab + 1);
         const Tokenizer& tok = flagged ? flagged_tokenizer() : fixed_tokenizer();
         const Encoding e = tab == std::string_view::npos ? tok.encode(first, o) : tok.encode_pair(first, second, o);
-        if (o.offset_unit == hotpath::text::OffsetUnit::kBytes) check(e, first, second, o, false);
+        if (o.offset_unit == hotpath::text::OffsetUnit::kBytes) {
+          check(e, first, second, tab != std::string_view::npos, o, false);
+        }
         const std::vector<std::string_view> lines = {first, second};
         (void)tok.encode_batch(lines, {.padding = hotpath::text::Padding::kLongest, .pad_to_multiple_of = 8, .threads = 2});
         break;
