@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "hotpath/models/attention.h"
+#include "hotpath/ops/attention.h"
 
 namespace {
 
@@ -76,7 +76,7 @@ double seconds_of(const std::function<void()>& f, bool cpu_time) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  using hotpath::models::AttentionKernel;
+  using hotpath::ops::AttentionKernel;
   Args a;
   CLI::App app{"fused attention vs ATen reference vs at::scaled_dot_product_attention"};
   app.add_option("--batch", a.batch);
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  nlohmann::json report = {{"kernel", hotpath::models::attention_kernel_name()},
+  nlohmann::json report = {{"kernel", hotpath::ops::attention_kernel_name()},
                            {"mask", a.no_mask ? "none" : "padding: sequence b keeps L - (b mod 8) * L/16 keys"},
                            {"batch", a.batch},
                            {"heads", a.heads},
@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
                            {"clock", a.cpu_time ? "thread CPU time" : "wall"},
                            {"results", nlohmann::json::array()}};
   const bool dropout = a.dropout > 0.0;
-  std::cout << "fused attention loops: " << hotpath::models::attention_kernel_name() << "; mask: "
+  std::cout << "fused attention loops: " << hotpath::ops::attention_kernel_name() << "; mask: "
             << (a.no_mask ? "none" : "padding (sequence b keeps L - (b mod 8)·L/16 keys)")
             << "; dropout: " << a.dropout << "; " << (a.cpu_time ? "thread CPU time" : "wall time") << "\n";
   std::cout << "| L | dtype | mode | threads | fused ms | reference ms | sdpa ms | vs reference | vs sdpa |"
@@ -146,12 +146,12 @@ int main(int argc, char** argv) {
           (void)torch::autograd::grad({out}, {q, k, v}, {dout});
         };
         // A fresh seed per call, as in training (from_generator draws one).
-        const auto drop = [&] { return hotpath::models::AttentionDropout::from_generator(a.dropout); };
+        const auto drop = [&] { return hotpath::ops::AttentionDropout::from_generator(a.dropout); };
         const std::vector<std::pair<std::string, std::function<at::Tensor()>>> impls = {
-            {"fused", [&] { return hotpath::models::attention(q, k, v, mask, AttentionKernel::kFused, drop()); }},
-            {"reference", [&] { return hotpath::models::reference_attention(q, k, v, mask, drop()); }},
+            {"fused", [&] { return hotpath::ops::attention(q, k, v, mask, AttentionKernel::kFused, drop()); }},
+            {"reference", [&] { return hotpath::ops::reference_attention(q, k, v, mask, drop()); }},
             {"sdpa", [&] { return at::scaled_dot_product_attention(q, k, v, sdpa_mask, a.dropout); }},
-            {"fused_p0", [&] { return hotpath::models::attention(q, k, v, mask, AttentionKernel::kFused); }},
+            {"fused_p0", [&] { return hotpath::ops::attention(q, k, v, mask, AttentionKernel::kFused); }},
         };
         for (const int threads : a.threads) {
           at::set_num_threads(threads);

@@ -10,8 +10,8 @@
 #include <string_view>
 
 #include "hotpath/core/error.h"
-#include "hotpath/models/bert_config.h"
-#include "hotpath/models/lora_config.h"
+#include "hotpath/formats/bert_config.h"
+#include "hotpath/formats/lora_config.h"
 
 namespace {
 
@@ -20,8 +20,8 @@ namespace {
   std::abort();
 }
 
-void check(const hotpath::models::BertConfig& c) {
-  using hotpath::models::kBertMaxSize;
+void check(const hotpath::formats::BertConfig& c) {
+  using hotpath::formats::kBertMaxSize;
   for (const std::int64_t v : {c.vocab_size, c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
                                c.intermediate_size, c.max_position_embeddings, c.num_labels}) {
     if (v < 1 || v > kBertMaxSize) fail("a size is out of range");
@@ -32,14 +32,14 @@ void check(const hotpath::models::BertConfig& c) {
   if (!(c.layer_norm_eps >= 0.0) || !(c.hidden_dropout_prob < 1.0)) fail("bad eps or dropout");
 }
 
-void check(const hotpath::models::LoraConfig& c) {
+void check(const hotpath::formats::LoraConfig& c) {
   if (c.r < 1) fail("rank below 1");
   if (c.target_modules.empty() == c.target_regex.empty()) fail("neither or both of target list and regex");
   if (!(c.lora_dropout >= 0.0 && c.lora_dropout < 1.0)) fail("dropout out of range");
   (void)c.scaling();
   // A regex the parser accepts must match in bounded time (no nested or many repetitions).
-  (void)hotpath::models::lora_target_matches(c, "bert.encoder.layer.10.attention.self.query");
-  if (hotpath::models::LoraConfig::from_json(c.to_json()).r != c.r) fail("to_json does not round-trip");
+  (void)hotpath::formats::lora_target_matches(c, "bert.encoder.layer.10.attention.self.query");
+  if (hotpath::formats::LoraConfig::from_json(c.to_json()).r != c.r) fail("to_json does not round-trip");
 }
 
 }  // namespace
@@ -49,19 +49,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
     switch (data[0] & 3) {
-      case 0: check(hotpath::models::BertConfig::from_json(text)); break;
+      case 0: check(hotpath::formats::BertConfig::from_json(text)); break;
       case 1: {
-        hotpath::models::SentencePipeline p;
-        hotpath::models::parse_sentence_modules(text, "modules.json", p);
+        hotpath::formats::SentencePipeline p;
+        hotpath::formats::parse_sentence_modules(text, "modules.json", p);
         break;
       }
       case 2: {
-        hotpath::models::SentencePipeline p;
-        hotpath::models::parse_sentence_pooling(text, "1_Pooling/config.json", p);
+        hotpath::formats::SentencePipeline p;
+        hotpath::formats::parse_sentence_pooling(text, "1_Pooling/config.json", p);
         if (p.dimension < 0) fail("negative dimension");
         break;
       }
-      default: check(hotpath::models::LoraConfig::from_json(text)); break;
+      default: check(hotpath::formats::LoraConfig::from_json(text)); break;
     }
   } catch (const hotpath::Error& e) {
     if (std::string_view(e.what()).find('\n') != std::string_view::npos) fail("error message is not one line");

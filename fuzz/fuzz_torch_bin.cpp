@@ -12,7 +12,7 @@
 #include <string_view>
 
 #include "hotpath/core/error.h"
-#include "hotpath/models/torch_pickle.h"
+#include "hotpath/formats/torch_pickle.h"
 
 namespace {
 
@@ -21,7 +21,7 @@ namespace {
   std::abort();
 }
 
-void check(const hotpath::models::TorchTensorRecord& t) {
+void check(const hotpath::formats::TorchTensorRecord& t) {
   if (t.sizes.size() != t.strides.size() || t.offset < 0) fail("bad view");
   if (t.numel() == 0) return;
   std::int64_t last = t.offset;
@@ -36,14 +36,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::span<const std::byte> rest(reinterpret_cast<const std::byte*>(data) + 1, size - 1);
   try {
     if (data[0] % 4 == 0) {
-      for (const auto& t : hotpath::models::parse_torch_pickle(rest, "fuzz.bin")) check(t);
+      for (const auto& t : hotpath::formats::parse_torch_pickle(rest, "fuzz.bin")) check(t);
     } else {
-      const auto ckpt = hotpath::models::read_torch_checkpoint(rest, "fuzz.bin", {.check_crc = data[0] % 4 != 1});
+      const auto ckpt = hotpath::formats::read_torch_checkpoint(rest, "fuzz.bin", {.check_crc = data[0] % 4 != 1});
       for (const auto& t : ckpt.tensors) {
         check(t);
         const auto it = ckpt.storages.find(t.storage);
         if (it == ckpt.storages.end()) fail("a tensor's storage is missing");
-        if (it->second.size() != static_cast<std::size_t>(t.storage_numel) * hotpath::models::element_size(t.dtype)) {
+        if (it->second.size() != static_cast<std::size_t>(t.storage_numel) * hotpath::formats::element_size(t.dtype)) {
           fail("storage size differs from the pickle's");
         }
         // Touch the first and last byte so ASan sees a view that lies outside the input.

@@ -18,14 +18,15 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/core/mapped_file.h"
-#include "hotpath/models/bert.h"
-#include "hotpath/models/hf_weights.h"
+#include "hotpath/models/text/bert.h"
+#include "hotpath/models/text/hf_weights.h"
 #include "hotpath/models/weights.h"
 #include "hotpath/text/tokenizer.h"
 #include "models/model_test_support.h"
 #include "support/test_support.h"
 
 namespace hotpath::models {
+using namespace hotpath::formats;  // BertConfig
 namespace {
 
 using test::TempDir;

@@ -27,14 +27,16 @@
 #include <vector>
 
 #include "hotpath/core/error.h"
-#include "hotpath/models/attention.h"
-#include "hotpath/models/bert.h"
-#include "hotpath/models/hf_weights.h"
+#include "hotpath/ops/attention.h"
+#include "hotpath/models/text/bert.h"
+#include "hotpath/models/text/hf_weights.h"
 #include "hotpath/models/weights.h"
 #include "models/model_test_support.h"
 #include "support/test_support.h"
 
 namespace hotpath::models {
+using namespace hotpath::formats;  // BertArch, BertConfig
+using namespace hotpath::ops;  // fused_attention
 namespace {
 
 using test::TempDir;

@@ -15,17 +15,18 @@
 #include <string>
 #include <vector>
 
-#include "hotpath/core/safetensors.h"
+#include "hotpath/formats/safetensors.h"
 #include "hotpath/data/kernels/image.h"
 #include "hotpath/data/transforms.h"
-#include "hotpath/models/imagenet_classes.h"
-#include "hotpath/models/pretrained.h"
+#include "hotpath/models/vision/imagenet_classes.h"
+#include "hotpath/models/vision/pretrained.h"
 #include "hotpath/models/registry.h"
 #include "hotpath/models/weights.h"
 #include "models/model_test_support.h"
 #include "support/test_support.h"
 
 namespace hotpath::models {
+using namespace hotpath::formats;  // SafetensorsFile
 namespace {
 
 using nlohmann::json;

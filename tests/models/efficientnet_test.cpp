@@ -1,6 +1,6 @@
 // EfficientNet-B0 / Lite0: torchvision's keys and parameter counts, options honoured, TF "SAME"
 // padding, stochastic depth, and train vs eval differing only by batch norm and dropout.
-#include "hotpath/models/efficientnet.h"
+#include "hotpath/models/vision/efficientnet.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "hotpath/core/error.h"
-#include "hotpath/models/imagenet_classes.h"
-#include "hotpath/models/pretrained.h"
+#include "hotpath/models/vision/imagenet_classes.h"
+#include "hotpath/models/vision/pretrained.h"
 #include "hotpath/models/registry.h"
 #include "hotpath/models/weights.h"
 #include "models/model_test_support.h"

@@ -7,12 +7,13 @@
 #include <string>
 
 #include "hotpath/core/error.h"
-#include "hotpath/models/bert.h"
-#include "hotpath/models/hf_weights.h"
+#include "hotpath/models/text/bert.h"
+#include "hotpath/models/text/hf_weights.h"
 #include "hotpath/models/weights.h"
 #include "models/model_test_support.h"
 
 namespace hotpath::models {
+using namespace hotpath::formats;  // BertConfig
 namespace {
 
 BertConfig tiny(int intermediate_size, int num_labels) {

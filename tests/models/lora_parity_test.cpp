@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "hotpath/models/bert.h"
+#include "hotpath/models/text/bert.h"
 #include "hotpath/models/lora.h"
 #include "hotpath/models/weights.h"
 #include "models/lora_test_tree.h"
@@ -14,6 +14,7 @@
 #include "support/test_support.h"
 
 namespace hotpath::models {
+using namespace hotpath::formats;  // LoraConfig
 namespace {
 
 using lora_test::TinyClassifier;

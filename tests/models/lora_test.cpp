@@ -7,12 +7,13 @@
 #include <string>
 
 #include "hotpath/core/error.h"
-#include "hotpath/core/safetensors.h"
+#include "hotpath/formats/safetensors.h"
 #include "models/lora_test_tree.h"
 #include "models/model_test_support.h"
 #include "support/test_support.h"
 
 namespace hotpath::models {
+using namespace hotpath::formats;  // LoraConfig, SafetensorsFile, lora_target_matches
 namespace {
 
 using lora_test::TinyClassifier;

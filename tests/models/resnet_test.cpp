@@ -12,7 +12,7 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/models/registry.h"
-#include "hotpath/models/resnet.h"
+#include "hotpath/models/vision/resnet.h"
 #include "hotpath/models/weights.h"
 #include "models/model_test_support.h"
 

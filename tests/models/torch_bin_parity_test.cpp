@@ -16,7 +16,7 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/core/mapped_file.h"
-#include "hotpath/models/hf_weights.h"
+#include "hotpath/models/text/hf_weights.h"
 #include "hotpath/models/weights.h"
 #include "models/model_test_support.h"
 #include "support/test_support.h"

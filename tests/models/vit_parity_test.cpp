@@ -11,7 +11,7 @@
 #include <string>
 
 #include "hotpath/models/registry.h"
-#include "hotpath/models/vit.h"
+#include "hotpath/models/vision/vit.h"
 #include "hotpath/models/weights.h"
 #include "models/model_test_support.h"
 #include "support/test_support.h"

@@ -14,7 +14,7 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/models/registry.h"
-#include "hotpath/models/vit.h"
+#include "hotpath/models/vision/vit.h"
 #include "hotpath/models/weights.h"
 #include "models/model_test_support.h"
 

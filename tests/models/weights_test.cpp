@@ -13,12 +13,13 @@
 #include <vector>
 
 #include "hotpath/core/error.h"
-#include "hotpath/core/safetensors.h"
+#include "hotpath/formats/safetensors.h"
 #include "hotpath/models/registry.h"
 #include "hotpath/models/weights.h"
 #include "support/test_support.h"
 
 namespace hotpath::models {
+using namespace hotpath::formats;  // Dtype, SafetensorsFile
 namespace {
 
 using test::TempDir;

@@ -20,7 +20,7 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/core/mapped_file.h"
-#include "hotpath/models/bert.h"
+#include "hotpath/models/text/bert.h"
 #include "hotpath/models/weights.h"
 #include "hotpath/text/text_data.h"
 #include "hotpath/train/checkpoint.h"
@@ -45,7 +45,7 @@ void write_tiny_bert(const fs::path& dir, double dropout = 0.0) {
     "pad_token_id":0,"initializer_range":0.02})";
   test::write_file((dir / "config.json").string(), config);
   at::manual_seed(7);
-  models::BertModel encoder(models::BertConfig::from_json(config));
+  models::BertModel encoder(formats::BertConfig::from_json(config));
   models::save_safetensors(encoder, (dir / "model.safetensors").string());
   std::string vocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n";
   for (const char* w : {"good", "bad", "movie", "film", "very", "really", "the", "a", "was", "is"}) vocab += std::string(w) + "\n";

@@ -21,7 +21,7 @@
 #include "hotpath/data/tar_writer.h"
 #include "hotpath/models/weights.h"
 #include "hotpath/train/checkpoint.h"
-#include "hotpath/train/package.h"
+#include "hotpath/infer/package.h"
 #include "hotpath/train/recipe.h"
 #include "support/test_support.h"
 

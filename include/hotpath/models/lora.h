@@ -32,7 +32,7 @@
 #include <string_view>
 #include <vector>
 
-#include "hotpath/models/lora_config.h"
+#include "hotpath/formats/lora_config.h"
 
 namespace hotpath::models {
 
@@ -81,22 +81,22 @@ struct LoraReport {
 // of modules_to_save, and returns the counts. Errors: no module matches; a matching torch::nn::Linear
 // (it cannot be adapted: declare it LoraLinear) or a target that is not a linear layer. As in peft,
 // modules_to_save entries that match nothing are ignored.
-LoraReport apply_lora(torch::nn::Module& module, const LoraConfig& config);
+LoraReport apply_lora(torch::nn::Module& module, const formats::LoraConfig& config);
 
 // The counts for a module as it stands (requires_grad parameters vs all).
 LoraReport lora_report(const torch::nn::Module& module);
 
 // The adapter's tensors under PEFT's key names (CPU copies).
-std::map<std::string, at::Tensor> lora_state_dict(const torch::nn::Module& module, const LoraConfig& config);
+std::map<std::string, at::Tensor> lora_state_dict(const torch::nn::Module& module, const formats::LoraConfig& config);
 
 // Writes dir/adapter_config.json and dir/adapter_model.safetensors (creates dir).
-void save_lora(const torch::nn::Module& module, const LoraConfig& config, const std::filesystem::path& dir);
+void save_lora(const torch::nn::Module& module, const formats::LoraConfig& config, const std::filesystem::path& dir);
 
 // Reads a PEFT adapter directory, applies it to `module` (apply_lora with the file's config) and copies
 // the saved tensors in. Every adapter and modules_to_save tensor of the module must be in the file and
 // every file tensor must land somewhere, with equal shapes; errors name the file and the key. The
 // config and file are checked before the module changes; a key or shape error leaves fresh adapters.
-LoraConfig load_lora(torch::nn::Module& module, const std::filesystem::path& dir);
+formats::LoraConfig load_lora(torch::nn::Module& module, const std::filesystem::path& dir);
 
 // Merges every adapter into its base weight (LoraLinear::merge); returns how many were merged.
 std::int64_t merge_lora(torch::nn::Module& module);

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "hotpath/core/safetensors.h"
+#include "hotpath/formats/safetensors.h"
 
 namespace hotpath::models {
 
@@ -50,7 +50,7 @@ struct LoadReport {
 // Throws hotpath::Error (with summary()) when the report is not complete and !allow_partial, when
 // nothing at all matches, or when a tensor's dtype cannot be converted; the module is then untouched.
 LoadReport load_safetensors(torch::nn::Module& module, const std::string& path, const LoadOptions& options = {});
-LoadReport load_safetensors(torch::nn::Module& module, const SafetensorsFile& file, const LoadOptions& options = {});
+LoadReport load_safetensors(torch::nn::Module& module, const formats::SafetensorsFile& file, const LoadOptions& options = {});
 
 // named_parameters() + named_buffers(), recursively, by dotted name; the tensors alias the module's.
 std::map<std::string, at::Tensor> named_state(const torch::nn::Module& module);
@@ -66,6 +66,6 @@ void write_tensors(const std::string& path, const std::map<std::string, at::Tens
                    const std::map<std::string, std::string>& metadata = {});
 
 // One tensor of a file as a CPU tensor of the file's dtype (a copy: the view's bytes die with the file).
-at::Tensor to_tensor(const TensorView& view);
+at::Tensor to_tensor(const formats::TensorView& view);
 
 }  // namespace hotpath::models

@@ -35,10 +35,10 @@
 #include "hotpath/core/malloc_policy.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/core/process.h"
-#include "hotpath/models/attention.h"
-#include "hotpath/models/autocast_ops.h"
-#include "hotpath/models/bert.h"
-#include "hotpath/models/sentence_embed.h"
+#include "hotpath/ops/attention.h"
+#include "hotpath/ops/autocast_ops.h"
+#include "hotpath/models/text/bert.h"
+#include "hotpath/infer/sentence_embed.h"
 #include "hotpath/text/tokenize_bench.h"
 #include "hotpath/text/tokenizer.h"
 
@@ -81,10 +81,10 @@ struct StepTimes {
 };
 
 // hotpath's side of the fine-tuning benchmark, in process.
-StepTimes run_finetune(const BenchTextArgs& a, const models::BertConfig& config) {
+StepTimes run_finetune(const BenchTextArgs& a, const formats::BertConfig& config) {
   at::manual_seed(0);
   models::BertOptions options;
-  options.attention = a.attention == "fused" ? &models::fused_attention : &models::bert_eager_attention;
+  options.attention = a.attention == "fused" ? &ops::fused_attention : &models::bert_eager_attention;
   auto model = std::make_shared<models::BertForSequenceClassification>(config, options);
   model->train();
   torch::optim::AdamW optimizer(model->parameters(), torch::optim::AdamWOptions(2e-5).weight_decay(0.01));
@@ -106,7 +106,7 @@ StepTimes run_finetune(const BenchTextArgs& a, const models::BertConfig& config)
     const auto t0 = Clock::now();
     at::Tensor loss;
     {
-      models::AutocastGuard guard(at::kCPU, autocast);
+      ops::AutocastGuard guard(at::kCPU, autocast);
       const at::Tensor logits = model->forward(ids, mask, types);
       loss = at::cross_entropy_loss(logits.to(at::kFloat), labels);
     }
@@ -131,7 +131,7 @@ StepTimes run_finetune(const BenchTextArgs& a, const models::BertConfig& config)
 }
 
 json bench_finetune(const BenchTextArgs& a) {
-  models::BertConfig config = a.config.empty() ? models::BertConfig{} : models::BertConfig::from_file(a.config);
+  formats::BertConfig config = a.config.empty() ? formats::BertConfig{} : formats::BertConfig::from_file(a.config);
   config.num_labels = 2;
   config.id2label = {"LABEL_0", "LABEL_1"};
   std::vector<std::string> peer_argv;
@@ -148,9 +148,9 @@ json bench_finetune(const BenchTextArgs& a) {
   }
   std::cerr << "hotpath bench text finetune: BERT " << config.num_hidden_layers << " layers × " << config.hidden_size
             << ", batch " << a.batch_size << " × seq " << a.seq_len << ", " << a.precision
-            << (a.precision == "bf16" ? std::string(" (hotpath bf16 math: ") + models::bf16_math_name() + ")" : "")
+            << (a.precision == "bf16" ? std::string(" (hotpath bf16 math: ") + ops::bf16_math_name() + ")" : "")
             << ", attention " << a.attention
-            << (a.attention == "fused" ? std::string(" (") + models::attention_kernel_name() + ")" : "") << ", "
+            << (a.attention == "fused" ? std::string(" (") + ops::attention_kernel_name() + ")" : "") << ", "
             << a.threads << " thread(s); " << a.warmup << " warm-up + " << a.steps << " timed steps"
             << (a.compare.empty() ? "" : ", vs transformers") << "\n";
   const double load_before = load_average();
@@ -187,9 +187,9 @@ json bench_finetune(const BenchTextArgs& a) {
               {"batch_size", a.batch_size},
               {"seq_len", a.seq_len},
               {"precision", a.precision},
-              {"bf16_math", a.precision == "bf16" ? json(models::bf16_math_name()) : json(nullptr)},
+              {"bf16_math", a.precision == "bf16" ? json(ops::bf16_math_name()) : json(nullptr)},
               {"malloc", malloc_policy_name()},
-              {"attention", a.attention == "fused" ? std::string("fused (") + models::attention_kernel_name() + ")"
+              {"attention", a.attention == "fused" ? std::string("fused (") + ops::attention_kernel_name() + ")"
                                                    : std::string("reference")},
               {"optimizer", "adamw lr 2e-5 wd 0.01"},
               {"threads", a.threads},
@@ -296,14 +296,14 @@ std::pair<double, std::int64_t> min_row_cosine(const at::Tensor& a, const at::Te
 json bench_embed(const BenchTextArgs& a) {
   HOTPATH_CHECK(!a.input.empty(), "bench text: the embed part needs --input FILE (one sentence per line)");
   const std::string model_dir = a.model.empty() ? default_embed_model(a) : a.model;
-  const models::SentenceEncoder encoder = models::SentenceEncoder::from_directory(model_dir);
+  const infer::SentenceEncoder encoder = infer::SentenceEncoder::from_directory(model_dir);
   const std::string corpus = read_file(a.input);
   std::vector<std::string_view> lines = text::split_lines(corpus);
   if (lines.size() > a.embed_lines) lines.resize(a.embed_lines);
   HOTPATH_CHECK(!lines.empty(), "bench text: ", a.input, " has no lines to embed");
-  models::check_utf8_lines(lines, a.input);
+  infer::check_utf8_lines(lines, a.input);
   const auto n = static_cast<std::int64_t>(lines.size());
-  const models::SentenceEncodeOptions options{.batch_size = static_cast<std::size_t>(a.batch_size),
+  const infer::SentenceEncodeOptions options{.batch_size = static_cast<std::size_t>(a.batch_size),
                                               .threads = a.threads};
 
   // The peer reads exactly these lines ('\n'-separated: split_lines already took any '\r' off).
@@ -320,7 +320,7 @@ json bench_embed(const BenchTextArgs& a) {
                  "--embeddings-out", scratch.file("peer.f32")};
   }
   std::cerr << "hotpath bench text embed: " << model_dir << ", " << n << " lines of " << a.input << ", batch "
-            << a.batch_size << ", fp32, attention fused (" << models::attention_kernel_name() << "), " << a.threads
+            << a.batch_size << ", fp32, attention fused (" << ops::attention_kernel_name() << "), " << a.threads
             << " thread(s)" << (a.compare.empty() ? "" : ", vs sentence-transformers") << "\n";
 
   // Untimed warm-up on one batch (both sides do one): first-call allocations and kernel selection.
@@ -371,7 +371,7 @@ json bench_embed(const BenchTextArgs& a) {
               {"max_length", encoder.max_length()},
               {"batch_size", a.batch_size},
               {"precision", "fp32"},
-              {"attention", std::string("fused (") + models::attention_kernel_name() + ")"},
+              {"attention", std::string("fused (") + ops::attention_kernel_name() + ")"},
               {"malloc", malloc_policy_name()},
               {"threads", a.threads},
               {"repeats", a.repeats},

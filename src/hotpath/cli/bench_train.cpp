@@ -29,7 +29,7 @@
 #include "hotpath/core/malloc_policy.h"
 #include "hotpath/core/process.h"
 #include "hotpath/data/loader.h"
-#include "hotpath/models/autocast_ops.h"
+#include "hotpath/ops/autocast_ops.h"
 #include "hotpath/train/recipe.h"
 #include "hotpath/train/trainer.h"
 
@@ -135,7 +135,7 @@ void run(const BenchTrainArgs& a) {
   const auto& tr = recipe.train;
   std::cerr << "hotpath bench train: " << recipe.model.name << ", batch " << tr.batch_size
             << (tr.accum_steps > 1 ? " (" + std::to_string(tr.accum_steps) + " micro-batches)" : "") << ", "
-            << tr.precision << (tr.precision == "bf16" ? std::string(" (hotpath bf16 math: ") + models::bf16_math_name() + ")" : "")
+            << tr.precision << (tr.precision == "bf16" ? std::string(" (hotpath bf16 math: ") + ops::bf16_math_name() + ")" : "")
             << (recipe.model.channels_last ? ", channels-last" : "") << ", " << tr.threads
             << " thread(s), " << recipe.data.workers << " data worker(s); " << a.warmup << " warm-up + " << a.steps
             << " timed steps, " << a.repeats << " repeat(s)" << (a.compare.empty() ? "" : ", vs PyTorch") << "\n";
@@ -184,7 +184,7 @@ void run(const BenchTrainArgs& a) {
       {"precision", tr.precision},
       // How hotpath computes bf16 autocast's convs/matmuls here (native kernels or fp32 math on
       // bf16-rounded operands); the peer always runs torch.autocast's own kernels.
-      {"bf16_math", tr.precision == "bf16" ? json(models::bf16_math_name()) : json(nullptr)},
+      {"bf16_math", tr.precision == "bf16" ? json(ops::bf16_math_name()) : json(nullptr)},
       {"malloc", malloc_policy_name()},
       {"batch_size", tr.batch_size},
       {"accum_steps", tr.accum_steps},

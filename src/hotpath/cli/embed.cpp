@@ -20,7 +20,8 @@
 #include "hotpath/core/atomic_file.h"
 #include "hotpath/core/error.h"
 #include "hotpath/core/mapped_file.h"
-#include "hotpath/models/sentence_embed.h"
+#include "hotpath/formats/npy.h"
+#include "hotpath/infer/sentence_embed.h"
 #include "hotpath/text/tokenize_bench.h"
 
 namespace hotpath::cli {
@@ -42,20 +43,6 @@ std::string read_input(const std::string& path) {
   return text;
 }
 
-// numpy's .npy v1.0: magic, version, u16 header length, a Python dict literal padded with spaces
-// to a 64-byte boundary and ended by '\n', then the C-order little-endian data.
-std::string npy_header(std::int64_t rows, std::int64_t cols) {
-  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
-                     std::to_string(cols) + "), }";
-  const std::size_t unpadded = 10 + dict.size() + 1;
-  dict.append((64 - unpadded % 64) % 64, ' ');
-  dict += '\n';
-  std::string out("\x93NUMPY\x01\x00", 8);
-  out += static_cast<char>(dict.size() & 0xff);
-  out += static_cast<char>(dict.size() >> 8);
-  return out + dict;
-}
-
 void append_row(std::string& out, const float* row, std::int64_t n) {
   char buf[32];
   out += '[';
@@ -70,22 +57,21 @@ void append_row(std::string& out, const float* row, std::int64_t n) {
 
 void run(const EmbedArgs& a) {
   if (a.threads > 0) at::set_num_threads(a.threads);
-  const models::SentenceEncoder encoder =
-      models::SentenceEncoder::from_directory(a.model, {.max_length = a.max_length});
+  const infer::SentenceEncoder encoder =
+      infer::SentenceEncoder::from_directory(a.model, {.max_length = a.max_length});
 
   const std::string source = a.input == "-" ? std::string("stdin") : a.input;
   const std::string input = read_input(a.input);
   const std::vector<std::string_view> lines = text::split_lines(input);
-  models::check_utf8_lines(lines, source);
+  infer::check_utf8_lines(lines, source);
   const at::Tensor result = encoder.encode(lines, {.batch_size = a.batch_size});
   const std::int64_t n = result.size(0);
   const std::int64_t h = result.size(1);
 
   const float* data = result.const_data_ptr<float>();
   if (a.output.size() >= 4 && a.output.ends_with(".npy")) {
-    const std::string header = npy_header(n, h);
-    write_file_atomic(a.output, {std::as_bytes(std::span(header)),
-                                 std::as_bytes(std::span(data, static_cast<std::size_t>(n * h)))});
+    formats::write_npy(a.output, formats::NpyDtype::kFloat32, {n, h},
+                       std::as_bytes(std::span(data, static_cast<std::size_t>(n * h))));
     return;
   }
   std::string out;

@@ -13,7 +13,7 @@
 #include "cli/commands.h"
 #include "hotpath/core/error.h"
 #include "hotpath/data/shard_list.h"
-#include "hotpath/train/package.h"
+#include "hotpath/infer/package.h"
 #include "hotpath/train/trainer.h"
 
 namespace hotpath::cli {
@@ -31,17 +31,12 @@ struct EvalArgs {
 
 void run(const EvalArgs& a) {
   at::set_num_threads(a.threads > 0 ? a.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  const train::ModelPackage package = train::read_package(a.model_dir);
-  models::ModelHandle model = train::load_package_model(package);
-  data::LoaderOptions lo = train::package_loader_options(package, data::resolve_shards(a.shards));
+  const infer::ModelPackage package = infer::read_package(a.model_dir);
+  models::ModelHandle model = infer::load_package_model(package);
+  data::LoaderOptions lo = package.preprocess.loader_options(data::resolve_shards(a.shards));
   HOTPATH_CHECK(!lo.shards.empty(), "eval: no shard matches ", a.shards.front());
   lo.batch_size = a.batch_size;
   lo.workers = a.workers;
-  if (package.channels_last) {
-    for (auto& p : model->parameters()) {
-      if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
-    }
-  }
   data::Loader loader(lo);
   const train::EvalResult r = train::evaluate(*model, loader, {.precision = a.precision});
   if (a.json) {

@@ -1,5 +1,5 @@
 #include "hotpath/models/lora.h"
-#include "hotpath/models/autocast_ops.h"
+#include "hotpath/ops/autocast_ops.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -15,10 +15,12 @@
 #include <sstream>
 
 #include "hotpath/core/error.h"
-#include "hotpath/core/safetensors.h"
+#include "hotpath/formats/safetensors.h"
 #include "hotpath/models/weights.h"
 
 namespace hotpath::models {
+using namespace hotpath::formats;  // LoraConfig, SafetensorsFile, TensorView, lora_target_matches
+using namespace hotpath::ops;  // autocast_linear, linear
 namespace {
 
 // peft's get_peft_model_state_dict prefixes every key with the PeftModel → LoraModel → model path.

@@ -4,10 +4,10 @@
 #include <map>
 
 #include "hotpath/core/error.h"
-#include "hotpath/models/cnn.h"
-#include "hotpath/models/efficientnet.h"
-#include "hotpath/models/resnet.h"
-#include "hotpath/models/vit.h"
+#include "hotpath/models/vision/cnn.h"
+#include "hotpath/models/vision/efficientnet.h"
+#include "hotpath/models/vision/resnet.h"
+#include "hotpath/models/vision/vit.h"
 
 namespace hotpath::models {
 namespace {

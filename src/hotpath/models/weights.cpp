@@ -14,6 +14,7 @@
 #include "hotpath/core/error.h"
 
 namespace hotpath::models {
+using namespace hotpath::formats;  // Dtype, SafetensorsFile, TensorToWrite, TensorView
 namespace {
 
 // safetensors data is little-endian; we hand the bytes to ATen as they are.

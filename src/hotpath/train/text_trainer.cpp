@@ -26,11 +26,11 @@
 #include "hotpath/core/error.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/data/shard_list.h"
-#include "hotpath/models/activation_checkpoint.h"
-#include "hotpath/models/attention.h"
-#include "hotpath/models/autocast_ops.h"
-#include "hotpath/models/bert.h"
-#include "hotpath/models/hf_weights.h"
+#include "hotpath/ops/activation_checkpoint.h"
+#include "hotpath/ops/attention.h"
+#include "hotpath/ops/autocast_ops.h"
+#include "hotpath/models/text/bert.h"
+#include "hotpath/models/text/hf_weights.h"
 #include "hotpath/models/lora.h"
 #include "hotpath/models/weights.h"
 #include "hotpath/text/text_batch_tensor.h"
@@ -101,7 +101,7 @@ TextEval evaluate_text(models::BertForSequenceClassification& model, text::TextL
     const text::TextBatchTensors t = text::to_tensors(*batch);
     at::Tensor logits;
     {
-      models::AutocastGuard guard(at::kCPU, autocast);
+      ops::AutocastGuard guard(at::kCPU, autocast);
       logits = model.forward(t.input_ids, t.attention_mask, t.token_type_ids);
     }
     logits = logits.to(at::kFloat);
@@ -282,7 +282,7 @@ TensorMap merged_state(torch::nn::Module& model) {
 // A Hugging Face model directory (config.json with the labels, model.safetensors, tokenizer files)
 // and, with LoRA, the PEFT adapter in `adapter_dir`.
 void write_model_dirs(const fs::path& model_dir, const fs::path& adapter_dir, torch::nn::Module& model,
-                      const std::optional<models::LoraConfig>& lora, const Recipe& recipe,
+                      const std::optional<formats::LoraConfig>& lora, const Recipe& recipe,
                       const std::vector<std::string>& labels) {
   if (lora) {
     models::save_lora(model, *lora, adapter_dir);
@@ -402,23 +402,23 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
   }
 
   // Model: the pretrained encoder, a new classification head with the data's labels.
-  models::BertConfig config = models::BertConfig::from_file(fs::path(m.pretrained) / "config.json");
+  formats::BertConfig config = formats::BertConfig::from_file(fs::path(m.pretrained) / "config.json");
   config.num_labels = num_labels;
   config.id2label = labels;
   models::BertOptions bert_options;
-  bert_options.attention = m.attention == "fused" ? &models::fused_attention : &models::bert_eager_attention;
+  bert_options.attention = m.attention == "fused" ? &ops::fused_attention : &models::bert_eager_attention;
   bert_options.gradient_checkpointing = m.gradient_checkpointing;
   auto model = std::make_shared<models::BertForSequenceClassification>(config, bert_options);
-  const std::string base_prefix = config.arch == models::BertArch::kDistilBert ? "distilbert" : "bert";
+  const std::string base_prefix = config.arch == formats::BertArch::kDistilBert ? "distilbert" : "bert";
   const models::LoadReport report = models::load_state_dict(
       *model, models::read_hf_state_dict(m.pretrained), m.pretrained, {.allow_partial = true},
       {.base_prefix = base_prefix});
   if (!options.quiet) out << "weights: " << report.summary() << "\n";
   std::vector<std::string> head = {"classifier"};
-  if (config.arch == models::BertArch::kDistilBert) head.push_back("pre_classifier");
-  std::optional<models::LoraConfig> lora;
+  if (config.arch == formats::BertArch::kDistilBert) head.push_back("pre_classifier");
+  std::optional<formats::LoraConfig> lora;
   if (m.lora_r > 0) {
-    lora = models::LoraConfig{};
+    lora = formats::LoraConfig{};
     lora->r = m.lora_r;
     lora->lora_alpha = m.lora_alpha;
     lora->lora_dropout = m.lora_dropout;
@@ -484,12 +484,12 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
   }
 
   if (!options.quiet) {
-    out << "train: " << (config.arch == models::BertArch::kDistilBert ? "distilbert" : "bert") << " "
+    out << "train: " << (config.arch == formats::BertArch::kDistilBert ? "distilbert" : "bert") << " "
         << config.num_hidden_layers << "×" << config.hidden_size << " classifier, " << num_labels << " classes ("
         << n_trainable << " of " << n_params << " parameters trainable, "
         << fixed(100.0 * static_cast<double>(n_trainable) / static_cast<double>(n_params), 2) << "%), "
         << at::get_num_threads() << " threads, " << tr.precision
-        << (tr.precision == "bf16" ? std::string(" (") + models::bf16_math_name() + ")" : "") << ", attention "
+        << (tr.precision == "bf16" ? std::string(" (") + ops::bf16_math_name() + ")" : "") << ", attention "
         << m.attention << (m.gradient_checkpointing ? ", activation checkpointing" : "") << "; "
         << train_loader.corpus().size() << " samples, " << steps_per_epoch << " steps/epoch × " << tr.epochs
         << " epochs" << (accum > 1 ? ", " + std::to_string(accum) + " micro-batches a step" : "") << "\n";
@@ -502,7 +502,7 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
                                        {.drop_train_at_step = state.step % tr.log_every != 0,
                                         .drop_eval_at_step = state.batch != 0});
   TensorBoardWriter tb((run_dir / "tensorboard").string());
-  models::PeakMemory peak;
+  ops::PeakMemory peak;
   TrainResult result;
   result.run_dir = run_dir.string();
   result.epochs_completed = state.epoch;
@@ -571,7 +571,7 @@ TrainResult train_text(const Recipe& recipe, const TrainOptions& options) {
         const auto a1 = Clock::now();
         at::Tensor loss;
         {
-          models::AutocastGuard guard(at::kCPU, autocast);
+          ops::AutocastGuard guard(at::kCPU, autocast);
           const at::Tensor logits = model->forward(t.input_ids, t.attention_mask, t.token_type_ids);
           loss = at::cross_entropy_loss(logits.to(at::kFloat), t.labels, {}, at::Reduction::Mean, -100,
                                         tr.label_smoothing);

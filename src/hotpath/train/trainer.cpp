@@ -27,13 +27,13 @@
 #include "hotpath/core/tensorboard.h"
 #include "hotpath/core/trace.h"
 #include "hotpath/data/shard_list.h"
-#include "hotpath/models/autocast_ops.h"
+#include "hotpath/ops/autocast_ops.h"
 #include "hotpath/models/registry.h"
 #include "hotpath/models/weights.h"
 #include "hotpath/train/checkpoint.h"
 #include "hotpath/train/grad_scaler.h"
 #include "hotpath/train/optimizer.h"
-#include "hotpath/train/package.h"
+#include "hotpath/infer/package.h"
 #include "hotpath/train/schedule.h"
 #include "run_util.h"
 
@@ -314,7 +314,7 @@ EvalResult evaluate(models::ImageClassifier& model, data::Loader& loader, const 
     const at::Tensor labels = batch->labels.to(device, /*non_blocking=*/true);
     at::Tensor logits;
     {
-      models::AutocastGuard autocast(device.type(), dtype);
+      ops::AutocastGuard autocast(device.type(), dtype);
       logits = model.forward(images);
     }
     logits = logits.to(at::kFloat);
@@ -478,7 +478,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
       open_metrics(run_dir / "metrics.jsonl", options.resume ? std::optional<std::int64_t>(state.step) : std::nullopt);
   TensorBoardWriter tb((run_dir / "tensorboard").string());
   const auto log_line = [&](const json& j) { write_metrics_line(metrics, j); };
-  ModelPackage package{.dir = run_dir.string(),
+  infer::ModelPackage package{.dir = run_dir.string(),
                        .model = recipe.model.name,
                        .num_classes = recipe.model.num_classes,
                        .in_channels = recipe.data.channels,
@@ -494,7 +494,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     out << "train: " << recipe.model.name << " (" << n_trainable << " of " << n_params << " parameters trainable, "
         << std::fixed << std::setprecision(2) << 100.0 * static_cast<double>(n_trainable) / static_cast<double>(n_params)
         << "%) on " << device.str() << ", " << at::get_num_threads() << " threads, " << tr.precision
-        << (tr.precision == "bf16" && device.is_cpu() ? std::string(" (") + models::bf16_math_name() + ")" : "") << "; "
+        << (tr.precision == "bf16" && device.is_cpu() ? std::string(" (") + ops::bf16_math_name() + ")" : "") << "; "
         << samples << " samples, " << steps_per_epoch << " steps/epoch × " << tr.epochs << " epochs, batch "
         << tr.batch_size << (accum > 1 ? " (" + std::to_string(accum) + " × " + std::to_string(lo.batch_size) + ")" : "")
         << "\n";
@@ -581,7 +581,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
         at::Tensor loss;
         {
           TraceScope s(&trace, "forward", "train");
-          models::AutocastGuard autocast(device.type(), precision);
+          ops::AutocastGuard autocast(device.type(), precision);
           const at::Tensor logits = model->forward(images);
           loss = at::cross_entropy_loss(logits, labels, {}, at::Reduction::Mean, -100, tr.label_smoothing);
           if (timed) sync(device);
@@ -708,9 +708,9 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
         const fs::path best = run_dir / "best";
         fs::create_directories(best);
         models::save_safetensors(eval_model, (best / "model.safetensors").string());
-        ModelPackage bp = package;
+        infer::ModelPackage bp = package;
         bp.dir = best.string();
-        write_file_atomic((best / "model.json").string(), package_to_json(bp));
+        write_file_atomic((best / "model.json").string(), infer::package_to_json(bp));
         write_file_atomic((best / "metrics.json").string(),
                           json{{"step", state.step}, {"epoch", epoch + 1}, {"top1", r.top1}, {"top5", r.top5},
                                {"loss", r.loss}}.dump(2) + "\n");
@@ -731,7 +731,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   if (!benchmark) {
     models::save_safetensors(ema ? static_cast<torch::nn::Module&>(ema->model()) : *model,
                              (run_dir / "model.safetensors").string());
-    write_file_atomic((run_dir / "model.json").string(), package_to_json(package));
+    write_file_atomic((run_dir / "model.json").string(), infer::package_to_json(package));
   }
   write_file_atomic((run_dir / "profile.json").string(), bd.to_json());
   if (!options.trace_path.empty()) trace.write(options.trace_path);

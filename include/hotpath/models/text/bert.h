@@ -1,0 +1,168 @@
+// hotpath/models/text/bert.h — BERT, MiniLM and DistilBERT encoders whose parameter names are Hugging Face's
+// state_dict keys, so a HF model directory's model.safetensors / pytorch_model.bin loads unchanged.
+//
+//   auto model = hotpath::models::load_bert_classifier("my-bert-dir");      // config.json + weights
+//   at::Tensor logits = model->forward(input_ids, attention_mask, token_type_ids);  // [B, num_labels]
+//   auto embedder = hotpath::models::load_sentence_embedder("all-MiniLM-L6-v2");  // mean pool + L2 norm
+//
+// Matches transformers' BertModel / DistilBertModel in eval mode (eager attention): post-norm layers,
+// exact (erf) GELU for "gelu", LayerNorm eps from config.json (DistilBERT: 1e-12), absolute position
+// embeddings only. Attention goes through one switchable function (BertOptions::attention) over
+// q, k, v [B, heads, L, head_dim], the key padding mask [B, L] (1 = keep) and the dropout probability
+// on the attention probabilities (config.attention_probs_dropout_prob in training, 0 in eval), so a
+// fused kernel can replace the ATen reference without touching the layers.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "hotpath/formats/bert_config.h"
+#include "hotpath/models/lora.h"
+#include "hotpath/models/weights.h"
+
+namespace hotpath::models {
+
+// dropout(softmax(q·kᵀ/√d + mask), dropout_p)·v with q, k, v [B, heads, L, head_dim] and
+// key_padding_mask [B, L] (nonzero = attend; undefined = attend everywhere) → [B, heads, L, head_dim].
+// dropout_p > 0 only in training; the function draws its randomness from LibTorch's default CPU
+// generator (at::manual_seed repeats it, activation checkpointing replays it). ops::fused_attention
+// (attention.h) has this signature.
+using AttentionFn = at::Tensor (*)(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const at::Tensor& key_padding_mask, double dropout_p);
+
+// Plain ATen, as transformers' eager attention: matmul, ·1/√d, masked keys set to the dtype's lowest
+// value, softmax, at::dropout(probs, dropout_p) when dropout_p > 0, matmul.
+at::Tensor bert_eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const at::Tensor& key_padding_mask, double dropout_p = 0.0);
+
+struct BertOptions {
+  AttentionFn attention = &bert_eager_attention;
+  // Recompute each layer in backward (the hook is BertModel::run_layer).
+  bool gradient_checkpointing = false;
+  bool add_pooling_layer = true;  // BERT's pooler (dense + tanh on [CLS]); DistilBERT has none
+};
+
+// One encoder layer, registered under BERT's or DistilBERT's names (see bert.cpp).
+class BertLayer : public torch::nn::Module {
+ public:
+  BertLayer(const formats::BertConfig& config, const BertOptions& options);
+  // hidden [B, L, H], mask [B, L] → [B, L, H].
+  at::Tensor forward(const at::Tensor& hidden, const at::Tensor& mask);
+  void set_attention(AttentionFn attention) { options_.attention = attention; }
+
+ private:
+  formats::BertConfig config_;
+  BertOptions options_;
+  // LoraLinear: a torch::nn::Linear that apply_lora (lora.h) can give an adapter.
+  LoraLinear query_{nullptr}, key_{nullptr}, value_{nullptr}, attention_out_{nullptr};
+  torch::nn::LayerNorm attention_norm_{nullptr};
+  LoraLinear intermediate_{nullptr}, output_{nullptr};
+  torch::nn::LayerNorm output_norm_{nullptr};
+};
+
+// BertModel / DistilBertModel: embeddings + encoder (+ BERT's pooler). Keys as in HF without the
+// "bert." / "distilbert." prefix (embeddings.*, encoder.layer.N.* or transformer.layer.N.*, pooler.*).
+class BertModel : public torch::nn::Module {
+ public:
+  explicit BertModel(const formats::BertConfig& config, const BertOptions& options = {});
+
+  // input_ids [B, L] (integer), attention_mask [B, L] (1 = token, 0 = padding; undefined = all ones),
+  // token_type_ids [B, L] (undefined = zeros; ignored by DistilBERT) → last hidden state [B, L, H].
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {},
+                     const at::Tensor& token_type_ids = {});
+  // BERT's pooler on hidden[:, 0]: tanh(dense(x)) → [B, H]. Throws when the model has no pooler.
+  at::Tensor pool(const at::Tensor& last_hidden);
+
+  [[nodiscard]] const formats::BertConfig& config() const { return config_; }
+  [[nodiscard]] const BertOptions& options() const { return options_; }
+  void set_attention(AttentionFn attention);
+  void set_gradient_checkpointing(bool on) { options_.gradient_checkpointing = on; }
+  [[nodiscard]] std::int64_t num_layers() const { return static_cast<std::int64_t>(layers_.size()); }
+  [[nodiscard]] std::shared_ptr<BertLayer> layer(std::size_t i) const { return layers_.at(i); }
+
+ private:
+  at::Tensor embed(const at::Tensor& input_ids, const at::Tensor& token_type_ids);
+  // Every layer runs through here: the single place to wrap a layer in activation checkpointing
+  // (options_.gradient_checkpointing) or anything else per layer.
+  at::Tensor run_layer(std::size_t i, const at::Tensor& hidden, const at::Tensor& mask);
+
+  formats::BertConfig config_;
+  BertOptions options_;
+  torch::nn::Embedding word_embeddings_{nullptr}, position_embeddings_{nullptr}, token_type_embeddings_{nullptr};
+  torch::nn::LayerNorm embedding_norm_{nullptr};
+  std::vector<std::shared_ptr<BertLayer>> layers_;
+  LoraLinear pooler_{nullptr};
+};
+
+// BertForSequenceClassification ("bert." + "classifier.") or DistilBertForSequenceClassification
+// ("distilbert." + "pre_classifier." + "classifier.").
+class BertForSequenceClassification : public torch::nn::Module {
+ public:
+  explicit BertForSequenceClassification(const formats::BertConfig& config, BertOptions options = {});
+  // → logits [B, num_labels].
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {},
+                     const at::Tensor& token_type_ids = {});
+
+  [[nodiscard]] const formats::BertConfig& config() const { return encoder->config(); }
+
+  std::shared_ptr<BertModel> encoder;                // "bert" or "distilbert"
+  torch::nn::Linear pre_classifier{nullptr};         // DistilBERT only
+  torch::nn::Linear classifier{nullptr};
+};
+
+struct SentenceEmbedderOptions {
+  bool normalize = true;  // sentence-transformers' Normalize module (L2)
+};
+
+// sentence-transformers' Transformer → Pooling(mean) → Normalize: the masked mean of the last hidden
+// state, L2-normalised. A handle (not a Module) because the checkpoint's keys are BertModel's with no
+// prefix: train, move or load `model` itself.
+class SentenceEmbedder {
+ public:
+  explicit SentenceEmbedder(std::shared_ptr<BertModel> model, const SentenceEmbedderOptions& options = {});
+  // → [B, H] in the model's dtype.
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {},
+                     const at::Tensor& token_type_ids = {}) const;
+  [[nodiscard]] const SentenceEmbedderOptions& options() const { return options_; }
+
+  std::shared_ptr<BertModel> model;
+
+ private:
+  SentenceEmbedderOptions options_;
+};
+
+// Mean over the tokens whose mask is nonzero (sentence-transformers' Pooling, mean mode): [B, L, H] → [B, H].
+at::Tensor masked_mean_pool(const at::Tensor& hidden, const at::Tensor& attention_mask);
+
+// ---- from a Hugging Face model directory (config.json + model.safetensors or pytorch_model.bin) ----
+
+struct BertLoadOptions {
+  BertOptions model = {};
+  // Keep initial values for missing tensors (e.g. a fresh classifier on a pretrained encoder) and
+  // ignore unexpected ones; off: any mismatch is an error.
+  bool allow_partial = false;
+};
+
+std::shared_ptr<BertModel> load_bert_model(const std::filesystem::path& dir, const BertLoadOptions& options = {},
+                                           LoadReport* report = nullptr);
+std::shared_ptr<BertForSequenceClassification> load_bert_classifier(const std::filesystem::path& dir,
+                                                                    const BertLoadOptions& options = {},
+                                                                    LoadReport* report = nullptr);
+// Reads modules.json and 1_Pooling/config.json when present: anything but mean pooling (optionally
+// followed by Normalize) is a hotpath::Error naming the file; without them, mean + normalize.
+SentenceEmbedder load_sentence_embedder(const std::filesystem::path& dir, const BertLoadOptions& options = {},
+                                        LoadReport* report = nullptr);
+
+}  // namespace hotpath::models
