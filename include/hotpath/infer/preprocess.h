@@ -43,9 +43,9 @@ struct EvalPreprocess {
 
 const char* eval_crop_name(EvalCrop crop);
 
-// JSON object {"image_size", "channels", "eval_crop", "resize_shorter", "mean", "std", "channels_last"};
+// JSON object {"channels", "image_size", "eval_crop", "resize_shorter", "mean", "std", "channels_last"};
 // from_json checks every field (types, ranges, mean/std sizes == channels, std > 0) naming `where` and
-// the field.
+// the field. channels, image_size, mean and std are required; the others default as above.
 nlohmann::ordered_json to_json(const EvalPreprocess& p);
 EvalPreprocess eval_preprocess_from_json(const nlohmann::json& j, const std::string& where);
 

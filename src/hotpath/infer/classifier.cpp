@@ -1,0 +1,59 @@
+#include "hotpath/infer/classifier.h"
+
+#include <ATen/ops/softmax.h>
+#include <ATen/ops/topk.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "hotpath/core/error.h"
+#include "hotpath/models/vision/pretrained.h"
+
+namespace hotpath::infer {
+
+Classifier::Classifier(models::ModelHandle model, EvalPreprocess preprocess, std::vector<std::string> class_names)
+    : model_(std::move(model)), preprocess_(std::move(preprocess)), class_names_(std::move(class_names)) {
+  HOTPATH_ASSERT(model_ != nullptr);
+}
+
+Classifier Classifier::from_package(const ModelPackage& package) {
+  return {load_package_model(package), package.preprocess, package.class_names};
+}
+
+Classifier Classifier::from_pretrained(const std::string& model) {
+  const models::Preprocessing& pre = models::pretrained_preprocessing(model);
+  EvalPreprocess preprocess{.image_size = pre.crop,
+                            .channels = 3,
+                            .crop = EvalCrop::kResizeCenterCrop,
+                            .resize_shorter = pre.resize_shorter,
+                            .mean = std::vector<double>(pre.mean.begin(), pre.mean.end()),
+                            .std = std::vector<double>(pre.std.begin(), pre.std.end())};
+  return {models::load_pretrained_model(model), std::move(preprocess), models::pretrained_class_names(model)};
+}
+
+std::vector<std::vector<TopK>> Classifier::classify(const at::Tensor& batch, std::int64_t k) const {
+  HOTPATH_CHECK(k >= 1, "classify: k is ", k, ", expected at least 1");
+  torch::NoGradGuard no_grad;
+  const at::Tensor probs = at::softmax(model_->forward(batch).to(at::kFloat), 1);
+  k = std::min(k, probs.size(1));
+  const auto [values, indices] = probs.topk(k, 1);
+  const at::Tensor values_cpu = values.to(at::kDouble).cpu().contiguous();
+  const at::Tensor indices_cpu = indices.cpu().contiguous();
+  const double* v = values_cpu.const_data_ptr<double>();
+  const std::int64_t* ix = indices_cpu.const_data_ptr<std::int64_t>();
+  std::vector<std::vector<TopK>> out(static_cast<std::size_t>(probs.size(0)));
+  for (std::size_t n = 0; n < out.size(); ++n) {
+    for (std::int64_t i = 0; i < k; ++i) {
+      const std::size_t at = n * static_cast<std::size_t>(k) + static_cast<std::size_t>(i);
+      const std::int64_t index = ix[at];
+      std::string label = index < static_cast<std::int64_t>(class_names_.size())
+                              ? class_names_[static_cast<std::size_t>(index)]
+                              : std::to_string(index);
+      out[n].push_back({.index = index, .label = std::move(label), .prob = v[at]});
+    }
+  }
+  return out;
+}
+
+}  // namespace hotpath::infer
