@@ -3,7 +3,7 @@
 
 ImageNet's training images are mostly ~500x375 (long side ~500, aspect around 4:3, some
 portrait), baseline JPEG, quality ~90, 4:2:0 chroma subsampling. This script cuts that kind
-of image from the photos shipped by plasma-workspace-wallpapers (/usr/share/wallpapers) and
+of image from 40 named photos shipped by plasma-workspace-wallpapers (/usr/share/wallpapers) and
 mate-backgrounds (/usr/share/backgrounds): random crops at random scales, some flipped,
 resized so the long side is 400-500 px, saved at quality 90 / 4:2:0. The output is an
 ImageFolder tree OUT/class_XX/NNNNN.jpg (class = source photo index mod --classes), so
@@ -19,7 +19,28 @@ import sys
 
 from PIL import Image
 
-SOURCE_ROOTS = ("/usr/share/wallpapers", "/usr/share/backgrounds")
+# The photos: every JPEG of at least MIN_SOURCE_SIDE of plasma-workspace-wallpapers (/usr/share/wallpapers)
+# and mate-backgrounds (/usr/share/backgrounds), by name: a search of those folders would also cut
+# from any other wallpaper package installed, and the benchmark's images would depend on the machine.
+DEFAULT_PHOTOS = tuple("/usr/share/backgrounds/mate/" + p for p in (
+    "abstract/Elephants.jpg", "abstract/Elephants_3840x2160.jpg", "abstract/Elephants_5640x3172.jpg",
+    "desktop/GreenTraditional.jpg", "nature/Aqua.jpg", "nature/Blinds.jpg", "nature/Dune.jpg",
+    "nature/FreshFlower.jpg", "nature/Garden.jpg", "nature/GreenMeadow.jpg", "nature/LadyBird.jpg",
+    "nature/RainDrops.jpg", "nature/Storm.jpg", "nature/TwoWings.jpg", "nature/Wood.jpg", "nature/YellowFlower.jpg",
+)) + tuple("/usr/share/wallpapers/" + p for p in (
+    "Autumn/contents/images/2560x1600.jpg", "BytheWater/contents/images/2560x1600.jpg",
+    "ColdRipple/contents/images/2560x1600.jpg", "ColorfulCups/contents/images/2560x1600.jpg",
+    "DarkestHour/contents/images/2560x1600.jpg", "EveningGlow/contents/images/2560x1600.jpg",
+    "FallenLeaf/contents/images/2560x1600.jpg", "Flow/contents/images/5120x2880.jpg",
+    "Flow/contents/images/720x1440.jpg", "Flow/contents/images_dark/5120x2880.jpg",
+    "Flow/contents/images_dark/720x1440.jpg", "Grey/contents/images/2560x1600.jpg",
+    "Honeywave/contents/images/1080x1920.jpg", "Honeywave/contents/images/5120x2880.jpg",
+    "Kite/contents/images/2560x1600.jpg", "OneStandsOut/contents/images/2560x1600.jpg",
+    "PastelHills/contents/images/3200x2000.jpg", "Path/contents/images/2560x1600.jpg",
+    "SafeLanding/contents/images/1622x2880.jpg", "SafeLanding/contents/images/5120x2880.jpg",
+    "Shell/contents/images/5120x2880.jpg", "Shell/contents/images/720x1440.jpg",
+    "Volna/contents/images/5120x2880.jpg", "summer_1am/contents/images/2560x1600.jpg",
+))
 # The packages' JPEGs are photographs; their PNGs are mostly rendered artwork (flat gradients
 # that compress and decode unlike photos), so PNGs are used only with --include-png.
 PHOTO_EXTENSIONS = (".jpg", ".jpeg")
@@ -84,16 +105,25 @@ def main():
     parser.add_argument("--classes", type=int, default=10, help="class = source photo index mod this")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quality", type=int, default=90)
-    parser.add_argument("--sources", nargs="*", default=list(SOURCE_ROOTS),
-                        help="folders searched for photos (default: the Debian wallpaper folders)")
-    parser.add_argument("--include-png", action="store_true", help="also cut from PNG wallpapers (artwork)")
+    parser.add_argument("--sources", nargs="*",
+                        help="folders searched for photos (default: the named photos of the Debian wallpaper packages)")
+    parser.add_argument("--include-png", action="store_true",
+                        help="also cut from PNG files (artwork) under --sources")
     args = parser.parse_args()
 
-    extensions = PHOTO_EXTENSIONS + ((".png",) if args.include_png else ())
-    sources = find_sources(args.sources, extensions)
-    if not sources:
-        sys.exit("make_imagenet_like: no photos found under %s (apt-get install "
-                 "plasma-workspace-wallpapers mate-backgrounds)" % ", ".join(args.sources))
+    if args.sources is None:
+        if args.include_png:
+            sys.exit("make_imagenet_like: --include-png needs --sources (the default photos are named JPEGs)")
+        missing = [p for p in DEFAULT_PHOTOS if not os.path.isfile(p)]
+        if missing:
+            sys.exit("make_imagenet_like: %s is missing (apt-get install plasma-workspace-wallpapers "
+                     "mate-backgrounds, or scripts/setup)" % missing[0])
+        sources = sorted(set(os.path.realpath(p) for p in DEFAULT_PHOTOS))
+    else:
+        extensions = PHOTO_EXTENSIONS + ((".png",) if args.include_png else ())
+        sources = find_sources(args.sources, extensions)
+        if not sources:
+            sys.exit("make_imagenet_like: no photos found under %s" % ", ".join(args.sources))
     classes = min(args.classes, len(sources))
     for c in range(classes):
         os.makedirs(os.path.join(args.out, "class_%02d" % c), exist_ok=True)

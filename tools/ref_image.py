@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reference outputs from PIL / torchvision for hotpath's image parity tests.
 
-    ref_image.py photos OUTDIR            # test photos cut from Debian wallpapers; prints a JSON manifest
+    ref_image.py photos OUTDIR            # test photos cut from 3 named Debian wallpapers; prints a JSON manifest
     ref_image.py pngs OUTDIR              # PNG variants (palette, tRNS, 16-bit, gray+alpha, interlaced)
     ref_image.py run JOBS.json            # runs a list of jobs (decode, resize, eval, rrc), see below
 
@@ -17,7 +17,6 @@ Jobs (one JSON object each; outputs are raw uint8 HWC files or JSON):
                                                                        RandomResizedCrop.get_params
 Python is only for tests: never on the product's runtime path.
 """
-import glob
 import json
 import os
 import struct
@@ -27,20 +26,21 @@ import zlib
 import numpy as np
 from PIL import Image
 
-PHOTO_GLOBS = [
-    "/usr/share/wallpapers/*/contents/images/*.jpg",
-    "/usr/share/backgrounds/**/*.jpg",
+# Three different photos of Debian's plasma-workspace-wallpapers (scripts/setup), by name: a glob over
+# /usr/share/wallpapers or /usr/share/backgrounds would pick other pictures wherever other wallpaper
+# packages are installed.
+SOURCE_PHOTOS = [
+    "/usr/share/wallpapers/Autumn/contents/images/1280x1024.jpg",
+    "/usr/share/wallpapers/EveningGlow/contents/images/1920x1200.jpg",
+    "/usr/share/wallpapers/PastelHills/contents/images/1280x1024.jpg",
 ]
 
 
 def source_photos():
-    files = []
-    for pattern in PHOTO_GLOBS:
-        files.extend(sorted(glob.glob(pattern, recursive=True)))
-    if len(files) < 3:
-        sys.exit("ref_image.py: need at least 3 JPEG photos from plasma-workspace-wallpapers / mate-backgrounds")
-    # Three different pictures, picked deterministically from the installed set.
-    return [files[0], files[len(files) // 3], files[2 * len(files) // 3]]
+    for path in SOURCE_PHOTOS:
+        if not os.path.isfile(path):
+            sys.exit(f"ref_image.py: {path} is missing: install Debian's plasma-workspace-wallpapers (scripts/setup)")
+    return SOURCE_PHOTOS
 
 
 def photos(outdir):
