@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "hotpath/core/cpu.h"
 #include "hotpath/core/error.h"
 
 namespace hotpath::data {
@@ -22,10 +24,9 @@ std::vector<std::uint8_t> noise_image(int w, int h, int channels, unsigned seed)
 }
 
 std::vector<std::uint8_t> resample(const std::vector<std::uint8_t>& src, int w, int h, int channels, const Box& box,
-                                   int out_w, int out_h, SimdPath path = SimdPath::kAuto) {
+                                   int out_w, int out_h) {
   std::vector<std::uint8_t> out(static_cast<std::size_t>(out_w) * out_h * channels);
   ResampleScratch scratch;
-  scratch.path = path;
   resample_bilinear(src.data(), w, h, static_cast<std::ptrdiff_t>(w) * channels, channels, box, out.data(), out_w,
                     out_h, scratch);
   return out;
@@ -200,23 +201,34 @@ TEST(Resample, RejectsBadArguments) {
   EXPECT_THROW(resample_bilinear(src.data(), 10, 10, 30, 3, {0, 0, 2, 2}, out.data(), 0, 5, scratch), Error);
 }
 
+// The AVX2 loops (3 channels: both passes; others: the vertical pass) against the reference loops,
+// each chosen through the dispatch cap (core/cpu.h).
 TEST(Resample, Avx2MatchesReference) {
-  if (std::string(simd_dispatch()) != "avx2") GTEST_SKIP() << simd_dispatch();
+  cpu::reset_max_isa();
+  if (const std::string why = cpu::isa_skip_reason(cpu::Isa::kAvx2); !why.empty()) GTEST_SKIP() << why;
   std::mt19937 gen(5);
   std::uniform_real_distribution<double> unit(0, 1);
   for (int t = 0; t < 400; ++t) {
+    const int channels = t % 4 == 3 ? 1 + t / 4 % 4 : 3;
     const int w = 1 + static_cast<int>(gen() % 300);
     const int h = 1 + static_cast<int>(gen() % 200);
-    const auto src = noise_image(w, h, 3, static_cast<unsigned>(t));
+    const auto src = noise_image(w, h, channels, static_cast<unsigned>(t));
     const double x = unit(gen) * w * 0.9;
     const double y = unit(gen) * h * 0.9;
     const Box box{x, y, std::max(0.01, unit(gen) * (w - x)), std::max(0.01, unit(gen) * (h - y)), t % 2 == 1};
     const int out_w = 1 + static_cast<int>(gen() % 260);
     const int out_h = 1 + static_cast<int>(gen() % 100);
-    ASSERT_EQ(resample(src, w, h, 3, box, out_w, out_h, SimdPath::kAvx2),
-              resample(src, w, h, 3, box, out_w, out_h, SimdPath::kReference))
-        << "trial " << t << ": " << w << "x" << h << " box (" << x << ", " << y << ", " << box.w << ", " << box.h
-        << ") -> " << out_w << "x" << out_h;
+    std::vector<std::uint8_t> fast, reference;
+    {
+      const cpu::ScopedMaxIsa cap(cpu::Isa::kAvx2);
+      fast = resample(src, w, h, channels, box, out_w, out_h);
+    }
+    {
+      const cpu::ScopedMaxIsa cap(cpu::Isa::kScalar);
+      reference = resample(src, w, h, channels, box, out_w, out_h);
+    }
+    ASSERT_EQ(fast, reference) << "trial " << t << ": " << w << "x" << h << "x" << channels << " box (" << x << ", "
+                               << y << ", " << box.w << ", " << box.h << ") -> " << out_w << "x" << out_h;
   }
 }
 

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "hotpath/core/cpu.h"
 #include "hotpath/core/error.h"
 
 namespace hotpath::data {
@@ -225,7 +226,8 @@ TEST(StoreSample, GrayUsesTheFirstChannelStatistics) {
 }
 
 TEST(StoreSample, Avx2MatchesReference) {
-  if (std::string(simd_dispatch()) != "avx2") GTEST_SKIP() << simd_dispatch();
+  cpu::reset_max_isa();
+  if (const std::string why = cpu::isa_skip_reason(cpu::Isa::kAvx2); !why.empty()) GTEST_SKIP() << why;
   std::mt19937 gen(8);
   for (int t = 0; t < 60; ++t) {
     const int w = 1 + static_cast<int>(gen() % 300);
@@ -237,8 +239,14 @@ TEST(StoreSample, Avx2MatchesReference) {
         for (bool flip : {false, true}) {
           std::vector<std::uint8_t> fast(img.size() * 4), reference(img.size() * 4);
           const StoreFormat format{.type = type, .layout = layout};
-          store_sample(img.data(), w, h, 3, flip, {}, format, fast.data(), SimdPath::kAvx2);
-          store_sample(img.data(), w, h, 3, flip, {}, format, reference.data(), SimdPath::kReference);
+          {
+            const cpu::ScopedMaxIsa cap(cpu::Isa::kAvx2);
+            store_sample(img.data(), w, h, 3, flip, {}, format, fast.data());
+          }
+          {
+            const cpu::ScopedMaxIsa cap(cpu::Isa::kScalar);
+            store_sample(img.data(), w, h, 3, flip, {}, format, reference.data());
+          }
           ASSERT_EQ(fast, reference) << w << "x" << h << " type " << static_cast<int>(type) << " layout "
                                      << static_cast<int>(layout) << " flip " << flip;
         }

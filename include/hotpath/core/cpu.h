@@ -6,8 +6,8 @@
 //   std::cout << cpu::dispatch_report_text();                               // every op, and why
 //
 // The CPU is probed once. One cap bounds every kernel: HOTPATH_MAX_ISA=scalar|avx2|avx512|avx512_bf16
-// in the environment (read once; a bad value is one error) or set_max_isa() (tests, benchmarks), so an
-// AVX-512 machine runs and tests the AVX2 and scalar paths too. Each op declares its variants, widest
+// in the environment (read once; a bad value is one error), lowered further by set_max_isa() (tests,
+// benchmarks), so an AVX-512 machine runs and tests the AVX2 and scalar paths too. Each op declares its variants, widest
 // first, in one OpDispatch; select() takes the first the cap allows and, the first time it makes a
 // choice, prints it with the reasons the wider ones were skipped when HOTPATH_VERBOSE=dispatch.
 // Choices that depend on the inputs (dtype, device, mask shape) are not ISA choices: ops keep their
@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,6 +43,12 @@ namespace hotpath::cpu {
 
 enum class Isa : std::uint8_t { kScalar, kAvx2, kAvx512, kAvx512Bf16 };
 
+#ifdef HOTPATH_X86_KERNELS
+inline constexpr bool kX86Kernels = true;
+#else
+inline constexpr bool kX86Kernels = false;
+#endif
+
 // "scalar", "avx2", "avx512", "avx512_bf16" — the spelling HOTPATH_MAX_ISA takes.
 const char* isa_name(Isa isa);
 std::optional<Isa> parse_isa(std::string_view name);
@@ -54,8 +61,9 @@ std::string detected_features();
 // min(detected_isa(), the cap): what kernels may use. Throws hotpath::Error once per call while
 // HOTPATH_MAX_ISA holds a bad value.
 Isa max_isa();
-// Caps every kernel at `cap` (above detected_isa() is allowed and changes nothing); overrides
-// HOTPATH_MAX_ISA. reset_max_isa() returns to HOTPATH_MAX_ISA (or no cap).
+// Caps every kernel at `cap`, within HOTPATH_MAX_ISA (the environment's cap stays the ceiling, so
+// tests that walk the levels below it honour it; a cap above what the CPU has changes nothing).
+// reset_max_isa() returns to HOTPATH_MAX_ISA alone.
 void set_max_isa(Isa cap);
 void reset_max_isa();
 bool allows(Isa level);
@@ -76,7 +84,7 @@ class ScopedMaxIsa {
 };
 
 // One variant of a kernel: its name in reports and the level it needs. `compiled` is false for a
-// variant this build left out (see HOTPATH_X86_KERNELS).
+// variant this build left out (x86 variants: pass kX86Kernels).
 struct Variant {
   const char* name;
   Isa needs;
@@ -126,6 +134,9 @@ class OpDispatch {
   std::vector<Variant> variants_;
   Options options_;
   mutable std::atomic<std::uint32_t> reported_{0};  // bit i: variant i was chosen and printed
+  mutable std::once_flag override_read_;              // options_.override_env, read once into:
+  mutable std::size_t forced_ = 0;                    //   the forced variant, or variants_.size()
+  mutable std::string override_error_;                //   or why its value is bad
 };
 
 // Every registered op, selected under the current cap, sorted by op name.

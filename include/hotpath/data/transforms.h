@@ -57,8 +57,5 @@ struct StoreFormat {
 // torchvision's (x/255 - mean)/std; bf16 rounds that float to nearest even.
 void store_sample(const std::uint8_t* hwc, int width, int height, int channels, bool flip,
                   const Normalization& norm, const StoreFormat& format, void* dst);
-// The same with the inner loops chosen (SimdPath::kAuto above); for the twin tests and benchmarks.
-void store_sample(const std::uint8_t* hwc, int width, int height, int channels, bool flip,
-                  const Normalization& norm, const StoreFormat& format, void* dst, SimdPath path);
 
 }  // namespace hotpath::data

@@ -79,12 +79,15 @@ std::atomic<int>& set_cap() {
   return cap;
 }
 
-// The cap in force and where it came from ("" when none).
+// The cap in force — the lower of HOTPATH_MAX_ISA and set_max_isa() — and where it came from
+// ("" when none).
 std::pair<std::optional<Isa>, std::string> cap_and_source() {
-  const int set = set_cap().load(std::memory_order_relaxed);
-  if (set != kNoCap) return {static_cast<Isa>(set), std::string("set_max_isa(") + isa_name(static_cast<Isa>(set)) + ")"};
   const EnvCap& env = env_cap();
   HOTPATH_CHECK(env.error.empty(), env.error);
+  const int set = set_cap().load(std::memory_order_relaxed);
+  if (set != kNoCap && (!env.cap || static_cast<Isa>(set) < *env.cap)) {
+    return {static_cast<Isa>(set), std::string("set_max_isa(") + isa_name(static_cast<Isa>(set)) + ")"};
+  }
   if (env.cap) return {env.cap, "HOTPATH_MAX_ISA=" + env.value};
   return {std::nullopt, ""};
 }
@@ -183,32 +186,22 @@ OpDispatch::OpDispatch(const char* op, std::initializer_list<Variant> variants, 
 
 std::size_t OpDispatch::forced() const {
   if (options_.override_env == nullptr) return variants_.size();
-  // Read once per op (a function-local static would be shared by every OpDispatch).
-  struct Forced {
-    std::size_t index;
-    std::string error;
-  };
-  static std::mutex mutex;
-  static std::map<const OpDispatch*, Forced> cache;
-  const std::lock_guard lock(mutex);
-  auto it = cache.find(this);
-  if (it == cache.end()) {
-    Forced f{variants_.size(), ""};
+  std::call_once(override_read_, [this] {
+    forced_ = variants_.size();
     const char* v = std::getenv(options_.override_env);
-    if (v != nullptr && *v != '\0') {
-      std::string names;
-      for (std::size_t i = 0; i < variants_.size(); ++i) {
-        if (variants_[i].compiled && std::string_view(v) == variants_[i].name) f.index = i;
-        if (variants_[i].compiled) names.append(names.empty() ? "" : " or ").append(variants_[i].name);
-      }
-      if (f.index == variants_.size()) {
-        f.error = std::string(options_.override_env) + ": expected " + names + ", got '" + printable(v) + "'";
-      }
+    if (v == nullptr || *v == '\0') return;
+    std::string names;
+    for (std::size_t i = 0; i < variants_.size(); ++i) {
+      if (!variants_[i].compiled) continue;
+      if (std::string_view(v) == variants_[i].name) forced_ = i;
+      names.append(names.empty() ? "" : " or ").append(variants_[i].name);
     }
-    it = cache.emplace(this, std::move(f)).first;
-  }
-  HOTPATH_CHECK(it->second.error.empty(), it->second.error);
-  return it->second.index;
+    if (forced_ == variants_.size()) {
+      override_error_ = std::string(options_.override_env) + ": expected " + names + ", got '" + printable(v) + "'";
+    }
+  });
+  HOTPATH_CHECK(override_error_.empty(), override_error_);
+  return forced_;
 }
 
 std::size_t OpDispatch::select() const {

@@ -39,25 +39,18 @@ struct PixelRect {
   [[nodiscard]] int height() const { return y1 - y0; }
 };
 
-// Which inner loops the image kernels (resample, store_sample) run: the portable reference or
-// the AVX2 fast path for 3-channel images. Both give bit-identical results; kAuto picks AVX2 when
-// the CPU has it, and the tests force each to compare them.
-enum class SimdPath { kAuto, kReference, kAvx2 };
-
-// What kAuto runs on this machine and why: "avx2", or "reference: <reason AVX2 is not used>".
-const char* simd_dispatch();
-
 // Coefficient tables and the intermediate (horizontally filtered) rows, reused across calls.
 struct ResampleScratch {
   std::vector<std::int32_t> coeffs;
   std::vector<std::int16_t> packed;                 // coefficients laid out for the AVX2 kernel
   std::vector<std::array<std::int32_t, 4>> pairs;   // the AVX2 kernel's load plan per output pair
   std::vector<std::uint8_t> tmp;
-  SimdPath path = SimdPath::kAuto;
 };
 
 // Resamples `box` of a src_w × src_h image with `channels` interleaved uint8 channels to
 // dst_w × dst_h (packed rows). The box must lie inside the image and have a positive size.
+// 3-channel images take an AVX2 horizontal pass and every image an AVX2 vertical pass where the CPU
+// dispatch allows (core/cpu.h, op "resample"); the results are bit-identical to the reference loops.
 void resample_bilinear(const std::uint8_t* src, int src_w, int src_h, std::ptrdiff_t src_stride,
                        int channels, const Box& box, std::uint8_t* dst, int dst_w, int dst_h,
                        ResampleScratch& scratch);

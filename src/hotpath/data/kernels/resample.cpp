@@ -11,11 +11,15 @@
 #include <string>
 
 #include "hotpath/core/error.h"
+#include "hotpath/core/cpu.h"
 #include "x86/resample_avx2.h"
-#include "x86/simd_path.h"
 
 namespace hotpath::data {
 namespace {
+
+// Both variants give bit-identical results; tests run each through the cap (cpu::ScopedMaxIsa).
+const cpu::OpDispatch kDispatch{"resample",
+                                {{"avx2", cpu::Isa::kAvx2, cpu::kX86Kernels}, {"reference", cpu::Isa::kScalar}}};
 
 constexpr int kPrecisionBits = 32 - 8 - 2;  // PIL: 8 bits of result, 2 bits of headroom
 constexpr std::int32_t kHalf = std::int32_t{1} << (kPrecisionBits - 1);
@@ -184,7 +188,7 @@ struct PassArgs {
 void horizontal(bool avx2, int channels, const std::uint8_t* in, std::ptrdiff_t in_stride, int rows, std::uint8_t* out,
                 std::ptrdiff_t out_stride, int out_w, const PassArgs& a, const std::uint8_t* readable_end,
                 ResampleScratch& scratch) {
-#ifdef HOTPATH_HAVE_AVX2
+#ifdef HOTPATH_X86_KERNELS
   if (avx2 && channels == 3) {
     scratch.packed.resize(x86::packed_size(a.ksize, out_w));
     scratch.pairs.resize(static_cast<std::size_t>(out_w + 1) / 2);
@@ -212,7 +216,7 @@ void horizontal(bool avx2, int channels, const std::uint8_t* in, std::ptrdiff_t 
 void vertical(bool avx2, const std::uint8_t* in, std::ptrdiff_t in_stride, int row_bytes, std::uint8_t* out,
               std::ptrdiff_t out_stride, int out_h, const PassArgs& a) {
   int done = 0;
-#ifdef HOTPATH_HAVE_AVX2
+#ifdef HOTPATH_X86_KERNELS
   if (avx2) done = x86::vertical_avx2(in, in_stride, row_bytes, out, out_stride, out_h, a.bounds, a.kk, a.ksize, kPrecisionBits);
 #endif
   (void)avx2;
@@ -244,13 +248,6 @@ Box clamp_box(const Box& box, int src_w, int src_h) {
 }
 
 }  // namespace
-
-const char* simd_dispatch() {
-  const char* why = x86::why_not_avx2();
-  if (why == nullptr) return "avx2";
-  static const std::string reason = std::string("reference: ") + why;
-  return reason.c_str();
-}
 
 PixelRect resample_footprint(int src_w, int src_h, const Box& box, int dst_w, int dst_h) {
   check_arguments(src_w, src_h, 1, box, dst_w, dst_h);
@@ -292,7 +289,7 @@ void resample_bilinear_window(const std::uint8_t* window, std::ptrdiff_t stride,
     return window + static_cast<std::ptrdiff_t>(y - rect.y0) * stride + static_cast<std::ptrdiff_t>(x - rect.x0) * channels;
   };
   const std::uint8_t* readable_end = pixel(rect.x1, rect.y1 - 1);  // end of the window's last row
-  const bool avx2 = x86::use_avx2(scratch.path);
+  const bool avx2 = kDispatch.select() == 0;
   const std::ptrdiff_t dst_stride = static_cast<std::ptrdiff_t>(dst_w) * channels;
   const int row_bytes = dst_w * channels;
   const PassArgs h_args{h_bounds, h_kk, ax.ksize};

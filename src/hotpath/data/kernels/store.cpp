@@ -5,13 +5,17 @@
 #include <algorithm>
 #include <cstring>
 
+#include "hotpath/core/cpu.h"
 #include "hotpath/core/error.h"
 #include "hotpath/data/transforms.h"
-#include "x86/simd_path.h"
 #include "x86/store_avx2.h"
 
 namespace hotpath::data {
 namespace {
+
+// Both variants give bit-identical results; tests run each through the cap (cpu::ScopedMaxIsa).
+const cpu::OpDispatch kDispatch{"store_sample",
+                                {{"avx2", cpu::Isa::kAvx2, cpu::kX86Kernels}, {"reference", cpu::Isa::kScalar}}};
 
 constexpr int kChunk = 256;  // pixels per chunk
 constexpr int kMaxChannels = 3;
@@ -74,7 +78,7 @@ void chunk_chw_u8(const std::uint8_t* in, int x0, int n, std::uint8_t* out, std:
 // out pixel i = in pixel n-1-i.
 template <int C>
 void mirror(const std::uint8_t* in, int n, std::uint8_t* out, bool avx2) {
-#ifdef HOTPATH_HAVE_AVX2
+#ifdef HOTPATH_X86_KERNELS
   if constexpr (C == 3) {
     if (avx2) return x86::mirror_rgb_avx2(in, n, out);
   }
@@ -101,14 +105,14 @@ void store_float_like(const std::uint8_t* hwc, int width, int height, bool flip,
       const std::size_t at = static_cast<std::size_t>(y) * width + x0;
       int done = 0;
       if (layout == PixelLayout::kHWC) {
-#ifdef HOTPATH_HAVE_AVX2
+#ifdef HOTPATH_X86_KERNELS
         if constexpr (C == 3) {
           if (avx2) done = x86::hwc_rgb_avx2(in, n, dst + at * C, a.scale, a.bias);
         }
 #endif
         chunk_hwc<C>(in, done, n, dst + at * C, a);
       } else {
-#ifdef HOTPATH_HAVE_AVX2
+#ifdef HOTPATH_X86_KERNELS
         if constexpr (C == 3) {
           if (avx2) done = x86::chw_rgb_avx2(in, n, dst + at, plane, a.scale, a.bias);
         }
@@ -139,7 +143,7 @@ void store_uint8(const std::uint8_t* hwc, int width, int height, bool flip, Pixe
         continue;
       }
       int done = 0;
-#ifdef HOTPATH_HAVE_AVX2
+#ifdef HOTPATH_X86_KERNELS
       if constexpr (C == 3) {
         if (avx2) done = x86::chw_rgb_u8_avx2(in, n, dst + at, plane);
       }
@@ -171,21 +175,16 @@ void store_typed(const std::uint8_t* hwc, int width, int height, bool flip, cons
 }  // namespace
 
 void store_sample(const std::uint8_t* hwc, int width, int height, int channels, bool flip, const Normalization& norm,
-                  const StoreFormat& format, void* dst, SimdPath path) {
+                  const StoreFormat& format, void* dst) {
   HOTPATH_CHECK(hwc != nullptr && dst != nullptr, "store_sample: null buffer");
   HOTPATH_CHECK(width > 0 && height > 0, "store_sample: size ", width, "x", height, " must be positive");
   HOTPATH_CHECK(channels == 1 || channels == 3, "store_sample: channels ", channels, " must be 1 or 3");
-  const bool avx2 = x86::use_avx2(path);
+  const bool avx2 = kDispatch.select() == 0;
   if (channels == 1) {
     store_typed<1>(hwc, width, height, flip, norm, format, dst, avx2);
   } else {
     store_typed<3>(hwc, width, height, flip, norm, format, dst, avx2);
   }
-}
-
-void store_sample(const std::uint8_t* hwc, int width, int height, int channels, bool flip, const Normalization& norm,
-                  const StoreFormat& format, void* dst) {
-  store_sample(hwc, width, height, channels, flip, norm, format, dst, SimdPath::kAuto);
 }
 
 }  // namespace hotpath::data

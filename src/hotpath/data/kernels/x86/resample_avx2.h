@@ -6,9 +6,9 @@
 // as k = hi * 2^11 + lo (both fit in int16) and vpmaddwd runs once per half; the sums are exact.
 #pragma once
 
-#include "simd_path.h"
+#include "hotpath/core/cpu.h"  // HOTPATH_X86_KERNELS
 
-#ifdef HOTPATH_HAVE_AVX2
+#ifdef HOTPATH_X86_KERNELS
 #include <immintrin.h>
 
 #include <algorithm>
@@ -209,4 +209,4 @@ __attribute__((target("avx2"))) inline int vertical_avx2(const std::uint8_t* in,
 }
 
 }  // namespace hotpath::data::x86
-#endif  // HOTPATH_HAVE_AVX2
+#endif  // HOTPATH_X86_KERNELS

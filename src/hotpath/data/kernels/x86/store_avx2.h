@@ -3,9 +3,9 @@
 // (x * scale + bias as a multiply then an add, no FMA), so the results are bit-identical.
 #pragma once
 
-#include "simd_path.h"
+#include "hotpath/core/cpu.h"  // HOTPATH_X86_KERNELS
 
-#ifdef HOTPATH_HAVE_AVX2
+#ifdef HOTPATH_X86_KERNELS
 #include <immintrin.h>
 
 #include <cstddef>
@@ -117,4 +117,4 @@ __attribute__((target("avx2"))) inline void mirror_rgb_avx2(const std::uint8_t* 
 }
 
 }  // namespace hotpath::data::x86
-#endif  // HOTPATH_HAVE_AVX2
+#endif  // HOTPATH_X86_KERNELS
