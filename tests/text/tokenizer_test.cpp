@@ -12,7 +12,6 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/text/bert_normalizer.h"
-#include "hotpath/text/tokenize_bench.h"
 #include "support/test_support.h"
 
 namespace hotpath::text {
@@ -482,17 +481,6 @@ TEST(TokenizerJson, AddedTokenFlagsMatchLikeHuggingFace) {
   EXPECT_EQ(tok.encode("hello<new>", {.add_special_tokens = false}).ids, (std::vector<std::int32_t>{5, 22}));
   // [MASK] stays verbatim: "[mask]" is ordinary text.
   EXPECT_EQ(tok.tokenize("[MASK][mask]"), (std::vector<std::string>{"[MASK]", "[UNK]", "[UNK]", "[UNK]"}));
-}
-
-TEST(TokenizeBench, CountsLinesAndTokens) {
-  const std::vector<std::string_view> lines = split_lines("hello world\r\ntokenizers\n\na b");
-  ASSERT_EQ(lines.size(), 4u);
-  EXPECT_EQ(lines[0], "hello world");
-  const TokenizeBenchResult r = bench_tokenize(tiny(), lines, {.threads = 2}, 3, 2);
-  EXPECT_EQ(r.lines, 4u);
-  EXPECT_EQ(r.tokens, 4u * 2 + 2 + 3 + 0 + 2);
-  EXPECT_GT(r.tokens_per_s, 0);
-  EXPECT_NE(to_json(r).find("\"tokens_per_s\""), std::string::npos);
 }
 
 TEST(BertNormalizer, NormalizesLikeHuggingFace) {

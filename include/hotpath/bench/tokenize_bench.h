@@ -1,8 +1,9 @@
-// hotpath/text/tokenize_bench.h — tokenizer throughput: lines/s and tokens/s of batch encode at a
-// given thread count (what `hotpath tokenize --bench` and the benchmark script report).
+// hotpath/bench/tokenize_bench.h — tokenizer throughput: lines/s and tokens/s of batch encode at a given
+// thread count (`hotpath tokenize --bench`, `hotpath bench text --part tokenizer`, hotpath_tokenize_bench),
+// and the Hugging Face `tokenizers` peer (bench/peers/tokenizer_peer.py) on the same lines.
 //
 //   auto tok = hotpath::text::Tokenizer::from_directory(dir);
-//   auto r = hotpath::text::bench_tokenize(tok, lines, {.threads = 2});
+//   auto r = hotpath::bench::bench_tokenize(tok, lines, {.threads = 2});
 //   std::cout << r.tokens_per_s << " tokens/s\n";
 #pragma once
 
@@ -14,7 +15,7 @@
 
 #include "hotpath/text/tokenizer.h"
 
-namespace hotpath::text {
+namespace hotpath::bench {
 
 struct TokenizeBenchResult {
   unsigned threads = 1;
@@ -29,20 +30,17 @@ struct TokenizeBenchResult {
 
 // Encodes `lines` with encode_batch in batches of `batch_size` (0: all at once), `repeats`
 // times, and reports the fastest pass (the first also warms the caches).
-TokenizeBenchResult bench_tokenize(const Tokenizer& tokenizer, std::span<const std::string_view> lines,
-                                   const EncodeOptions& options, std::size_t batch_size = 0, int repeats = 3);
-
-// The lines of a text (without their '\n' or "\r\n"), viewing into `text`.
-std::vector<std::string_view> split_lines(std::string_view text);
+TokenizeBenchResult bench_tokenize(const text::Tokenizer& tokenizer, std::span<const std::string_view> lines,
+                                   const text::EncodeOptions& options, std::size_t batch_size = 0, int repeats = 3);
 
 // One result as a JSON object, e.g. for --json output.
 std::string to_json(const TokenizeBenchResult& result);
 
-// The Hugging Face side, run in a child process (bench/tokenizer_peer.py in the venv) on the same
+// The Hugging Face side, run in a child process (bench/peers/tokenizer_peer.py in the venv) on the same
 // lines, tokenizer, threads (RAYON_NUM_THREADS) and batch size.
 struct TokenizerPeerOptions {
   std::string python;  // empty: $HOTPATH_PYTHON, else ~/.cache/hotpath/venv/bin/python
-  std::string script;  // bench/tokenizer_peer.py
+  std::string script;  // empty: bench/peers/tokenizer_peer.py
   std::string tokenizer_dir;
   std::string input;   // one line per text
   unsigned threads = 1;
@@ -60,4 +58,4 @@ struct TokenizerPeerResult {
 };
 TokenizerPeerResult run_tokenizer_peer(const TokenizerPeerOptions& options);
 
-}  // namespace hotpath::text
+}  // namespace hotpath::bench
