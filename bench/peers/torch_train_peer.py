@@ -8,7 +8,7 @@ optimizer with the same no-weight-decay groups, schedule, label smoothing, accum
 EMA, bf16 autocast and channels-last. Times --warmup steps untimed, then --steps optimizer steps, and
 prints one JSON line: {"samples_per_s", "data_wait_fraction", "steps", "breakdown", ...}.
 
-    python bench/torch_train_peer.py --recipe run/recipe.yaml --steps 20 --warmup 3
+    python bench/peers/torch_train_peer.py --recipe run/recipe.yaml --steps 20 --warmup 3
 
 data_wait_fraction follows hotpath's StepBreakdown: data time (next batch + host copy + memory
 format) over data + forward + backward + optimizer, summed over every step, warm-up included;
@@ -93,7 +93,7 @@ def build_model(m, in_channels):
             model.features[0][0] = nn.Conv2d(in_channels, 32, 3, 2, 1, bias=False)
         return model
     elif name == "efficientnet_lite0":
-        tools = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools")
+        tools = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tools")
         sys.path.insert(0, tools)
         try:
             from efficientnet_ref import PackageLite0  # the package's model, re-implemented

@@ -1,7 +1,7 @@
 // hotpath/core/process.h — run a child process and capture its standard output.
 //
 // For the side-by-side benchmarks (python peers) and tests; never on a data path.
-//   CommandResult r = run_command({python, "bench/torch_data_peer.py", "--workers", "2"});
+//   CommandResult r = run_command({python, "bench/peers/torch_data_peer.py", "--workers", "2"});
 //   if (r.exit_code != 0) ...;  use(r.output);
 // Arguments are shell-quoted; stderr is inherited (the child's logs stay visible).
 #pragma once
