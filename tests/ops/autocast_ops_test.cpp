@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 
+#include "hotpath/core/cpu.h"
 #include "models/model_test_support.h"
 
 namespace hotpath::ops {
@@ -22,17 +23,16 @@ double max_rel(const at::Tensor& a, const at::Tensor& b) {
   return ((fa - fb).abs().max() / fb.abs().max().clamp_min(1e-12)).item<double>();
 }
 
-TEST(AutocastOps, DetectsBf16MathOnce) {
-  const Bf16Math math = bf16_math();
-  EXPECT_EQ(math, bf16_math());
+// Native bf16 math from the avx512 dispatch level up (oneDNN's bf16 kernels), fp32 math below it —
+// through the cap, so an AVX-512 machine also takes the AVX2 machine's path.
+TEST(AutocastOps, Bf16MathFollowsTheDispatchCap) {
+  EXPECT_EQ(bf16_math(), bf16_math());
   EXPECT_NE(std::string(bf16_math_name()), "");
-#if defined(__x86_64__)
-  if (std::getenv("HOTPATH_BF16_MATH") == nullptr) {
-    const bool avx512 = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                        __builtin_cpu_supports("avx512dq");
-    EXPECT_EQ(math, avx512 ? Bf16Math::kNative : Bf16Math::kFp32);
-  }
-#endif
+  if (std::getenv("HOTPATH_BF16_MATH") != nullptr) GTEST_SKIP() << "HOTPATH_BF16_MATH forces " << bf16_math_name();
+  EXPECT_EQ(bf16_math(), cpu::allows(cpu::Isa::kAvx512) ? Bf16Math::kNative : Bf16Math::kFp32) << bf16_math_name();
+  const cpu::ScopedMaxIsa cap(cpu::Isa::kAvx2);
+  EXPECT_EQ(bf16_math(), Bf16Math::kFp32);
+  EXPECT_EQ(std::string(bf16_math_name()).rfind("fp32 (native: ", 0), 0U) << bf16_math_name();
 }
 
 TEST(AutocastOps, OutsideAutocastIsTheModulesForward) {
@@ -47,7 +47,8 @@ TEST(AutocastOps, OutsideAutocastIsTheModulesForward) {
 }
 
 TEST(AutocastOps, Fp32MathRoundsWhereAutocastRounds) {
-  if (bf16_math() != Bf16Math::kFp32) GTEST_SKIP() << "this CPU runs autocast's own bf16 kernels";
+  const cpu::ScopedMaxIsa cap(cpu::Isa::kAvx2);  // AVX-512 CPUs too: below avx512, bf16 math is fp32
+  if (bf16_math() != Bf16Math::kFp32) GTEST_SKIP() << bf16_math_name();
   at::manual_seed(1);
   torch::nn::Conv2d conv(torch::nn::Conv2dOptions(4, 6, 3).stride(1).padding(1).groups(2));
   const at::Tensor x = at::randn({2, 4, 7, 7}).contiguous(at::MemoryFormat::ChannelsLast);
