@@ -1,6 +1,6 @@
 #include "hotpath/infer/package.h"
 
-#include <ATen/Functions.h>
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -113,7 +113,9 @@ TEST(Classifier, TopKOfAPackage) {
   const ModelPackage package = read_package(dir.path().string());
   const Classifier classifier = Classifier::from_package(package);
   for (const auto& p : classifier.model()->parameters()) {
-    if (p.dim() == 4) EXPECT_TRUE(p.is_contiguous(at::MemoryFormat::ChannelsLast));
+    if (p.dim() == 4) {
+      EXPECT_TRUE(p.is_contiguous(at::MemoryFormat::ChannelsLast));
+    }
   }
   EXPECT_FALSE(classifier.model()->is_training());
 
@@ -129,7 +131,9 @@ TEST(Classifier, TopKOfAPackage) {
       const TopK& t = top[static_cast<std::size_t>(n)][i];
       EXPECT_EQ(t.label, names[static_cast<std::size_t>(t.index)]);
       EXPECT_NEAR(t.prob, probs[n][t.index].item<double>(), 1e-6);
-      if (i > 0) EXPECT_GE(top[static_cast<std::size_t>(n)][i - 1].prob, t.prob);
+      if (i > 0) {
+        EXPECT_GE(top[static_cast<std::size_t>(n)][i - 1].prob, t.prob);
+      }
     }
   }
   // Without class names the label is the index.

@@ -45,8 +45,12 @@ Images make_images() {
 }
 
 EvalPreprocess preprocess(std::int64_t channels, EvalCrop crop, bool channels_last) {
-  EvalPreprocess p{.image_size = 24, .channels = channels, .crop = crop, .resize_shorter = 32,
-                   .channels_last = channels_last};
+  EvalPreprocess p;
+  p.image_size = 24;
+  p.channels = channels;
+  p.crop = crop;
+  p.resize_shorter = 32;
+  p.channels_last = channels_last;
   if (channels == 3) {
     p.mean = {0.485, 0.456, 0.406};
     p.std = {0.229, 0.224, 0.225};
