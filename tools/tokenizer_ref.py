@@ -6,17 +6,22 @@
       {"encodings": [{"ids", "type_ids", "attention_mask", "offsets", "special_tokens_mask"}, ...]}
       for the batch; with --overflow, one row per window with "overflow_to_sample_mapping".
   tokenizer_ref.py parity OUT.json
-      Builds the parity corpus (Debian fortunes, Weka's Reuters ARFF, generated non-ASCII
-      text), encodes every case the C++ parity test checks and writes it all to one JSON, so
-      the test runs python once. Also probes every code point through the normalizer and
-      the pre-tokenizer ("codepoints"), and HF's single_word test ("word_characters").
+      Builds the parity corpus (named files of Debian's fortunes and Weka's Reuters ARFF,
+      generated non-ASCII text), encodes every case the C++ parity test checks and writes it
+      all to one JSON, so the test runs python once. Also probes every code point through
+      the normalizer and the pre-tokenizer ("codepoints"), and HF's single_word test ("word_characters").
       Added tokens in the text (special or not, with single_word / lstrip / rstrip /
       normalized), special_tokens_mask, and overflowing windows with a stride are compared
       too ("added/", "overflow/" cases, "stride_errors").
+
+Where HF refuses an input (a Python error, or a Rust panic such as a stride that is not below
+the tokens a truncated text keeps), the row is {"refused": "<HF's message>"} instead of an
+encoding: hotpath must refuse that input too, with one line. The other inputs of that batch
+are encoded as one batch without it (HF refuses the whole batch otherwise).
 """
 import argparse
+import contextlib
 import copy
-import glob
 import json
 import os
 import random
@@ -27,6 +32,16 @@ from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizer
 from tokenizers.implementations import BertWordPieceTokenizer
 
 FORTUNES = "/usr/share/games/fortunes"
+# Every fortune file of Debian's `fortunes` package (and of fortunes-min, which it depends on), by
+# name: a glob over the folder would also read fortunes-de, fortunes-zh, ... where installed, and
+# the corpus (so the cases and what HF refuses) would depend on the machine (`dpkg -L fortunes`).
+FORTUNE_FILES = (
+    "art", "ascii-art", "computers", "cookie", "debian", "definitions", "disclaimer", "drugs", "education",
+    "ethnic", "food", "fortunes", "goedel", "humorists", "kids", "knghtbrd", "law", "linux", "linuxcookie",
+    "literature", "love", "magic", "medicine", "men-women", "miscellaneous", "news", "paradoxum", "people",
+    "perl", "pets", "platitudes", "politics", "pratchett", "riddles", "science", "songs-poems", "sports",
+    "startrek", "tao", "translate-me", "wisdom", "work", "zippy",
+)
 REUTERS = "/usr/share/doc/weka/examples"
 
 
@@ -39,12 +54,19 @@ def minilm_dir():
 # ---- corpus -------------------------------------------------------------------------------------
 
 
+def fortune_paths():
+    """The paths of FORTUNE_FILES, in that (sorted) order; exits with a line naming the package if one is missing."""
+    paths = [f"{FORTUNES}/{name}" for name in FORTUNE_FILES]
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing:
+        sys.exit(f"tokenizer_ref.py: {missing[0]} is missing: install Debian's fortunes (scripts/setup)")
+    return paths
+
+
 def fortune_texts():
     """(lines, fortunes): every non-empty line of the fortune files, and whole multi-line fortunes."""
     lines, fortunes = [], []
-    for path in sorted(glob.glob(f"{FORTUNES}/*")):
-        if path.endswith((".dat", ".u8")) or os.path.islink(path) or not os.path.isfile(path):
-            continue
+    for path in fortune_paths():
         # Some files hold latin-1 bytes and backspace overstriking: keep them (U+FFFD and
         # control characters are part of what the tokenizer must clean).
         text = open(path, "rb").read().decode("utf-8", errors="replace")
@@ -138,9 +160,49 @@ def encoding_dict(e, extra):
     return d
 
 
+@contextlib.contextmanager
+def quiet_stderr():
+    """fd 2 to /dev/null: a Rust panic prints its message (and, with RUST_BACKTRACE, a long trace)
+    there before pyo3 turns it into PanicException; where a refusal is expected that is noise."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def hf_refusal(err):
+    """HF's error (ValueError, Exception) or Rust panic (pyo3's PanicException, a BaseException) as one line."""
+    if isinstance(err, (KeyboardInterrupt, SystemExit, MemoryError)):
+        raise err
+    return (type(err).__name__ + ": " + str(err).split("\n")[0])[:200]
+
+
 def encodings(tok, batch, extra=False):
-    return [encoding_dict(e, extra)
-            for e in tok.encode_batch([tuple(x) if isinstance(x, list) else x for x in batch])]
+    """HF's encodings of a batch, one dict per input; {"refused": message} for each input HF refuses."""
+    inputs = [tuple(x) if isinstance(x, list) else x for x in batch]
+    try:
+        with quiet_stderr():
+            return [encoding_dict(e, extra) for e in tok.encode_batch(inputs)]
+    except BaseException as batch_err:
+        hf_refusal(batch_err)  # re-raises interrupts
+        refused = {}
+        with quiet_stderr():
+            for i, x in enumerate(inputs):
+                try:
+                    tok.encode(*x) if isinstance(x, tuple) else tok.encode(x)
+                except BaseException as err:
+                    refused[i] = hf_refusal(err)
+        if not refused:  # no single input explains it: not a refusal, a real failure
+            raise
+    kept = [x for i, x in enumerate(inputs) if i not in refused]
+    rows = iter([encoding_dict(e, extra) for e in tok.encode_batch(kept)] if kept else [])
+    return [{"refused": refused[i]} if i in refused else next(rows) for i in range(len(inputs))]
 
 
 def configure(tok, truncation=None, padding=None):
@@ -164,19 +226,6 @@ def load(spec):
         return Tokenizer.from_str(spec["json_text"])
     kwargs = {k: v for k, v in spec.items() if k != "vocab"}
     return BertWordPieceTokenizer(spec["vocab"], **kwargs)._tokenizer  # the underlying Tokenizer
-
-
-def truncation_survivors(tok, pairs, max_length, strategy):
-    """HF refuses a whole batch when only_first/only_second cannot reach max_length: which pairs
-    it accepts (the C++ test checks the refusal on its own)."""
-    configure(tok)
-    keep = []
-    for ea, eb in zip(tok.encode_batch([p[0] for p in pairs], add_special_tokens=False),
-                      tok.encode_batch([p[1] for p in pairs], add_special_tokens=False)):
-        excess = len(ea.ids) + len(eb.ids) + 3 - max_length
-        target = len(ea.ids) if strategy == "only_first" else len(eb.ids)
-        keep.append(excess <= 0 or target > excess)
-    return keep
 
 
 # ---- code points --------------------------------------------------------------------------------
@@ -305,7 +354,7 @@ def word_character_probe():
 
 
 def stride_errors(tok, singles, pairs):
-    """Which (max_length, stride, strategy, direction) settings HF refuses, per input."""
+    """Which (max_length, stride, strategy, direction) settings HF refuses ("refused"), per input."""
     out = []
     settings = [(8, 0), (8, 5), (8, 6), (8, 7), (12, 4), (5, 2), (4, 1), (4, 2), (3, 0), (3, 1), (2, 0)]
     for max_length, stride in settings:
@@ -316,11 +365,13 @@ def stride_errors(tok, singles, pairs):
                         tok.no_padding()
                         tok.no_truncation()
                         try:
-                            tok.enable_truncation(max_length, stride=stride, strategy=strategy, direction=direction)
-                            e = tok.encode(*x) if kind == "pair" else tok.encode(x)
+                            with quiet_stderr():
+                                tok.enable_truncation(max_length, stride=stride, strategy=strategy,
+                                                      direction=direction)
+                                e = tok.encode(*x) if kind == "pair" else tok.encode(x)
                             result = {"ids": e.ids, "overflowing": [o.ids for o in e.overflowing]}
                         except BaseException as err:  # Rust panics arrive as PanicException
-                            result = {"error": type(err).__name__ + ": " + str(err)[:200]}
+                            result = {"refused": hf_refusal(err)}
                         out.append({"max_length": max_length, "stride": stride, "strategy": strategy,
                                     "direction": direction, "input": x} | result)
     tok.no_truncation()
@@ -366,10 +417,8 @@ def parity(out_path):
              truncation={"max_length": max_length, "strategy": "longest_first"})
     case("pairs/longest_first_left", "vocab_uncased", pairs[:1000],
          truncation={"max_length": 40, "strategy": "longest_first", "direction": "left"})
-    for strategy in ("only_first", "only_second"):
-        kept = truncation_survivors(toks["minilm_json"], texts(pairs), 48, strategy)
-        case(f"pairs/{strategy}_48", "minilm_json", [p for p, k in zip(pairs, kept) if k],
-             truncation={"max_length": 48, "strategy": strategy})
+    for strategy in ("only_first", "only_second"):  # HF refuses the pairs whose text is too short to cut
+        case(f"pairs/{strategy}_48", "minilm_json", pairs, truncation={"max_length": 48, "strategy": strategy})
     case("singles/truncate_20", "minilm_json", sub, truncation={"max_length": 20})
     case("padding/longest", "minilm_json", sub[:800], padding={})
     case("padding/longest_multiple_8", "minilm_json", pairs[:500], truncation={"max_length": 100},
@@ -392,7 +441,7 @@ def parity(out_path):
         rows = encodings(tok, texts(batch), extra=True)
         if not overflow:  # HF keeps what truncation cut off anyway; hotpath only when asked
             for row in rows:
-                del row["overflowing"]
+                row.pop("overflowing", None)
         cases.append({"name": name, "tokenizer": tok_name, "truncation": truncation, "padding": padding,
                       "overflow": overflow, "inputs": batch, "encodings": rows})
 
@@ -414,14 +463,18 @@ def parity(out_path):
                truncation={"max_length": 24, "stride": 6}, overflow=True)
     qa = [[s_, l_] for s_, l_ in zip(sub[:400], long_idx[:400])]  # a short "question", a long "context"
     for strategy, pairs_ in (("only_second", qa), ("only_first", [[b, a] for a, b in qa])):
-        for direction in ("right", "left"):
-            kept = truncation_survivors(toks["minilm_json"], texts(pairs_), 48, strategy)
-            extra_case(f"overflow/pairs_{strategy}_48_16_{direction}", "minilm_json",
-                       [p for p, k in zip(pairs_, kept) if k],
+        for direction in ("right", "left"):  # long questions: HF refuses the stride (panics), hotpath must too
+            extra_case(f"overflow/pairs_{strategy}_48_16_{direction}", "minilm_json", pairs_,
                        truncation={"max_length": 48, "stride": 16, "strategy": strategy, "direction": direction},
                        padding={"length": 48}, overflow=True)
     extra_case("overflow/pairs_longest_first_40_4", "minilm_json", [[a, b] for a, b in qa[:200]],
                truncation={"max_length": 40, "stride": 4}, overflow=True)
+    # Questions of every length: the context keeps more than the stride, at most the stride (HF panics)
+    # or nothing (HF errors); hotpath must refuse the last two with one line.
+    mixed = [i for i in every if 100 < len(lines[i]) < 300][:300]
+    extra_case("overflow/pairs_only_second_48_16_mixed_questions", "minilm_json",
+               [[q, c] for q, c in zip(mixed, long_idx[100:])],
+               truncation={"max_length": 48, "stride": 16, "strategy": "only_second"}, overflow=True)
     # transformers' own rows for question answering: windows flattened + overflow_to_sample_mapping.
     from transformers import AutoTokenizer
     # Questions of at most 44 tokens: the context keeps > 16 (the stride) of the 64 (HF panics otherwise).
@@ -465,16 +518,16 @@ def encode(args):
     configure(tok, truncation, padding)
     data = json.load(open(args.input, encoding="utf-8"))
     batch = data["pairs"] if "pairs" in data else data["lines"]
-    rows = encodings(tok, batch, extra=True)
+    rows = encodings(tok, batch, extra=True)  # a refused input stays one {"refused": ...} row
     if args.overflow:  # transformers' layout: each input, then its windows, with the input's index
         flat = []
         for i, row in enumerate(rows):
-            for r in [row] + row.pop("overflowing"):
+            for r in [row] + row.pop("overflowing", []):
                 flat.append(r | {"overflow_to_sample_mapping": i})
         rows = flat
     else:
         for row in rows:
-            del row["overflowing"]
+            row.pop("overflowing", None)
     json.dump({"encodings": rows}, sys.stdout)
 
 
