@@ -13,8 +13,8 @@
 #include "cli/commands.h"
 #include "hotpath/core/error.h"
 #include "hotpath/data/shard_list.h"
+#include "hotpath/infer/evaluate.h"
 #include "hotpath/infer/package.h"
-#include "hotpath/train/trainer.h"
 
 namespace hotpath::cli {
 namespace {
@@ -38,7 +38,7 @@ void run(const EvalArgs& a) {
   lo.batch_size = a.batch_size;
   lo.workers = a.workers;
   data::Loader loader(lo);
-  const train::EvalResult r = train::evaluate(*model, loader, {.precision = a.precision});
+  const infer::EvalResult r = infer::evaluate(*model, loader, {.precision = a.precision});
   if (a.json) {
     std::cout << nlohmann::json{{"model_dir", a.model_dir}, {"samples", r.samples}, {"top1", r.top1},
                                 {"top5", r.top5}, {"loss", r.loss}}.dump()

@@ -70,13 +70,13 @@ void add_train_scalars(TensorBoardWriter& tb, double loss, double lr, double sam
   tb.add_scalar("train/samples_per_s", samples_per_s, step);
 }
 
-void add_eval_scalars(TensorBoardWriter& tb, const EvalResult& eval, std::int64_t step) {
+void add_eval_scalars(TensorBoardWriter& tb, const infer::EvalResult& eval, std::int64_t step) {
   tb.add_scalar("eval/top1", eval.top1, step);
   tb.add_scalar("eval/top5", eval.top5, step);
   tb.add_scalar("eval/loss", eval.loss, step);
 }
 
-double metric_value(const EvalResult& eval, const std::string& metric) {
+double metric_value(const infer::EvalResult& eval, const std::string& metric) {
   if (metric == "top5") return eval.top5;
   if (metric == "loss") return eval.loss;
   return eval.top1;

@@ -1,6 +1,5 @@
-// run_util.h (private to hotpath_train) — the run-directory pieces the image loop (trainer.cpp) and
-// the text loop (text_trainer.cpp) share, so both write checkpoints, metrics.jsonl and TensorBoard
-// scalars the same way.
+// run_util.h (private to hotpath_train) — the run-directory pieces of the training loop (trainer.cpp):
+// checkpoints, metrics.jsonl, TensorBoard scalars, generator states.
 //
 //   std::ofstream metrics = open_metrics(run_dir / "metrics.jsonl", resumed_step);  // rewound on resume
 //   write_metrics_line(metrics, {{"split", "train"}, {"step", 10}, {"loss", 0.5}});
@@ -19,13 +18,13 @@
 
 #include "hotpath/core/tensorboard.h"
 #include "hotpath/train/checkpoint.h"
-#include "hotpath/train/trainer.h"
+#include "hotpath/infer/evaluate.h"
 
 namespace hotpath::train {
 
 // What a resume drops at exactly the checkpoint's step, besides every line after it: lines a run logs
-// only because it stopped there (the text loop logs the last step and evaluates where train.max_steps
-// ends it; an uninterrupted run has neither).
+// only because it stopped there (the loop logs the last step and evaluates where train.max_steps ends it
+// mid-epoch; an uninterrupted run has neither).
 struct MetricsRewind {
   bool drop_train_at_step = false;
   bool drop_eval_at_step = false;
@@ -40,10 +39,10 @@ void write_metrics_line(std::ostream& metrics, const nlohmann::ordered_json& lin
 // TensorBoard scalars, the same tags for both loops: train/loss, train/lr, train/samples_per_s;
 // eval/top1, eval/top5, eval/loss.
 void add_train_scalars(TensorBoardWriter& tb, double loss, double lr, double samples_per_s, std::int64_t step);
-void add_eval_scalars(TensorBoardWriter& tb, const EvalResult& eval, std::int64_t step);
+void add_eval_scalars(TensorBoardWriter& tb, const infer::EvalResult& eval, std::int64_t step);
 
 // checkpoint.metric (top1 | top5 | loss) of an eval, and whether `candidate` beats `best` (loss: lower).
-double metric_value(const EvalResult& eval, const std::string& metric);
+double metric_value(const infer::EvalResult& eval, const std::string& metric);
 bool metric_better(const std::string& metric, double candidate, double best);
 
 // The generator states a checkpoint carries: "cpu" (dropout, stochastic depth) and "cuda" on CUDA.

@@ -1,12 +1,14 @@
+// The one training loop (trainer.h): everything that is the same for every task — accumulation,
+// autocast + loss scaler, clipping, schedule, EMA, metrics, progress, eval cadence, best/, checkpoints
+// and exact resume, the profile, the trace, SIGINT, benchmark mode. A task (task.h) supplies the rest.
 #include "hotpath/train/trainer.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <ATen/autocast_mode.h>
-#include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/Context.h>
-#include <c10/core/DeviceGuard.h>
+#include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/csrc/autograd/grad_mode.h>
+#include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <nlohmann/json.hpp>
 
@@ -14,10 +16,12 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
+#include <system_error>
 #include <thread>
 
 #include "hotpath/core/atomic_file.h"
@@ -27,15 +31,14 @@
 #include "hotpath/core/tensorboard.h"
 #include "hotpath/core/trace.h"
 #include "hotpath/data/shard_list.h"
-#include "hotpath/ops/autocast_ops.h"
-#include "hotpath/models/registry.h"
 #include "hotpath/models/weights.h"
+#include "hotpath/ops/autocast_ops.h"
 #include "hotpath/train/checkpoint.h"
 #include "hotpath/train/grad_scaler.h"
 #include "hotpath/train/optimizer.h"
-#include "hotpath/infer/package.h"
 #include "hotpath/train/schedule.h"
 #include "run_util.h"
+#include "tasks.h"
 
 namespace hotpath::train {
 namespace fs = std::filesystem;
@@ -65,99 +68,195 @@ void sync(const at::Device& device) {
   if (device.is_cuda()) at::detail::getCUDAHooks().deviceSynchronize(device.index());
 }
 
-// 4-D parameters and buffers to NHWC strides: oneDNN/cuDNN pick their channels-last kernels.
-void to_channels_last(torch::nn::Module& module) {
-  torch::NoGradGuard no_grad;
-  for (auto& p : module.parameters()) {
-    if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
-  }
-}
-
-// Exponential moving average of the weights, kept in a second model of the same architecture.
-class ModelEma {
- public:
-  ModelEma(models::ModelHandle shadow, const models::ImageClassifier& source, double decay)
-      : shadow_(std::move(shadow)), decay_(decay) {
-    shadow_->eval();
-    for (auto& p : shadow_->parameters()) p.requires_grad_(false);
-    const auto src = models::named_state(source);
-    const auto dst = models::named_state(*shadow_);
-    torch::NoGradGuard no_grad;
-    for (const auto& [name, t] : dst) {
-      t.copy_(src.at(name));
-      if (t.is_floating_point()) {
-        float_dst_.push_back(t);
-        float_src_.push_back(src.at(name));
-      } else {
-        other_dst_.push_back(t);
-        other_src_.push_back(src.at(name));
-      }
-    }
-  }
-  void update() {
-    torch::NoGradGuard no_grad;
-    // ema += (1 - decay) * (param - ema); BN running stats are averaged too (timm's ModelEmaV2).
-    at::_foreach_lerp_(float_dst_, float_src_, 1.0 - decay_);
-    for (std::size_t i = 0; i < other_dst_.size(); ++i) other_dst_[i].copy_(other_src_[i]);
-  }
-  [[nodiscard]] models::ImageClassifier& model() { return *shadow_; }
-
- private:
-  models::ModelHandle shadow_;
-  double decay_;
-  std::vector<at::Tensor> float_dst_, float_src_, other_dst_, other_src_;
-};
-
-std::string percent(double v) {
+std::string fixed(double v, int digits) {
   std::ostringstream s;
-  s << std::fixed << std::setprecision(2) << v << "%";
+  s << std::fixed << std::setprecision(digits) << v;
   return s.str();
 }
 
-struct TrainerState {
-  std::int64_t step = 0;
-  std::int64_t epoch = 0;  // loader position of the next micro-batch
-  std::int64_t batch = 0;
-  std::optional<double> best_metric;
-  std::int64_t best_step = -1;
-  GradScalerState scaler;
+// Exponential moving average of the trained parameters and the floating-point buffers (BatchNorm's
+// running statistics: timm's ModelEmaV2 averages them too). Frozen parameters never change, so they are
+// not kept; integer buffers (num_batches_tracked) are the live ones. Eval, best/ and the exported model
+// see the averages by swapping them into the module for a scope (EmaSwap).
+class Ema {
+ public:
+  Ema(torch::nn::Module& module, const NamedParameters& trainable, double decay) : decay_(decay) {
+    at::NoGradGuard no_grad;
+    for (const auto& [name, p] : trainable) add(name, p);
+    for (const auto& item : module.named_buffers()) {
+      if (item.value().is_floating_point()) add(item.key(), item.value());
+    }
+  }
+  // average += (1 - decay) · (live - average), after each optimizer step that was taken.
+  void update() {
+    at::NoGradGuard no_grad;
+    at::_foreach_lerp_(averages_, live_, 1.0 - decay_);
+  }
+  // name → average (aliases: restoring a checkpoint copies into them).
+  [[nodiscard]] TensorMap state() const {
+    TensorMap out;
+    for (std::size_t i = 0; i < names_.size(); ++i) out[names_[i]] = averages_[i];
+    return out;
+  }
+  // Swaps averages and live values (twice = back).
+  void swap() {
+    at::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < live_.size(); ++i) {
+      const at::Tensor live = live_[i].detach().clone();
+      live_[i].copy_(averages_[i]);
+      averages_[i].copy_(live);
+    }
+  }
+
+ private:
+  void add(const std::string& name, const at::Tensor& t) {
+    names_.push_back(name);
+    live_.push_back(t);
+    averages_.push_back(t.detach().clone());
+  }
+  double decay_;
+  std::vector<std::string> names_;
+  std::vector<at::Tensor> live_, averages_;
 };
 
-std::string trainer_state_json(const TrainerState& s, const Recipe& recipe) {
+// The EMA weights in the module for a scope (no EMA: nothing happens).
+class EmaSwap {
+ public:
+  explicit EmaSwap(Ema* ema) : ema_(ema) {
+    if (ema_) ema_->swap();
+  }
+  // Runs while an eval's exception unwinds too: a failing swap (out of memory) must not terminate;
+  // the run is ending with the first error then, and the model it leaves is not saved.
+  ~EmaSwap() {
+    try {
+      if (ema_) ema_->swap();
+    } catch (...) {  // NOLINT(bugprone-empty-catch)
+    }
+  }
+  EmaSwap(const EmaSwap&) = delete;
+  EmaSwap& operator=(const EmaSwap&) = delete;
+
+ private:
+  Ema* ema_;
+};
+
+// Copies `saved` into the live tensors `expected` (the same names and shapes, all of them). Names in
+// `saved` that are not expected are an error unless `extra_ok` says they may be skipped.
+void restore_tensors(const TensorMap& expected, const TensorMap& saved, const std::string& where,
+                     const std::function<bool(const std::string&)>& extra_ok = {}) {
+  for (const auto& [name, t] : saved) {
+    const auto it = expected.find(name);
+    if (it == expected.end()) {
+      HOTPATH_CHECK(extra_ok && extra_ok(name), where, ": ", name,
+                    ": not a trained tensor of this model (was the checkpoint made with other model.* keys?)");
+      continue;
+    }
+    HOTPATH_CHECK(it->second.sizes() == t.sizes(), where, ": ", name, ": shape ", t.sizes(),
+                  " does not match the model's ", it->second.sizes());
+  }
+  for (const auto& [name, t] : expected) HOTPATH_CHECK(saved.contains(name), where, ": ", name, ": missing");
+  at::NoGradGuard no_grad;
+  for (const auto& [name, t] : expected) t.copy_(saved.at(name));
+}
+
+// trainer.json: where the run stands (step, the task's batch position), the best metric, the running
+// sums behind the next metrics line (so a resumed run logs exactly the lines an uninterrupted one
+// would), the loss scaler, the task's own state and the resume key. Format 2; format 1 (the two loops
+// before they became one: image without "kind", text with its keys at the top level) still resumes.
+struct TrainerState {
+  std::int64_t step = 0;
+  Position position;  // of the next micro-batch
+  std::optional<double> best_metric;
+  std::int64_t best_step = -1;
+  double loss_window = 0;  // summed step losses since the last metrics line
+  std::int64_t window = 0;
+  GradScalerState scaler;
+  nlohmann::json task_state = nlohmann::json::object();
+};
+
+constexpr int kTrainerStateFormat = 2;
+
+std::string trainer_state_json(const TrainerState& s, const Recipe& recipe, const Task& task) {
   json j;
+  j["format"] = kTrainerStateFormat;
+  j["kind"] = recipe.data.kind;
   j["step"] = s.step;
-  j["epoch"] = s.epoch;
-  j["batch"] = s.batch;
+  j["epoch"] = s.position.epoch;
+  j["batch"] = s.position.batch;
   if (s.best_metric) j["best_metric"] = *s.best_metric;
   j["best_step"] = s.best_step;
+  j["loss_window"] = s.loss_window;  // nlohmann writes doubles so that they read back bit-exact
+  j["window"] = s.window;
   j["scaler"] = json::parse(to_json(s.scaler));
   j["recipe"] = recipe.name;
-  j["seed"] = recipe.train.seed;
-  j["batch_size"] = recipe.train.batch_size;
-  j["accum_steps"] = recipe.train.accum_steps;
+  j["resume_key"] = task.resume_key();
+  j["task"] = task.state();
   return j.dump(2) + "\n";
 }
 
-TrainerState trainer_state_from_json(const std::string& text, const std::string& where, const Recipe& recipe) {
+// Format 1 kept the resume key at the top level under short names.
+std::string format1_key(const std::string& key) {
+  if (key == "the number of samples in data.train") return "train_samples";
+  const auto dot = key.rfind('.');
+  return dot == std::string::npos ? key : key.substr(dot + 1);
+}
+
+TrainerState trainer_state_from_json(const std::string& text, const std::string& where, const Recipe& recipe,
+                                     const Task& task) {
   TrainerState s;
   try {
     const auto j = nlohmann::json::parse(text);
+    HOTPATH_CHECK(j.is_object(), where, ": expected a JSON object");
+    const int format = j.value("format", 1);
+    HOTPATH_CHECK(format == 1 || format == kTrainerStateFormat, where, ": format ", format,
+                  " is not one this hotpath reads (1 or 2)");
+    const std::string kind = j.value("kind", std::string("image"));
+    HOTPATH_CHECK(kind == recipe.data.kind, where, ": a checkpoint of a ", kind, " run, but the recipe has data.kind ",
+                  recipe.data.kind);
     s.step = j.at("step").get<std::int64_t>();
-    s.epoch = j.at("epoch").get<std::int64_t>();
-    s.batch = j.at("batch").get<std::int64_t>();
+    s.position = {j.at("epoch").get<std::int64_t>(), j.at("batch").get<std::int64_t>()};
+    HOTPATH_CHECK(s.step >= 0 && s.position.epoch >= 0 && s.position.batch >= 0, where,
+                  ": negative step, epoch or batch");
     if (j.contains("best_metric")) s.best_metric = j.at("best_metric").get<double>();
     s.best_step = j.value("best_step", std::int64_t{-1});
-    s.scaler = grad_scaler_state_from_json(j.at("scaler").dump());
-    const auto bs = j.value("batch_size", recipe.train.batch_size);
-    const auto acc = j.value("accum_steps", recipe.train.accum_steps);
-    HOTPATH_CHECK(bs == recipe.train.batch_size && acc == recipe.train.accum_steps, where,
-                  ": the checkpoint was made with train.batch_size=", bs, " accum_steps=", acc,
-                  "; the recipe now says ", recipe.train.batch_size, " and ", recipe.train.accum_steps,
-                  " (resume needs the same batch layout)");
+    s.loss_window = j.value("loss_window", 0.0);
+    s.window = j.value("window", std::int64_t{0});
+    if (j.contains("scaler")) s.scaler = grad_scaler_state_from_json(j.at("scaler").dump());
+    const json key = task.resume_key();
+    for (const auto& [name, now] : key.items()) {
+      const nlohmann::json* then = nullptr;
+      if (format >= 2) {
+        HOTPATH_CHECK(j.contains("resume_key") && j["resume_key"].contains(name), where, ": resume_key.", name,
+                      ": missing");
+        then = &j["resume_key"][name];
+      } else if (j.contains(format1_key(name))) {
+        then = &j[format1_key(name)];
+      }
+      if (then == nullptr) continue;  // format 1 did not record it
+      HOTPATH_CHECK(*then == now, where, ": the checkpoint was made with ", name, "=", then->dump(),
+                    "; the recipe now says ", now.dump(), " (resume needs the same batches and model layout)");
+    }
+    s.task_state = format >= 2 ? j.at("task") : j;  // format 1 kept the task's state at the top level
   } catch (const nlohmann::json::exception& e) {
     HOTPATH_CHECK(false, where, ": invalid trainer state: ", e.what());
   }
   return s;
+}
+
+// best/ replaced as a whole: written to best.tmp, the old one steps aside (best.old) until the new one is
+// in, so there is never a moment without a best/.
+void swap_in_best(const fs::path& run_dir, const std::function<void(const fs::path&)>& write) {
+  const fs::path best = run_dir / "best", tmp = run_dir / "best.tmp", old_best = run_dir / "best.old";
+  fs::remove_all(tmp);
+  write(tmp);
+  std::error_code ec;
+  fs::remove_all(old_best);
+  if (fs::exists(best)) fs::rename(best, old_best, ec);
+  HOTPATH_CHECK(!ec, best.string(), ": cannot rename it to ", old_best.string(), ": ", ec.message());
+  fs::rename(tmp, best, ec);
+  HOTPATH_CHECK(!ec, best.string(), ": cannot rename ", tmp.string(), " to it: ", ec.message());
+  sync_directory(run_dir.string());
+  fs::remove_all(old_best);
 }
 
 }  // namespace
@@ -180,16 +279,10 @@ std::string StepBreakdown::summary() const {
     if (p.s > top->s) top = &p;
   }
   out << " — bottleneck: " << top->name;
-  if (top == &parts[0] || data_s / total > 0.2) {
-    out << (text ? " (input-bound: pack pre-tokenized shards with data pack-text --tokenizer)"
-                 : " (input-bound: raise data.workers, use smaller images or uint8 batches)");
-  } else if (top == &parts[3]) {
-    out << (text ? " (optimizer-bound: LoRA trains a fraction of the parameters; no EMA)"
-                 : " (optimizer-bound: fewer parameters, no EMA, or a fused optimizer)");
-  } else {
-    out << (text ? " (compute-bound: a smaller model, bucketing (less padding), bf16 or more threads help)"
-                 : " (compute-bound: a smaller model, channels-last, bf16 or more threads help)");
-  }
+  const std::string& hint = top == &parts[0] || data_s / total > 0.2 ? remedies.input
+                            : top == &parts[3]                       ? remedies.optimizer
+                                                                     : remedies.compute;
+  if (!hint.empty()) out << " (" << hint << ")";
   return out.str();
 }
 
@@ -207,64 +300,7 @@ std::string StepBreakdown::to_json() const {
   return j.dump(2) + "\n";
 }
 
-// ---- data ------------------------------------------------------------------------------------
-
-namespace {
-
-void set_normalization(data::LoaderOptions& o, const DataSection& d) {
-  for (std::size_t c = 0; c < d.mean.size() && c < 3; ++c) {
-    o.normalization.mean[c] = static_cast<float>(d.mean[c]);
-    o.normalization.std[c] = static_cast<float>(d.std[c]);
-  }
-}
-
-
-}  // namespace
-
-data::LoaderOptions train_loader_options(const Recipe& recipe) {
-  const auto& d = recipe.data;
-  data::LoaderOptions o;
-  o.shards = resolve_recipe_shards(d.train, "data.train", recipe);
-  o.batch_size = static_cast<int>(recipe.train.batch_size / recipe.train.accum_steps);
-  o.workers = static_cast<int>(d.workers);
-  o.prefetch = static_cast<int>(d.prefetch);
-  o.size = static_cast<int>(d.image_size);
-  o.channels = static_cast<int>(d.channels);
-  o.crop = d.train_crop == "resize" ? data::CropMode::kResize : data::CropMode::kRandomResizedCrop;
-  o.rrc.scale_min = d.scale_min;
-  o.rrc.scale_max = d.scale_max;
-  o.flip_probability = d.flip;
-  o.translate = static_cast<int>(d.translate);
-  set_normalization(o, d);
-  o.format.layout = recipe.model.channels_last ? data::PixelLayout::kHWC : data::PixelLayout::kCHW;
-  o.shuffle = true;
-  o.shuffle_buffer = static_cast<std::size_t>(d.shuffle_buffer);
-  o.drop_last = true;
-  o.seed = recipe.train.seed;
-  o.max_bad_samples = d.max_bad_samples;
-  return o;
-}
-
-data::LoaderOptions eval_loader_options(const Recipe& recipe, const std::vector<std::string>& shard_patterns) {
-  const auto& d = recipe.data;
-  data::LoaderOptions o;
-  o.shards = resolve_recipe_shards(shard_patterns, "data.eval", recipe);
-  o.batch_size = static_cast<int>(std::max<std::int64_t>(recipe.train.batch_size / recipe.train.accum_steps, 1));
-  o.workers = static_cast<int>(d.workers);
-  o.prefetch = static_cast<int>(d.prefetch);
-  o.size = static_cast<int>(d.image_size);
-  o.channels = static_cast<int>(d.channels);
-  o.crop = d.eval_crop == "resize" ? data::CropMode::kResize : data::CropMode::kResizeCenterCrop;
-  o.resize_shorter = static_cast<int>(d.resize_shorter);
-  o.flip_probability = 0;
-  o.allow_dct_scaling = false;
-  set_normalization(o, d);
-  o.format.layout = recipe.model.channels_last ? data::PixelLayout::kHWC : data::PixelLayout::kCHW;
-  o.shuffle = false;
-  o.drop_last = false;
-  o.max_bad_samples = d.max_bad_samples;
-  return o;
-}
+// ---- recipe helpers shared by the tasks ------------------------------------------------------
 
 std::vector<std::string> class_names_for(const Recipe& recipe) {
   if (!recipe.data.class_names.empty()) return recipe.data.class_names;
@@ -287,7 +323,7 @@ std::vector<std::string> class_names_for(const Recipe& recipe) {
 }
 
 std::vector<std::string> resolve_recipe_shards(const std::vector<std::string>& patterns, const char* key,
-                                         const Recipe& recipe) {
+                                               const Recipe& recipe) {
   HOTPATH_CHECK(!patterns.empty(), recipe.source, ": ", key, ": no shards given (a list of .tar paths or patterns)");
   std::vector<std::string> shards;
   try {
@@ -297,43 +333,6 @@ std::vector<std::string> resolve_recipe_shards(const std::vector<std::string>& p
   }
   HOTPATH_CHECK(!shards.empty(), recipe.source, ": ", key, ": no shard matches ", patterns.front());
   return shards;
-}
-
-// ---- eval ------------------------------------------------------------------------------------
-
-EvalResult evaluate(models::ImageClassifier& model, data::Loader& loader, const EvalOptions& options) {
-  model.eval();
-  torch::NoGradGuard no_grad;
-  const at::Device device = model.parameters().empty() ? at::Device(at::kCPU) : model.parameters().front().device();
-  const auto dtype = autocast_dtype(options.precision);
-  std::int64_t n = 0, correct1 = 0, correct5 = 0, batches = 0;
-  double loss_sum = 0;
-  loader.seek({0, 0});
-  while (auto batch = loader.next()) {
-    const at::Tensor images = batch->images.to(device, /*non_blocking=*/true);
-    const at::Tensor labels = batch->labels.to(device, /*non_blocking=*/true);
-    at::Tensor logits;
-    {
-      ops::AutocastGuard autocast(device.type(), dtype);
-      logits = model.forward(images);
-    }
-    logits = logits.to(at::kFloat);
-    const std::int64_t k = std::min<std::int64_t>(5, logits.size(1));
-    const at::Tensor topk = std::get<1>(logits.topk(k, 1));
-    const at::Tensor hit = topk.eq(labels.unsqueeze(1));
-    correct1 += hit.select(1, 0).sum().item<std::int64_t>();
-    correct5 += hit.any(1).sum().item<std::int64_t>();
-    loss_sum += at::cross_entropy_loss(logits, labels, {}, at::Reduction::Sum).item<double>();
-    n += labels.size(0);
-    if (options.max_batches > 0 && ++batches >= options.max_batches) break;
-  }
-  HOTPATH_CHECK(n > 0, "eval: the eval shards yielded no samples");
-  EvalResult r;
-  r.samples = n;
-  r.top1 = 100.0 * static_cast<double>(correct1) / static_cast<double>(n);
-  r.top5 = 100.0 * static_cast<double>(correct5) / static_cast<double>(n);
-  r.loss = loss_sum / static_cast<double>(n);
-  return r;
 }
 
 OptimizerConfig optimizer_config_for(const Recipe& recipe) {
@@ -371,10 +370,38 @@ ScheduleConfig schedule_config_for(const Recipe& recipe, std::int64_t steps_per_
                         .max_momentum = sc.max_momentum};
 }
 
-// ---- train -----------------------------------------------------------------------------------
+void freeze_prefixes(torch::nn::Module& module, const Recipe& recipe) {
+  for (const std::string& prefix : recipe.model.freeze) {
+    std::int64_t frozen = 0;
+    for (auto& item : module.named_parameters()) {
+      if (item.key().rfind(prefix, 0) == 0) {
+        item.value().requires_grad_(false);
+        ++frozen;
+      }
+    }
+    HOTPATH_CHECK(frozen > 0, recipe.source, ": model.freeze: no parameter name starts with '", prefix, "'");
+  }
+}
+
+NamedParameters trainable_parameters(const torch::nn::Module& module, const Recipe& recipe) {
+  NamedParameters trainable;
+  for (const auto& item : module.named_parameters()) {
+    if (item.value().requires_grad()) trainable.emplace_back(item.key(), item.value());
+  }
+  HOTPATH_CHECK(!trainable.empty(), recipe.source, ": model.freeze leaves no parameter to train");
+  return trainable;
+}
+
+std::unique_ptr<Task> make_task(const Recipe& recipe, const TaskOptions& options) {
+  if (recipe.data.kind == "text") return make_text_task(recipe, options);
+  HOTPATH_CHECK(recipe.data.kind == "image", recipe.source, ": data.kind: expected image or text, got '",
+                recipe.data.kind, "'");
+  return make_image_task(recipe, options);
+}
+
+// ---- the loop ----------------------------------------------------------------------------------
 
 TrainResult train(const Recipe& recipe, const TrainOptions& options) {
-  if (recipe.data.kind == "text") return train_text(recipe, options);
   const auto t_start = Clock::now();
   std::ostream& out = options.out ? *options.out : std::cerr;
   const auto& tr = recipe.train;
@@ -383,228 +410,217 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
                 ": train.precision: fp16 needs a CUDA device; use bf16 on CPU");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(tr.threads > 0 ? static_cast<int>(tr.threads) : cores);
-  // Initial weights (and dropout until a checkpoint restores its state) follow train.seed.
+  // Initial weights (a new head, LoRA's A) and dropout until a checkpoint restores its state.
   at::manual_seed(tr.seed);
+  const bool benchmark = options.benchmark_warmup_steps >= 0;
 
   const fs::path run_dir(recipe.output_dir);
   const fs::path ckpt_root = run_dir / "checkpoints";
-  fs::create_directories(ckpt_root);
+  std::optional<std::string> latest;
+  if (options.resume) {
+    latest = latest_checkpoint(ckpt_root.string());
+    HOTPATH_CHECK(latest.has_value(), ckpt_root.string(), ": no checkpoint to resume from");
+  }
 
-  // Data: micro-batches of batch_size / accum_steps; an optimizer step takes accum_steps of them.
-  data::LoaderOptions lo = train_loader_options(recipe);
-  const std::int64_t accum = tr.accum_steps;
-  const std::int64_t samples = data::count_samples(lo);
-  const std::int64_t micro_per_epoch = samples / lo.batch_size;
-  const std::int64_t steps_per_epoch = micro_per_epoch / accum;
-  HOTPATH_CHECK(steps_per_epoch >= 1, recipe.source, ": data.train holds ", samples,
-                " usable samples, fewer than one batch of train.batch_size=", tr.batch_size);
-  const std::int64_t total_steps = tr.epochs * steps_per_epoch;
-  const std::vector<std::string> class_names = class_names_for(recipe);
-  HOTPATH_CHECK(class_names.empty() || static_cast<std::int64_t>(class_names.size()) == recipe.model.num_classes,
-                recipe.source, ": model.num_classes is ", recipe.model.num_classes, " but the data has ",
-                class_names.size(), " class names");
-
-  // Model.
-  const models::ModelOptions mo{.num_classes = recipe.model.num_classes,
-                                .in_channels = recipe.data.channels,
-                                .zero_init_residual = recipe.model.zero_init_residual};
-  models::ModelHandle model = models::create_model(recipe.model.name, mo);
-  if (!recipe.model.weights.empty()) {
-    const auto report = models::load_safetensors(*model, recipe.model.weights, {.allow_partial = recipe.model.allow_partial});
-    if (!options.quiet) out << "weights: " << report.summary() << "\n";
-  }
-  for (const std::string& prefix : recipe.model.freeze) {
-    std::int64_t frozen = 0;
-    for (auto& item : model->named_parameters()) {
-      if (item.key().rfind(prefix, 0) == 0) {
-        item.value().requires_grad_(false);
-        ++frozen;
-      }
-    }
-    HOTPATH_CHECK(frozen > 0, recipe.source, ": model.freeze: no parameter name starts with '", prefix, "'");
-  }
-  model->to(device);
-  if (recipe.model.channels_last) to_channels_last(*model);
-  NamedParameters trainable;
-  std::int64_t n_params = 0, n_trainable = 0;
-  for (const auto& item : model->named_parameters()) {
-    const std::string& name = item.key();
-    const at::Tensor& p = item.value();
-    n_params += p.numel();
-    if (p.requires_grad()) {
-      trainable.emplace_back(name, p);
-      n_trainable += p.numel();
-    }
-  }
-  HOTPATH_CHECK(!trainable.empty(), recipe.source, ": model.freeze leaves no parameter to train");
+  std::unique_ptr<Task> task = make_task(recipe, {.device = device, .out = options.quiet ? nullptr : &out});
+  torch::nn::Module& model = task->module();
+  const NamedParameters trainable = task->trainable();
   std::vector<at::Tensor> trainable_tensors;
-  for (const auto& np : trainable) trainable_tensors.push_back(np.second);
+  std::int64_t n_trainable = 0, n_params = 0;
+  for (const auto& [name, p] : trainable) {
+    trainable_tensors.push_back(p);
+    n_trainable += p.numel();
+  }
+  for (const auto& p : model.parameters()) n_params += p.numel();
 
-  const OptimizerConfig opt_config = optimizer_config_for(recipe);
-  auto optimizer = make_optimizer(opt_config, trainable);
-  const Schedule schedule(schedule_config_for(recipe, steps_per_epoch, total_steps));
+  // Steps: an epoch's micro-batches in groups of accum_steps, the last group possibly shorter (token-
+  // budget plans differ in length from epoch to epoch, so each epoch is counted).
+  const std::int64_t accum = tr.accum_steps;
+  const auto steps_in_epoch = [&](std::int64_t epoch) { return (task->micro_batches_in_epoch(epoch) + accum - 1) / accum; };
+  const std::int64_t steps_per_epoch = steps_in_epoch(0);
+  HOTPATH_CHECK(steps_per_epoch >= 1, recipe.source, ": data.train yields no batch");
+  std::int64_t planned_steps = 0;
+  for (std::int64_t e = 0; e < tr.epochs; ++e) planned_steps += steps_in_epoch(e);
+  const std::int64_t total_steps = tr.max_steps > 0 ? std::min(planned_steps, tr.max_steps) : planned_steps;
+
+  auto optimizer = make_optimizer(optimizer_config_for(recipe), trainable);
+  const Schedule schedule(schedule_config_for(recipe, steps_per_epoch, planned_steps));
   GradScaler scaler({.init_scale = tr.scaler_init_scale,
                      .growth_interval = tr.scaler_growth_interval,
                      .enabled = tr.precision == "fp16"});
-  std::unique_ptr<ModelEma> ema;
-  if (tr.ema_decay > 0) {
-    models::ModelHandle shadow = models::create_model(recipe.model.name, mo);
-    shadow->to(device);
-    if (recipe.model.channels_last) to_channels_last(*shadow);
-    ema = std::make_unique<ModelEma>(shadow, *model, tr.ema_decay);
-  }
+  const auto precision = autocast_dtype(tr.precision);
+  std::unique_ptr<Ema> ema;
+  if (tr.ema_decay > 0) ema = std::make_unique<Ema>(model, trainable, tr.ema_decay);
 
-  // Resume.
+  // Resume: trained tensors, optimizer state, EMA, RNG, scaler and the batch position; everything else
+  // was rebuilt above exactly as the first run built it.
   TrainerState state;
-  if (options.resume) {
-    const auto latest = latest_checkpoint(ckpt_root.string());
-    HOTPATH_CHECK(latest.has_value(), ckpt_root.string(), ": no checkpoint to resume from");
+  if (latest) {
     const CheckpointData data = load_checkpoint(*latest);
-    models::load_safetensors(*model, (fs::path(*latest) / "model.safetensors").string());
+    state = trainer_state_from_json(data.trainer_json, *latest + "/trainer.json", recipe, *task);
+    HOTPATH_CHECK(state.step < total_steps, *latest, ": the run already finished (step ", state.step, " of ",
+                  total_steps, "); raise train.epochs or train.max_steps to train on, or start a new run");
+    restore_tensors(task->checkpoint_tensors(), data.model, *latest + "/model.safetensors");
     load_optimizer_state(*optimizer, trainable, data.optimizer);
     if (ema) {
       HOTPATH_CHECK(!data.ema.empty(), *latest, ": train.ema_decay is on but the checkpoint has no ema.safetensors");
-      models::load_safetensors(ema->model(), (fs::path(*latest) / "ema.safetensors").string());
+      // Format 1 image checkpoints kept a whole averaged model: its frozen and integer tensors are skipped.
+      const TensorMap model_tensors = models::named_state(model);
+      restore_tensors(ema->state(), data.ema, *latest + "/ema.safetensors",
+                      [&](const std::string& name) { return model_tensors.contains(name); });
     }
     load_rng_state(data.rng, device);
-    state = trainer_state_from_json(data.trainer_json, *latest + "/trainer.json", recipe);
+    task->load_state(state.task_state, *latest + "/trainer.json");
     if (scaler.is_enabled()) scaler.load_state(state.scaler);
     if (!options.quiet) out << "resuming from " << *latest << " at step " << state.step << "\n";
   }
 
-  // Run directory.
-  write_file_atomic((run_dir / "config.yaml").string(), to_yaml(recipe));
-  std::ofstream metrics =
-      open_metrics(run_dir / "metrics.jsonl", options.resume ? std::optional<std::int64_t>(state.step) : std::nullopt);
+  fs::create_directories(ckpt_root);
+  if (!benchmark) write_file_atomic((run_dir / "config.yaml").string(), to_yaml(recipe));
+  // A metrics line is "regular" at every log_every-th step and at the end of an epoch; a line at a
+  // checkpoint's step that is not regular, or an eval there mid-epoch, was logged because the run
+  // stopped there (max_steps): the resumed run goes on as if it had not.
+  const auto regular_line = [&](std::int64_t step, bool epoch_end) { return step % tr.log_every == 0 || epoch_end; };
+  std::ofstream metrics = open_metrics(
+      run_dir / "metrics.jsonl", latest ? std::optional<std::int64_t>(state.step) : std::nullopt,
+      {.drop_train_at_step = !regular_line(state.step, state.position.batch == 0),
+       .drop_eval_at_step = state.position.batch != 0});
   TensorBoardWriter tb((run_dir / "tensorboard").string());
-  const auto log_line = [&](const json& j) { write_metrics_line(metrics, j); };
-  infer::ModelPackage package{.dir = run_dir.string(),
-                       .model = recipe.model.name,
-                       .num_classes = recipe.model.num_classes,
-                       .in_channels = recipe.data.channels,
-                       .image_size = recipe.data.image_size,
-                       .eval_crop = recipe.data.eval_crop,
-                       .resize_shorter = recipe.data.resize_shorter,
-                       .mean = recipe.data.mean,
-                       .std = recipe.data.std,
-                       .class_names = class_names,
-                       .channels_last = recipe.model.channels_last};
 
   if (!options.quiet) {
-    out << "train: " << recipe.model.name << " (" << n_trainable << " of " << n_params << " parameters trainable, "
-        << std::fixed << std::setprecision(2) << 100.0 * static_cast<double>(n_trainable) / static_cast<double>(n_params)
+    out << "train: " << task->describe() << " (" << n_trainable << " of " << n_params << " parameters trainable, "
+        << fixed(100.0 * static_cast<double>(n_trainable) / static_cast<double>(std::max<std::int64_t>(n_params, 1)), 2)
         << "%) on " << device.str() << ", " << at::get_num_threads() << " threads, " << tr.precision
         << (tr.precision == "bf16" && device.is_cpu() ? std::string(" (") + ops::bf16_math_name() + ")" : "") << "; "
-        << samples << " samples, " << steps_per_epoch << " steps/epoch × " << tr.epochs << " epochs, batch "
-        << tr.batch_size << (accum > 1 ? " (" + std::to_string(accum) + " × " + std::to_string(lo.batch_size) + ")" : "")
-        << "\n";
-    out.unsetf(std::ios::floatfield);
+        << task->train_samples() << " samples, " << steps_per_epoch << " steps/epoch × " << tr.epochs
+        << " epochs, batch " << tr.batch_size
+        << (accum > 1 ? " (" + std::to_string(accum) + " micro-batches a step)" : "") << "\n";
   }
 
-  data::Loader loader(lo);
-  std::unique_ptr<data::Loader> eval_loader;
-  const auto run_eval = [&](models::ImageClassifier& m) {
-    if (!eval_loader) eval_loader = std::make_unique<data::Loader>(eval_loader_options(recipe, recipe.data.eval));
-    EvalResult r = evaluate(m, *eval_loader, {.precision = tr.precision == "fp16" ? "fp16" : tr.precision});
-    model->train();
-    return r;
-  };
+  TrainResult result;
+  result.run_dir = run_dir.string();
+  result.epochs_completed = state.position.epoch;
+  StepBreakdown& bd = result.breakdown;
+  bd.remedies = task->remedies();
 
   TraceRecorder trace(!options.trace_path.empty());
   trace.set_enabled(false);
   const std::int64_t trace_begin = state.step + std::min<std::int64_t>(3, total_steps / 4);
   const std::int64_t trace_end = trace_begin + options.trace_steps;
-
-  const bool benchmark = options.benchmark_warmup_steps >= 0;
   const std::int64_t steady_from = state.step + std::max<std::int64_t>(options.benchmark_warmup_steps, 0);
   std::optional<Clock::time_point> steady_start;
   std::int64_t steady_samples_base = 0;
   if (benchmark && options.benchmark_warmup_steps == 0) steady_start = Clock::now();
-  const auto save = [&](const char* why) {
+
+  const auto save = [&] {
     if (benchmark) return;
     if (scaler.is_enabled()) state.scaler = scaler.state();
     CheckpointData data;
-    data.model = models::named_state(*model);
+    data.model = task->checkpoint_tensors();
     data.optimizer = optimizer_state(*optimizer, trainable);
-    if (ema) data.ema = models::named_state(ema->model());
+    if (ema) data.ema = ema->state();
     data.rng = rng_state(device);
-    data.trainer_json = trainer_state_json(state, recipe);
+    data.trainer_json = trainer_state_json(state, recipe, *task);
     save_checkpoint_and_prune(ckpt_root, state.step, data, recipe.checkpoint.keep_last);
-    (void)why;
+  };
+  // The end of the run: the trained model (the EMA weights when EMA is on: that is what EMA is for), then
+  // the last checkpoint. In that order, so that a run killed in between resumes and writes the model
+  // again, and one that has its last checkpoint has its model. An interrupted run leaves only its
+  // checkpoint: resume finishes the run.
+  const auto finish = [&] {
+    if (benchmark) return;
+    {
+      const EmaSwap ema_in(ema.get());
+      task->export_model(run_dir, ExportPlace::kRunDir);
+    }
+    save();
+  };
+  // Call with the EMA weights in the module (EmaSwap) when EMA is on.
+  const auto run_eval = [&](std::int64_t epoch_label) {
+    const infer::EvalResult r = task->evaluate(precision);
+    model.train();
+    result.eval = r;
+    write_metrics_line(metrics, {{"split", "eval"}, {"step", state.step}, {"epoch", epoch_label}, {"top1", r.top1},
+                                 {"top5", r.top5}, {"loss", r.loss}, {"majority_top1", r.majority_top1},
+                                 {"samples", r.samples}});
+    add_eval_scalars(tb, r, state.step);
+    tb.flush();
+    if (!options.quiet) {
+      out << "eval epoch " << epoch_label << ": top-1 " << fixed(r.top1, 2) << "% (majority class "
+          << fixed(r.majority_top1, 2) << "%)  top-5 " << fixed(r.top5, 2) << "%  loss " << format_number(r.loss)
+          << " on " << r.samples << " samples" << (ema ? " (EMA weights)" : "") << "\n";
+    }
+    return r;
   };
 
-  TrainResult result;
-  result.run_dir = run_dir.string();
-  StepBreakdown& bd = result.breakdown;
-  const auto precision = autocast_dtype(tr.precision);
-  std::int64_t samples_done = 0;
+  std::int64_t samples_done = 0;  // this invocation's
   double train_seconds = 0;
   bool stop = false;
-  model->train();
-
-  for (std::int64_t epoch = state.epoch; epoch < tr.epochs && !stop; ++epoch) {
-    const std::int64_t first_micro = epoch == state.epoch ? state.batch : 0;
-    loader.seek({epoch, first_micro});
-    std::int64_t step_in_epoch = first_micro / accum;
-    ProgressOptions po;
-    po.prefix = "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(tr.epochs);
-    po.initial_step = step_in_epoch;
+  model.train();
+  for (std::int64_t epoch = state.position.epoch; epoch < tr.epochs && !stop && state.step < total_steps; ++epoch) {
+    const std::int64_t micro_in_epoch = task->micro_batches_in_epoch(epoch);
+    const std::int64_t epoch_steps = steps_in_epoch(epoch);
+    task->seek({epoch, epoch == state.position.epoch ? state.position.batch : 0});
+    std::int64_t step_in_epoch = task->position().batch / accum;
     std::optional<Progress> progress;
-    if (!options.quiet) progress.emplace(steps_per_epoch, out, options.is_tty, po);
+    if (!options.quiet) {
+      ProgressOptions po;
+      po.prefix = "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(tr.epochs);
+      po.initial_step = step_in_epoch;
+      progress.emplace(epoch_steps, out, options.is_tty, po);
+    }
     const auto epoch_start = Clock::now();
     std::int64_t epoch_samples = 0;
-
-    while (step_in_epoch < steps_per_epoch) {
+    bool epoch_done = task->position().batch >= micro_in_epoch;
+    while (!epoch_done && state.step < total_steps) {
       const bool timed = !device.is_cuda() || state.step % 10 == 0;
       trace.set_enabled(!options.trace_path.empty() && state.step >= trace_begin && state.step < trace_end);
       TraceScope step_scope(&trace, "step", "train", {{"step", state.step}});
-      double t_data = 0, t_fwd = 0, t_bwd = 0;
-      at::Tensor loss_sum;
+
+      // Data: the step's micro-batches (the last group of an epoch may be shorter; bad samples may end
+      // an epoch early).
+      const auto t0 = Clock::now();
+      std::vector<MicroBatch> micro;
       std::int64_t step_samples = 0;
-      bool ran_out = false;
-      for (std::int64_t a = 0; a < accum; ++a) {
-        auto t0 = Clock::now();
-        std::optional<data::Batch> batch;
-        at::Tensor images, labels;
-        {
-          TraceScope s(&trace, "data", "train");
-          batch = loader.next();
-          if (!batch) {
-            ran_out = true;
-            break;
-          }
-          images = batch->images.to(device, /*non_blocking=*/true);
-          labels = batch->labels.to(device, /*non_blocking=*/true);
-          if (timed) sync(device);
+      const std::int64_t wanted = std::min(accum, micro_in_epoch - task->position().batch);
+      {
+        TraceScope s(&trace, "data", "train");
+        for (std::int64_t a = 0; a < wanted; ++a) {
+          std::optional<MicroBatch> mb = task->next();
+          if (!mb) break;
+          step_samples += mb->samples;
+          micro.push_back(std::move(*mb));
         }
-        auto t1 = Clock::now();
+        if (timed) sync(device);
+      }
+      if (micro.empty()) break;  // the epoch ended early (decode-time bad samples)
+      double t_data = seconds(t0, Clock::now()), t_fwd = 0, t_bwd = 0;
+
+      // Forward + backward of each micro-batch; each one's mean loss weighted by its share of the step's
+      // samples, so the gradients are those of the mean over their union whatever the micro-batch sizes.
+      at::Tensor step_loss_t;
+      for (const MicroBatch& mb : micro) {
+        const auto a0 = Clock::now();
         at::Tensor loss;
         {
           TraceScope s(&trace, "forward", "train");
           ops::AutocastGuard autocast(device.type(), precision);
-          const at::Tensor logits = model->forward(images);
-          loss = at::cross_entropy_loss(logits, labels, {}, at::Reduction::Mean, -100, tr.label_smoothing);
+          loss = task->loss(mb, tr.label_smoothing);
           if (timed) sync(device);
         }
-        auto t2 = Clock::now();
+        const auto a1 = Clock::now();
+        const double weight = static_cast<double>(mb.samples) / static_cast<double>(step_samples);
         {
           TraceScope s(&trace, "backward", "train");
-          at::Tensor scaled = scaler.scale(accum > 1 ? loss / static_cast<double>(accum) : loss);
-          scaled.backward();
+          // Gradient synchronisation across ranks goes here (no-sync for all but the last micro-batch).
+          scaler.scale(micro.size() == 1 ? loss : loss * weight).backward();
           if (timed) sync(device);
         }
-        auto t3 = Clock::now();
-        t_data += seconds(t0, t1);
-        t_fwd += seconds(t1, t2);
-        t_bwd += seconds(t2, t3);
-        const at::Tensor l = loss.detach().to(at::kFloat);
-        loss_sum = loss_sum.defined() ? loss_sum + l : l;
-        step_samples += labels.size(0);
-      }
-      if (ran_out) {
-        // Decode-time bad samples made the epoch shorter than planned: drop the partial step.
-        optimizer->zero_grad();
-        break;
+        const auto a2 = Clock::now();
+        const at::Tensor l = micro.size() == 1 ? loss.detach() : loss.detach() * weight;
+        step_loss_t = step_loss_t.defined() ? step_loss_t + l : l;
+        t_fwd += seconds(a0, a1);
+        t_bwd += seconds(a1, a2);
       }
 
       const auto t3 = Clock::now();
@@ -619,12 +635,11 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
         schedule.apply(*optimizer, state.step);
         stepped = scaler.step(*optimizer);
         scaler.update();
-        optimizer->zero_grad();
+        optimizer->zero_grad(/*set_to_none=*/true);
         if (ema && stepped) ema->update();
         if (timed) sync(device);
       }
       const auto t4 = Clock::now();
-      const double step_loss = loss_sum.item<double>() / static_cast<double>(accum);
       if (timed) {
         bd.data_s += t_data;
         bd.forward_s += t_fwd;
@@ -632,23 +647,22 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
         bd.optimizer_s += seconds(t3, t4);
         ++bd.steps;
       }
+      const double step_loss = step_loss_t.item<double>();
       const double lr = schedule.lr_at(state.step);
       ++state.step;
       ++step_in_epoch;
-      state.epoch = epoch;
-      state.batch = step_in_epoch * accum;
       samples_done += step_samples;
       epoch_samples += step_samples;
-      const double elapsed = seconds(epoch_start, Clock::now());
-      const double rate = elapsed > 0 ? static_cast<double>(epoch_samples) / elapsed : 0;
-
+      const Position next = task->position();
+      epoch_done = next.batch >= micro_in_epoch || static_cast<std::int64_t>(micro.size()) < wanted;
+      state.position = epoch_done ? Position{epoch + 1, 0} : next;
+      const double rate = static_cast<double>(epoch_samples) / std::max(seconds(epoch_start, Clock::now()), 1e-9);
       if (benchmark && state.step == steady_from) {
         steady_start = Clock::now();
         steady_samples_base = samples_done;
       }
-      const bool non_finite = !std::isfinite(step_loss);
-      if (non_finite && !(scaler.is_enabled() && !stepped)) {
-        log_line({{"split", "train"}, {"step", state.step}, {"epoch", epoch}, {"loss", nullptr}, {"lr", lr}});
+
+      if (!std::isfinite(step_loss) && !(scaler.is_enabled() && !stepped)) {
         if (progress) progress->finish();
         const auto last = latest_checkpoint(ckpt_root.string());
         HOTPATH_CHECK(false, "train: the loss became ", std::isnan(step_loss) ? "NaN" : "infinite", " at step ",
@@ -656,69 +670,79 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
                       "train.clip_grad_norm, or use fp32. Last checkpoint: ",
                       last ? *last : std::string("none"));
       }
-      if (state.step % tr.log_every == 0 || step_in_epoch == steps_per_epoch || state.step == tr.max_steps) {
-        json j{{"split", "train"}, {"step", state.step}, {"epoch", epoch}, {"loss", step_loss}, {"lr", lr},
-               {"samples_per_s", rate}};
+      if (std::isfinite(step_loss)) {
+        state.loss_window += step_loss;
+        state.window += 1;
+      }
+      const bool regular = regular_line(state.step, epoch_done);
+      if ((regular || state.step == total_steps) && state.window > 0) {
+        const double loss = state.loss_window / static_cast<double>(state.window);
+        json j{{"split", "train"}, {"step", state.step}, {"epoch", epoch}, {"loss", loss}, {"lr", lr}};
         if (scaler.is_enabled()) j["loss_scale"] = scaler.get_scale();
         if (grad_norm >= 0) j["grad_norm"] = grad_norm;
         if (!stepped) j["skipped"] = true;
-        log_line(j);
-        add_train_scalars(tb, step_loss, lr, rate, state.step);
+        task->add_metrics(j);
+        write_metrics_line(metrics, j);
+        add_train_scalars(tb, loss, lr, rate, state.step);
+        // A line the run logs only because it stops here leaves the window to the checkpoint: resumed,
+        // it goes on.
+        if (regular) {
+          state.loss_window = 0;
+          state.window = 0;
+        }
       }
-      if (progress) progress->update(step_in_epoch, train_fields(step_loss, lr, rate));
-      if (step_in_epoch == steps_per_epoch) {
-        state.epoch = epoch + 1;
-        state.batch = 0;
-      }
-      const bool at_max = tr.max_steps > 0 && state.step >= tr.max_steps;
-      const bool interrupted = options.stop != nullptr && options.stop->load();
+      if (progress) progress->update(step_in_epoch, train_fields(step_loss, lr, rate, task->sample_unit()));
+
+      // Mid-epoch checkpoints: every checkpoint.every_steps and on a stop request. The end of an epoch
+      // checkpoints below, after its eval (best_metric included); so does the end of the run.
+      const bool interrupted = options.stop != nullptr && options.stop->load() && state.step < total_steps;
       const bool periodic = recipe.checkpoint.every_steps > 0 && state.step % recipe.checkpoint.every_steps == 0;
-      if ((periodic || interrupted || at_max) && step_in_epoch < steps_per_epoch) save("step");
-      if (interrupted || at_max) {
-        result.interrupted = interrupted;
+      if (!epoch_done && (periodic || interrupted) && state.step < total_steps) save();
+      if (interrupted) {
+        result.interrupted = true;
         stop = true;
         break;
       }
     }
     train_seconds += seconds(epoch_start, Clock::now());
     if (progress) progress->finish();
-    const bool epoch_done = step_in_epoch >= steps_per_epoch;
-    if (!epoch_done) break;
-    result.epochs_completed = epoch + 1;
-
-    const bool last_epoch = epoch + 1 == tr.epochs;
-    const bool eval_now = !benchmark && !recipe.data.eval.empty() &&
-                          (last_epoch || (tr.eval_every > 0 && (epoch + 1) % tr.eval_every == 0));
-    if (eval_now) {
-      models::ImageClassifier& eval_model = ema ? ema->model() : *model;
-      const EvalResult r = run_eval(eval_model);
-      result.eval = r;
-      log_line({{"split", "eval"}, {"step", state.step}, {"epoch", epoch + 1}, {"top1", r.top1}, {"top5", r.top5},
-                {"loss", r.loss}, {"samples", r.samples}});
-      add_eval_scalars(tb, r, state.step);
-      if (!options.quiet) {
-        out << "eval epoch " << epoch + 1 << ": top-1 " << percent(r.top1) << "  top-5 " << percent(r.top5)
-            << "  loss " << format_number(r.loss) << (ema ? " (EMA weights)" : "") << "\n";
+    if (!epoch_done) {
+      // Stopped mid-epoch. By a stop request: the checkpoint above is all. By max_steps: evaluate what was
+      // trained (logged, not a best/ candidate: a resumed run would not see this eval), then finish.
+      if (!result.interrupted) {
+        if (task->has_eval() && !benchmark) {
+          const EmaSwap ema_in(ema.get());
+          run_eval(epoch + 1);
+        }
+        finish();
       }
-      const double m = metric_value(r, recipe.checkpoint.metric);
+      break;
+    }
+    result.epochs_completed = epoch + 1;
+    const bool last = epoch + 1 == tr.epochs || state.step >= total_steps;
+    if (task->has_eval() && !benchmark && (last || (tr.eval_every > 0 && (epoch + 1) % tr.eval_every == 0))) {
+      const EmaSwap ema_in(ema.get());
+      const infer::EvalResult r = run_eval(epoch + 1);
+      const double metric = metric_value(r, recipe.checkpoint.metric);
       if (recipe.checkpoint.keep_best &&
-          (!state.best_metric || metric_better(recipe.checkpoint.metric, m, *state.best_metric))) {
-        state.best_metric = m;
+          (!state.best_metric || metric_better(recipe.checkpoint.metric, metric, *state.best_metric))) {
+        state.best_metric = metric;
         state.best_step = state.step;
-        const fs::path best = run_dir / "best";
-        fs::create_directories(best);
-        models::save_safetensors(eval_model, (best / "model.safetensors").string());
-        infer::ModelPackage bp = package;
-        bp.dir = best.string();
-        write_file_atomic((best / "model.json").string(), infer::package_to_json(bp));
-        write_file_atomic((best / "metrics.json").string(),
-                          json{{"step", state.step}, {"epoch", epoch + 1}, {"top1", r.top1}, {"top5", r.top5},
-                               {"loss", r.loss}}.dump(2) + "\n");
+        swap_in_best(run_dir, [&](const fs::path& dir) {
+          task->export_model(dir, ExportPlace::kBest);
+          write_file_atomic((dir / "metrics.json").string(),
+                            json{{"step", state.step}, {"epoch", epoch + 1}, {"top1", r.top1}, {"top5", r.top5},
+                                 {"loss", r.loss}, {"majority_top1", r.majority_top1}}.dump(2) + "\n");
+        });
       }
     }
-    const bool ckpt_now = last_epoch || stop ||
-                          (recipe.checkpoint.every_epochs > 0 && (epoch + 1) % recipe.checkpoint.every_epochs == 0);
-    if (ckpt_now) save("epoch");
+    const bool periodic = recipe.checkpoint.every_steps > 0 && state.step % recipe.checkpoint.every_steps == 0;
+    if (last) {
+      finish();
+    } else if (stop || periodic ||
+               (recipe.checkpoint.every_epochs > 0 && (epoch + 1) % recipe.checkpoint.every_epochs == 0)) {
+      save();
+    }
     tb.flush();
   }
 
@@ -727,13 +751,9 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     const double s = seconds(*steady_start, Clock::now());
     result.steady_samples_per_s = s > 0 ? static_cast<double>(samples_done - steady_samples_base) / s : 0;
   }
-  // The trained model package: EMA weights when EMA is on (that is what EMA is for).
-  if (!benchmark) {
-    models::save_safetensors(ema ? static_cast<torch::nn::Module&>(ema->model()) : *model,
-                             (run_dir / "model.safetensors").string());
-    write_file_atomic((run_dir / "model.json").string(), infer::package_to_json(package));
-  }
-  write_file_atomic((run_dir / "profile.json").string(), bd.to_json());
+  json profile = json::parse(bd.to_json());
+  task->add_profile(profile);
+  write_file_atomic((run_dir / "profile.json").string(), profile.dump(2) + "\n");
   if (!options.trace_path.empty()) trace.write(options.trace_path);
   tb.flush();
 

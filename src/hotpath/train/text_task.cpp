@@ -1,0 +1,298 @@
+// TextTask: a Hugging Face BERT-family classifier fine-tuned on text shards (data.kind: text), full or
+// LoRA (PEFT format), with bucketed / token-budget micro-batches. The loop is trainer.cpp.
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+#include <torch/nn/module.h>
+
+#include <filesystem>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "hotpath/core/atomic_file.h"
+#include "hotpath/core/error.h"
+#include "hotpath/core/mapped_file.h"
+#include "hotpath/formats/bert_config.h"
+#include "hotpath/formats/lora_config.h"
+#include "hotpath/models/lora.h"
+#include "hotpath/models/text/bert.h"
+#include "hotpath/models/text/hf_weights.h"
+#include "hotpath/models/weights.h"
+#include "hotpath/ops/attention.h"
+#include "hotpath/ops/autocast_ops.h"
+#include "hotpath/text/text_batch_tensor.h"
+#include "hotpath/text/text_loader.h"
+#include "hotpath/train/trainer.h"
+#include "tasks.h"
+
+namespace hotpath::train {
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+namespace {
+
+// Shards of a recipe key that must exist on disk (the text loader reads them all up front).
+std::vector<std::string> existing_shards(const std::vector<std::string>& patterns, const Recipe& recipe,
+                                         const char* key) {
+  std::vector<std::string> shards = resolve_recipe_shards(patterns, key, recipe);
+  for (const auto& s : shards) HOTPATH_CHECK(fs::exists(s), recipe.source, ": ", key, ": shard not found: ", s);
+  return shards;
+}
+
+text::TextLoaderOptions loader_options(const Recipe& recipe, const std::vector<std::string>& shards, bool training) {
+  const auto& d = recipe.data;
+  text::TextLoaderOptions o;
+  o.shards = shards;
+  o.tokenizer_dir = d.tokenizer.empty() ? recipe.model.pretrained : d.tokenizer;
+  o.max_length = static_cast<std::size_t>(d.max_length);
+  o.workers = static_cast<unsigned>(d.workers);
+  // Micro-batches: an optimizer step takes train.accum_steps of them (eval uses the same size).
+  o.batching.batch_size = static_cast<int>(recipe.train.batch_size / recipe.train.accum_steps);
+  o.batching.max_tokens = d.max_tokens;
+  o.batching.pad_to_multiple_of = static_cast<std::size_t>(d.pad_to_multiple_of);
+  o.batching.bucket_batches = d.bucket ? 100 : 0;
+  o.batching.shuffle = training;
+  o.batching.seed = recipe.train.seed;
+  return o;
+}
+
+// config.json of the fine-tuned model: the pretrained one with the head's labels, loadable by
+// transformers' BertForSequenceClassification and by hotpath's load_bert_classifier.
+std::string finetuned_config(const Recipe& recipe, const std::vector<std::string>& labels) {
+  json config = json::parse(read_file((fs::path(recipe.model.pretrained) / "config.json").string()));
+  const bool distil = config.value("model_type", "bert") == "distilbert";
+  config["architectures"] = {distil ? "DistilBertForSequenceClassification" : "BertForSequenceClassification"};
+  json id2label = json::object(), label2id = json::object();
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    id2label[std::to_string(i)] = labels[i];
+    label2id[labels[i]] = i;
+  }
+  config["id2label"] = id2label;
+  config["label2id"] = label2id;
+  config["num_labels"] = labels.size();
+  return config.dump(2) + "\n";
+}
+
+void copy_tokenizer_files(const fs::path& from, const fs::path& to) {
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"}) {
+    if (fs::exists(from / name)) fs::copy_file(from / name, to / name, fs::copy_options::overwrite_existing);
+  }
+}
+
+// The weights a model directory gets: LoRA adapters merged into their base weights as LoraLinearImpl::merge
+// does (W + scaling·B·A in W's dtype), computed beside the live model so training can go on.
+TensorMap merged_state(torch::nn::Module& model) {
+  TensorMap state = models::named_state(model);
+  at::NoGradGuard no_grad;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    const auto lora = std::dynamic_pointer_cast<models::LoraLinearImpl>(item.value());
+    if (!lora || !lora->has_adapter()) continue;
+    const std::string& path = item.key();
+    const at::Tensor delta = at::matmul(lora->lora_B->weight, lora->lora_A->weight) * lora->scaling();
+    state[path + ".weight"] = lora->weight + delta.to(lora->weight.scalar_type());
+    state.erase(path + ".lora_A.weight");
+    state.erase(path + ".lora_B.weight");
+  }
+  return state;
+}
+
+class TextTask final : public Task {
+ public:
+  TextTask(const Recipe& recipe, const TaskOptions& options) : recipe_(recipe) {
+    const auto& m = recipe.model;
+    HOTPATH_CHECK(options.device.is_cpu(), recipe.source,
+                  ": train.device: text fine-tuning runs on the CPU for now (set train.device: cpu)");
+    HOTPATH_CHECK(fs::exists(fs::path(m.pretrained) / "config.json"), recipe.source,
+                  ": model.pretrained: no config.json in ", m.pretrained);
+    loader_ = std::make_unique<text::TextLoader>(
+        loader_options(recipe, existing_shards(recipe.data.train, recipe, "data.train"), true));
+    if (!recipe.data.eval.empty()) {
+      eval_loader_ = std::make_unique<text::TextLoader>(
+          loader_options(recipe, existing_shards(recipe.data.eval, recipe, "data.eval"), false));
+    }
+    labels_ = class_names_for(recipe);
+    if (labels_.empty()) {
+      for (std::int64_t i = 0; i < m.num_classes; ++i) labels_.push_back("LABEL_" + std::to_string(i));
+    }
+    const auto num_labels = static_cast<std::int64_t>(labels_.size());
+    for (const std::int64_t label : loader_->corpus().labels) {
+      HOTPATH_CHECK(label >= 0 && label < num_labels, recipe.source, ": data.train holds label ", label,
+                    " outside the ", num_labels, " classes (set data.class_names or model.num_classes)");
+    }
+
+    // The pretrained encoder and a new classification head with the data's labels.
+    formats::BertConfig config = formats::BertConfig::from_file(fs::path(m.pretrained) / "config.json");
+    config.num_labels = num_labels;
+    config.id2label = labels_;
+    models::BertOptions bert_options;
+    bert_options.attention = m.attention == "fused" ? &ops::fused_attention : &models::bert_eager_attention;
+    bert_options.gradient_checkpointing = m.gradient_checkpointing;
+    model_ = std::make_shared<models::BertForSequenceClassification>(config, bert_options);
+    const std::string base_prefix = config.arch == formats::BertArch::kDistilBert ? "distilbert" : "bert";
+    const models::LoadReport report = models::load_state_dict(
+        *model_, models::read_hf_state_dict(m.pretrained), m.pretrained, {.allow_partial = true},
+        {.base_prefix = base_prefix});
+    if (options.out) *options.out << "weights: " << report.summary() << "\n";
+    if (m.lora_r > 0) {
+      std::vector<std::string> head = {"classifier"};
+      if (config.arch == formats::BertArch::kDistilBert) head.push_back("pre_classifier");
+      lora_ = formats::LoraConfig{};
+      lora_->r = m.lora_r;
+      lora_->lora_alpha = m.lora_alpha;
+      lora_->lora_dropout = m.lora_dropout;
+      lora_->target_modules = m.lora_target_modules;
+      lora_->modules_to_save = head;
+      lora_->task_type = "SEQ_CLS";
+      lora_->base_model_name_or_path = m.pretrained;
+      const models::LoraReport lr = models::apply_lora(*model_, *lora_);
+      if (options.out) *options.out << "lora: " << lr.adapted.size() << " layers adapted; " << lr.summary() << "\n";
+    }
+    freeze_prefixes(*model_, recipe);
+    trainable_ = trainable_parameters(*model_, recipe);
+    describe_ = std::string(config.arch == formats::BertArch::kDistilBert ? "distilbert" : "bert") + " " +
+                std::to_string(config.num_hidden_layers) + "×" + std::to_string(config.hidden_size) + " classifier, " +
+                std::to_string(num_labels) + " classes, attention " + m.attention +
+                (m.gradient_checkpointing ? ", activation checkpointing" : "") +
+                (lora_ ? ", LoRA r=" + std::to_string(m.lora_r) : "");
+  }
+
+  [[nodiscard]] std::string describe() const override { return describe_; }
+  [[nodiscard]] torch::nn::Module& module() override { return *model_; }
+  [[nodiscard]] NamedParameters trainable() const override { return trainable_; }
+  [[nodiscard]] std::int64_t train_samples() const override {
+    return static_cast<std::int64_t>(loader_->corpus().size());
+  }
+  [[nodiscard]] const char* sample_unit() const override { return "samples/s"; }
+
+  [[nodiscard]] std::int64_t micro_batches_in_epoch(std::int64_t epoch) const override {
+    return loader_->batches_in_epoch(epoch);
+  }
+  void seek(Position p) override { loader_->seek({p.epoch, p.batch}); }
+  [[nodiscard]] Position position() const override {
+    const auto p = loader_->position();
+    return {p.epoch, p.batch};
+  }
+  std::optional<MicroBatch> next() override {
+    std::optional<text::TextBatch> batch = loader_->next();
+    if (!batch) return std::nullopt;
+    padding_.batches += 1;
+    padding_.samples += batch->batch_size;
+    padding_.real_tokens += batch->real_tokens;
+    padding_.padded_tokens += batch->padded_tokens;
+    text::TextBatchTensors t = text::to_tensors(*batch);
+    MicroBatch mb;
+    mb.inputs = {std::move(t.input_ids), std::move(t.attention_mask), std::move(t.token_type_ids)};
+    mb.labels = std::move(t.labels);
+    mb.samples = batch->batch_size;
+    return mb;
+  }
+
+  at::Tensor loss(const MicroBatch& b, double label_smoothing) override {
+    const at::Tensor logits = model_->forward(b.inputs[0], b.inputs[1], b.inputs[2]);
+    return at::cross_entropy_loss(logits.to(at::kFloat), b.labels, {}, at::Reduction::Mean, -100, label_smoothing);
+  }
+
+  [[nodiscard]] bool has_eval() const override { return eval_loader_ != nullptr; }
+  infer::EvalResult evaluate(std::optional<at::ScalarType> autocast) override {
+    HOTPATH_ASSERT(eval_loader_ != nullptr);
+    model_->eval();
+    at::NoGradGuard no_grad;
+    infer::TopKMeter meter(static_cast<std::int64_t>(labels_.size()));
+    eval_loader_->seek({0, 0});
+    while (auto batch = eval_loader_->next()) {
+      const text::TextBatchTensors t = text::to_tensors(*batch);
+      at::Tensor logits;
+      {
+        ops::AutocastGuard guard(at::kCPU, autocast);
+        logits = model_->forward(t.input_ids, t.attention_mask, t.token_type_ids);
+      }
+      meter.add(logits, t.labels);
+    }
+    return meter.result("eval");
+  }
+
+  // With LoRA only the trained tensors (adapters and modules_to_save): the frozen encoder is
+  // model.pretrained's and is loaded again on resume. Without, every parameter and buffer.
+  [[nodiscard]] TensorMap checkpoint_tensors() override {
+    if (!lora_) return models::named_state(*model_);
+    TensorMap out;
+    for (const auto& [name, p] : trainable_) out[name] = p;
+    return out;
+  }
+  [[nodiscard]] json resume_key() const override {
+    const auto& d = recipe_.data;
+    // The epoch plan (order, lengths, buckets) comes from these and the data: the same batch index
+    // under another plan would repeat or skip samples; lora_r changes the checkpoint's tensors.
+    return {{"train.seed", recipe_.train.seed},
+            {"train.batch_size", recipe_.train.batch_size},
+            {"train.accum_steps", recipe_.train.accum_steps},
+            {"data.max_tokens", d.max_tokens},
+            {"model.lora_r", recipe_.model.lora_r},
+            {"data.max_length", d.max_length},
+            {"data.pad_to_multiple_of", d.pad_to_multiple_of},
+            {"data.bucket", d.bucket ? 1 : 0},
+            {"the number of samples in data.train", train_samples()}};
+  }
+  [[nodiscard]] json state() const override {
+    return {{"padding",
+             {{"batches", padding_.batches},
+              {"samples", padding_.samples},
+              {"real_tokens", padding_.real_tokens},
+              {"padded_tokens", padding_.padded_tokens}}}};
+  }
+  void load_state(const nlohmann::json& state, const std::string& where) override {
+    HOTPATH_CHECK(state.contains("padding") && state["padding"].is_object(), where, ": padding: missing");
+    const auto& p = state["padding"];
+    const auto get = [&](const char* key) {
+      HOTPATH_CHECK(p.contains(key) && p[key].is_number_integer() && p[key].get<std::int64_t>() >= 0, where,
+                    ": padding.", key, ": expected a non-negative integer");
+      return p[key].get<std::int64_t>();
+    };
+    padding_.batches = get("batches");
+    padding_.samples = get("samples");
+    padding_.real_tokens = get("real_tokens");
+    padding_.padded_tokens = get("padded_tokens");
+  }
+  void add_metrics(json& line) const override { line["padding_fraction"] = padding_.padding_fraction(); }
+  void add_profile(json& profile) const override { profile["padding_fraction"] = padding_.padding_fraction(); }
+  [[nodiscard]] Remedies remedies() const override {
+    return {"input-bound: pack pre-tokenized shards with data pack-text --tokenizer",
+            "optimizer-bound: LoRA trains a fraction of the parameters; no EMA",
+            "compute-bound: a smaller model, bucketing (less padding), bf16 or more threads help"};
+  }
+
+  // A Hugging Face model directory (config.json with the labels, model.safetensors with LoRA merged,
+  // tokenizer files) and, with LoRA, the PEFT adapter: DIR/model + DIR/adapter at the end of a run,
+  // DIR + DIR/adapter for best/.
+  void export_model(const fs::path& dir, ExportPlace place) override {
+    const fs::path model_dir = place == ExportPlace::kRunDir ? dir / "model" : dir;
+    const fs::path adapter_dir = dir / "adapter";
+    if (lora_) {
+      models::save_lora(*model_, *lora_, adapter_dir);
+      copy_tokenizer_files(recipe_.model.pretrained, adapter_dir);
+    }
+    fs::create_directories(model_dir);
+    models::write_tensors((model_dir / "model.safetensors").string(), merged_state(*model_), {{"format", "pt"}});
+    write_file_atomic((model_dir / "config.json").string(), finetuned_config(recipe_, labels_));
+    copy_tokenizer_files(recipe_.model.pretrained, model_dir);
+  }
+
+ private:
+  Recipe recipe_;
+  std::unique_ptr<text::TextLoader> loader_;
+  std::unique_ptr<text::TextLoader> eval_loader_;
+  std::vector<std::string> labels_;
+  std::shared_ptr<models::BertForSequenceClassification> model_;
+  std::optional<formats::LoraConfig> lora_;
+  NamedParameters trainable_;
+  text::PaddingStats padding_;
+  std::string describe_;
+};
+
+}  // namespace
+
+std::unique_ptr<Task> make_text_task(const Recipe& recipe, const TaskOptions& options) {
+  return std::make_unique<TextTask>(recipe, options);
+}
+
+}  // namespace hotpath::train

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# kill -9 at random moments, then `--resume` until the run completes: metrics.jsonl and the trained
+# model must equal an uninterrupted run's byte for byte, for an image and a text recipe (the one loop
+# of train/trainer.cpp). Usage: kill_resume_test.sh HOTPATH PYTHON [SEED]
+set -uo pipefail
+hp=$1
+python=$2
+seed=${3:-$RANDOM}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+echo "kill_resume_test: seed $seed (pass it as the third argument to repeat these kill times)"
+RANDOM=$seed
+
+# Image: Fashion-MNIST (Debian dataset-fashion-mnist), a small CNN, checkpoints every few steps.
+"$hp" data pack /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz -o "$work/fm" \
+  --max-samples-per-shard 1000 >/dev/null 2>&1 || { echo "cannot pack the image fixture" >&2; exit 1; }
+cat > image.yaml <<YAML
+name: kill-image
+model: {name: cnn_small, num_classes: 10}
+data: {train: $work/fm-{000000..000001}.tar, eval: $work/fm-000009.tar, image_size: 28, channels: 1,
+       train_crop: resize, eval_crop: resize, resize_shorter: 28, mean: [0.286], std: [0.353], workers: 1}
+train: {epochs: 3, batch_size: 64, accum_steps: 2, threads: 1, log_every: 4, ema_decay: 0.9}
+optimizer: {name: sgd, lr: 0.05}
+schedule: {name: warmup_cosine, warmup_epochs: 0.5}
+checkpoint: {every_steps: 3, keep_last: 2}
+YAML
+
+# Text: a tiny seeded BERT (transformers in the venv) and a two-class task packed as text shards.
+"$python" - "$work/bert" <<'PY' || { echo "cannot make the tiny BERT" >&2; exit 1; }
+import os, sys, torch
+from transformers import BertConfig, BertModel
+out = sys.argv[1]
+torch.manual_seed(0)
+words = ["good", "bad", "movie", "film", "very", "really", "the", "a", "was", "is"]
+config = BertConfig(vocab_size=5 + len(words), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=64, max_position_embeddings=64)
+BertModel(config).save_pretrained(out, safe_serialization=True)
+with open(os.path.join(out, "vocab.txt"), "w") as f:
+    f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words) + "\n")
+PY
+for i in $(seq 1 192); do
+  w=$([ $((i % 3)) -eq 0 ] && echo bad || echo good)
+  echo "{\"text\": \"the movie was really $w\", \"label\": $([ "$w" = good ] && echo 1 || echo 0)}"
+done > text.jsonl
+"$hp" data pack-text text.jsonl --format jsonl -o "$work/tx" >/dev/null 2>&1 || { echo "cannot pack text" >&2; exit 1; }
+cat > text.yaml <<YAML
+name: kill-text
+model: {name: bert, pretrained: $work/bert, num_classes: 2, lora_r: 4}
+data: {kind: text, train: "$work/tx-*.tar", eval: "$work/tx-*.tar", max_length: 16, workers: 1}
+train: {epochs: 3, batch_size: 16, accum_steps: 2, threads: 1, log_every: 2}
+optimizer: {name: adamw, lr: 0.003}
+schedule: {name: constant}
+checkpoint: {every_steps: 2, keep_last: 2}
+YAML
+
+# run_killed NAME RECIPE MODEL_FILE: an uninterrupted run, then one killed (SIGKILL) at random moments
+# and resumed until it completes; both runs' metrics.jsonl and model must be identical.
+run_killed() {
+  local name=$1 recipe=$2 model=$3
+  local start end ms
+  start=$(date +%s%N)
+  "$hp" train "$recipe" --set "output_dir=$work/$name-a" >"$name-a.log" 2>&1 || { fail "$name: the uninterrupted run failed: $(tail -3 "$name-a.log")"; return; }
+  end=$(date +%s%N)
+  ms=$(( (end - start) / 1000000 ))
+  local kills=0 rounds=0 done_=0
+  while [ "$rounds" -lt 12 ] && [ "$done_" -eq 0 ]; do
+    rounds=$((rounds + 1))
+    local args=(train "$recipe" --set "output_dir=$work/$name-b")
+    [ -d "$work/$name-b/checkpoints" ] && ls "$work/$name-b/checkpoints" | grep -qv '\.tmp$' && args+=(--resume)
+    "$hp" "${args[@]}" >>"$name-b.log" 2>&1 &
+    local pid=$!
+    if [ "$kills" -lt 3 ]; then
+      # A random moment inside the run (the process start, LibTorch's load and setup included).
+      sleep "$(awk -v r=$RANDOM -v ms="$ms" 'BEGIN { printf "%.3f", (0.15 + 0.8 * r / 32767) * ms / 1000 }')"
+      if kill -9 "$pid" 2>/dev/null; then
+        kills=$((kills + 1))
+        wait "$pid" 2>/dev/null
+        continue
+      fi
+    fi
+    wait "$pid" && done_=1 || { fail "$name: a resumed run failed: $(tail -3 "$name-b.log")"; return; }
+  done
+  [ "$done_" -eq 1 ] || { fail "$name: did not complete in $rounds rounds"; return; }
+  echo "$name: $kills kills (uninterrupted run ${ms} ms)"
+  cmp -s "$name-a/metrics.jsonl" "$name-b/metrics.jsonl" ||
+    fail "$name: metrics.jsonl differs after $kills kills: $(diff "$name-a/metrics.jsonl" "$name-b/metrics.jsonl" | head -5)"
+  cmp -s "$name-a/$model" "$name-b/$model" || fail "$name: $model differs after $kills kills"
+}
+
+run_killed image image.yaml model.safetensors
+run_killed text text.yaml model/model.safetensors
+
+[ "$failures" -eq 0 ] && echo "kill_resume_test: all passed" || exit 1
