@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <ostream>
 #include <random>
 #include <sstream>
 #include <string>
@@ -30,6 +31,10 @@
 #include "hotpath/ops/autocast_ops.h"
 #include "hotpath/ops/dropout.h"
 #include "hotpath/ops/fused_bn_relu.h"
+
+namespace hotpath::cpu {
+void PrintTo(Isa isa, std::ostream* out) { *out << isa_name(isa); }  // test names and messages
+}  // namespace hotpath::cpu
 
 namespace hotpath::ops {
 namespace {
@@ -246,6 +251,8 @@ const TwinCase kTable[] = {
     {"bf16_math", {"fp32", "fp32", "native", "native"}, check_bf16_math},
 };
 
+void PrintTo(const TwinCase& row, std::ostream* out) { *out << row.op; }
+
 class DispatchTwin : public ::testing::TestWithParam<std::tuple<TwinCase, Isa>> {
  protected:
   void TearDown() override { cpu::reset_max_isa(); }
@@ -272,7 +279,8 @@ INSTANTIATE_TEST_SUITE_P(Table, DispatchTwin,
                          ::testing::Combine(::testing::ValuesIn(kTable),
                                             ::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16)),
                          [](const auto& param_info) {
-                           return std::string(std::get<0>(param_info.param).op) + "_" + cpu::isa_name(std::get<1>(param_info.param));
+                           const TwinCase& row = std::get<0>(param_info.param);
+                           return std::string(row.op) + "_" + cpu::isa_name(std::get<1>(param_info.param));
                          });
 
 // Every op with an ISA choice is in the table (a new OpDispatch needs a row here).

@@ -300,8 +300,8 @@ TEST(FusedBnRelu, ModuleFormKeepsTheModulesBookkeeping) {
 TEST(FusedBnRelu, SmallCnnForwardAndGradientsMatchTheSequential) {
   for (const bool nhwc : {true, false}) {
     at::manual_seed(3);
-    auto fused_net = std::make_shared<SmallCnn>(SmallCnnConfig{.width = 8, .num_classes = 5, .in_channels = 1});
-    auto aten_net = std::make_shared<SmallCnn>(SmallCnnConfig{.width = 8, .num_classes = 5, .in_channels = 1});
+    auto fused_net = std::make_shared<models::SmallCnn>(models::SmallCnnConfig{.width = 8, .num_classes = 5, .in_channels = 1});
+    auto aten_net = std::make_shared<models::SmallCnn>(models::SmallCnnConfig{.width = 8, .num_classes = 5, .in_channels = 1});
     {
       at::NoGradGuard no_grad;
       const auto from = fused_net->named_parameters();

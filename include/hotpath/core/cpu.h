@@ -7,9 +7,10 @@
 //
 // The CPU is probed once. One cap bounds every kernel: HOTPATH_MAX_ISA=scalar|avx2|avx512|avx512_bf16
 // in the environment (read once; a bad value is one error), lowered further by set_max_isa() (tests,
-// benchmarks), so an AVX-512 machine runs and tests the AVX2 and scalar paths too. Each op declares its variants, widest
-// first, in one OpDispatch; select() takes the first the cap allows and, the first time it makes a
-// choice, prints it with the reasons the wider ones were skipped when HOTPATH_VERBOSE=dispatch.
+// benchmarks), so an AVX-512 machine runs and tests the AVX2 and scalar paths too. Each op declares
+// its variants, widest first, in one OpDispatch; select() takes the first the cap allows and, the
+// first time it makes a choice, prints it with the reasons the wider ones were skipped when
+// HOTPATH_VERBOSE=dispatch.
 // Choices that depend on the inputs (dtype, device, mask shape) are not ISA choices: ops keep their
 // own per-call *_skip_reason() for those.
 //
@@ -20,7 +21,8 @@
 //   avx512_bf16  avx512 + AVX512_BF16 (native bf16 dot products)
 //
 // State: the probe, the HOTPATH_MAX_ISA value, the set_max_isa() cap, the HOTPATH_VERBOSE flag and the
-// list of registered ops live in function-local statics of cpu.cpp; all are thread-safe.
+// list of registered ops live in function-local statics of cpu.cpp; each OpDispatch holds its
+// once-read override and which choices it has printed. All of it is thread-safe.
 #pragma once
 
 #include <atomic>

@@ -79,17 +79,27 @@ std::atomic<int>& set_cap() {
   return cap;
 }
 
-// The cap in force — the lower of HOTPATH_MAX_ISA and set_max_isa() — and where it came from
-// ("" when none).
-std::pair<std::optional<Isa>, std::string> cap_and_source() {
+// The cap in force — the lower of HOTPATH_MAX_ISA and set_max_isa() — and whether it is the setter's.
+// Cheap (no allocation): max_isa() runs on every kernel call.
+struct Cap {
+  std::optional<Isa> isa;
+  bool from_setter = false;
+};
+
+Cap current_cap() {
   const EnvCap& env = env_cap();
   HOTPATH_CHECK(env.error.empty(), env.error);
   const int set = set_cap().load(std::memory_order_relaxed);
-  if (set != kNoCap && (!env.cap || static_cast<Isa>(set) < *env.cap)) {
-    return {static_cast<Isa>(set), std::string("set_max_isa(") + isa_name(static_cast<Isa>(set)) + ")"};
-  }
-  if (env.cap) return {env.cap, "HOTPATH_MAX_ISA=" + env.value};
-  return {std::nullopt, ""};
+  if (set != kNoCap && (!env.cap || static_cast<Isa>(set) < *env.cap)) return {static_cast<Isa>(set), true};
+  return {env.cap, false};
+}
+
+// The cap and where it came from ("HOTPATH_MAX_ISA=avx2", "set_max_isa(scalar)"; "" when none).
+std::pair<std::optional<Isa>, std::string> cap_and_source() {
+  const Cap cap = current_cap();
+  if (!cap.isa) return {std::nullopt, ""};
+  if (cap.from_setter) return {cap.isa, std::string("set_max_isa(") + isa_name(*cap.isa) + ")"};
+  return {cap.isa, "HOTPATH_MAX_ISA=" + env_cap().value};
 }
 
 const char* cpu_lacks(Isa level) {
@@ -137,7 +147,7 @@ Isa detected_isa() { return probed().isa; }
 std::string detected_features() { return probed().features; }
 
 Isa max_isa() {
-  const auto cap = cap_and_source().first;
+  const std::optional<Isa> cap = current_cap().isa;
   return cap ? std::min(*cap, detected_isa()) : detected_isa();
 }
 
