@@ -1,20 +1,20 @@
 // hotpath_tokenize_bench: tokenizer throughput of hotpath (batch encode) and, with --compare hf,
 // of Hugging Face `tokenizers` on the same lines, tokenizer, threads and batch size, the runs
-// interleaved on the shared machine and the best of each kept. Torch-free, so it builds in
-// seconds; `hotpath tokenize --bench` reports the same numbers from the CLI.
+// interleaved on the shared machine and the best of each kept (the harness: hotpath/bench/harness.h);
+// `hotpath tokenize --bench` reports hotpath's numbers from the CLI.
 //   hotpath_tokenize_bench --tokenizer DIR --input lines.txt --threads 1,2 --compare hf --json out.json
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include <algorithm>
-#include <fstream>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "hotpath/bench/harness.h"
+#include "hotpath/bench/tokenize_bench.h"
 #include "hotpath/core/error.h"
 #include "hotpath/core/mapped_file.h"
-#include "hotpath/text/tokenize_bench.h"
+#include "hotpath/text/lines.h"
 #include "hotpath/text/tokenizer.h"
 
 namespace {
@@ -29,67 +29,65 @@ struct Args {
   bool offsets = false;
   std::string compare;
   std::string python;
-  std::string peer = std::string(HOTPATH_SOURCE_DIR) + "/bench/tokenizer_peer.py";
+  std::string peer;  // "" = bench/peers/tokenizer_peer.py
   std::string json_path;
 };
 
 void run(const Args& a) {
-  using namespace hotpath::text;
-  const Tokenizer tok = Tokenizer::from_directory(a.tokenizer);
+  using namespace hotpath::bench;
+  const hotpath::text::Tokenizer tok = hotpath::text::Tokenizer::from_directory(a.tokenizer);
   const std::string text = hotpath::read_file(a.input);
-  const std::vector<std::string_view> lines = split_lines(text);
-  nlohmann::json report = {{"input", a.input}, {"lines", lines.size()}, {"bytes", text.size()},
-                           {"tokenizer", a.tokenizer}, {"batch_size", a.batch_size}, {"max_length", a.max_length},
-                           {"offsets", a.offsets}, {"repeats", a.repeats}, {"results", nlohmann::json::array()}};
+  const std::vector<std::string_view> lines = hotpath::text::split_lines(text);
+  Json report = {{"input", a.input}, {"lines", lines.size()}, {"bytes", text.size()},
+                 {"tokenizer", a.tokenizer}, {"batch_size", a.batch_size}, {"max_length", a.max_length},
+                 {"offsets", a.offsets}, {"repeats", a.repeats}, {"results", Json::array()}};
+  std::vector<std::string> rows;
   for (const unsigned threads : a.threads) {
-    EncodeOptions o;
+    hotpath::text::EncodeOptions o;
     o.threads = threads;
     o.max_length = a.max_length;
     o.return_offsets = a.offsets;
     TokenizeBenchResult best;
-    TokenizerPeerResult hf_batch;
-    TokenizerPeerResult hf_fast;
-    TokenizerPeerOptions peer{a.python, a.peer, a.tokenizer, a.input, threads, a.batch_size, a.max_length, 1, "batch"};
-    // Interleaved: other load on the machine slows whichever runs at the time; best of each.
-    for (int r = 0; r < a.repeats; ++r) {
-      const TokenizeBenchResult run = bench_tokenize(tok, lines, o, a.batch_size, 1);
-      if (run.tokens_per_s > best.tokens_per_s) best = run;
-      std::cerr << "threads " << threads << " run " << r + 1 << ": hotpath " << run.tokens_per_s << " tokens/s";
-      if (!a.compare.empty()) {
-        peer.mode = "batch";
-        const TokenizerPeerResult b = run_tokenizer_peer(peer);
-        peer.mode = "fast";
-        const TokenizerPeerResult f = run_tokenizer_peer(peer);
-        if (b.tokens_per_s > hf_batch.tokens_per_s) hf_batch = b;
-        if (f.tokens_per_s > hf_fast.tokens_per_s) hf_fast = f;
-        std::cerr << ", hf encode_batch " << b.tokens_per_s << ", encode_batch_fast " << f.tokens_per_s;
-        HOTPATH_CHECK(b.tokens == run.tokens, "the peer counted ", b.tokens, " tokens, hotpath ", run.tokens,
-                      ": not the same work");
-      }
-      std::cerr << "\n";
-    }
-    nlohmann::json entry = nlohmann::json::parse(to_json(best));
-    entry["hotpath_per_s"] = best.tokens_per_s;
+    std::size_t tokens = 0;
+    std::cerr << "threads " << threads << ":\n";
+    Benchmark bench("tokenizer, " + std::to_string(threads) + " thread(s)", "tokens/s", a.repeats);
+    bench.add({"hotpath", "hotpath::text::Tokenizer::encode_batch", [&](int) {
+                 const TokenizeBenchResult r = bench_tokenize(tok, lines, o, a.batch_size, 1);
+                 tokens = r.tokens;
+                 if (r.tokens_per_s > best.tokens_per_s) best = r;
+                 return RunFigures{r.tokens_per_s};
+               }});
     if (!a.compare.empty()) {
-      entry["peer"] = hf_batch.peer;
-      entry["hf_per_s"] = hf_batch.tokens_per_s;
-      entry["hf_fast_per_s"] = hf_fast.tokens_per_s;
-      entry["ratio"] = best.tokens_per_s / hf_batch.tokens_per_s;
-      entry["ratio_vs_fast"] = best.tokens_per_s / hf_fast.tokens_per_s;
-      std::cerr << "threads " << threads << ": hotpath " << best.tokens_per_s << " tokens/s (" << best.lines_per_s
-                << " lines/s), hf " << hf_batch.tokens_per_s << " (fast " << hf_fast.tokens_per_s << "), ratio "
-                << entry["ratio"].get<double>() << "x (" << entry["ratio_vs_fast"].get<double>() << "x vs fast)\n";
+      // HF's encode_batch (with offsets, always) and encode_batch_fast (without): the same lines and batches.
+      for (const char* mode : {"batch", "fast"}) {
+        TokenizerPeerOptions peer{a.python, a.peer, a.tokenizer, a.input, threads, a.batch_size, a.max_length, 1, mode};
+        const std::string name = std::string(mode) == "batch" ? "hf" : "hf_fast";
+        bench.add({name, std::string("tokenizers Tokenizer.encode_") + (name == "hf" ? "batch" : "batch_fast"),
+                   [&tokens, peer](int) {
+                     const TokenizerPeerResult r = run_tokenizer_peer(peer);
+                     HOTPATH_CHECK(r.tokens == tokens, "the peer counted ", r.tokens, " tokens, hotpath ", tokens,
+                                   ": not the same work");
+                     return RunFigures{r.tokens_per_s, {{"peer", r.peer}}};
+                   }});
+      }
     }
+    const BenchmarkResult r = bench.run(&std::cerr);
+    Json entry = Json::parse(to_json(best));
+    entry["hotpath_per_s"] = best.tokens_per_s;
+    if (r.has("hf")) {
+      entry["peer"] = r.at("hf").best().details.value("peer", "");
+      entry["hf_per_s"] = r.at("hf").best_per_s;
+      entry["hf_fast_per_s"] = r.at("hf_fast").best_per_s;
+      entry["ratio"] = r.ratio_vs("hf");
+      entry["ratio_vs_fast"] = r.ratio_vs("hf_fast");
+    }
+    add_benchmark_fields(entry, r);
     report["results"].push_back(entry);
+    rows.push_back(r.table_row());
   }
-  const std::string out = report.dump(2);
-  if (a.json_path.empty() || a.json_path == "-") {
-    std::cout << out << "\n";
-  } else {
-    std::ofstream f(a.json_path);
-    f << out << "\n";
-    HOTPATH_CHECK(f.good(), "cannot write --json ", a.json_path);
-  }
+  write_report(report, a.json_path);
+  std::ostream& out = a.json_path.empty() || a.json_path == "-" ? std::cerr : std::cout;
+  for (const std::string& row : rows) out << row << "\n";
 }
 
 }  // namespace
@@ -106,7 +104,7 @@ int main(int argc, char** argv) {
   app.add_flag("--offsets", a.offsets, "hotpath also returns offsets (HF's encode_batch always does)");
   app.add_option("--compare", a.compare, "Also run the Hugging Face peer")->check(CLI::IsMember({"hf"}));
   app.add_option("--python", a.python, "Python of the venv for --compare");
-  app.add_option("--peer", a.peer, "The peer script");
+  app.add_option("--peer", a.peer, "The peer script (default: bench/peers/tokenizer_peer.py)");
   app.add_option("--json", a.json_path, "Write the JSON report here ('-' = stdout)");
   CLI11_PARSE(app, argc, argv);
   try {

@@ -1,27 +1,31 @@
-// hotpath/data/bench.h — measure the loader, the JPEG decoder's ceiling, and the PyTorch peer.
+// hotpath/bench/loader_bench.h — `hotpath data bench`: images/s of the train transform through the
+// loader, the JPEG decoder's ceiling on the same files and threads, and the PyTorch DataLoader +
+// webdataset + PIL + torchvision peer (bench/peers/torch_data_peer.py), interleaved by the harness.
 //
-//   LoaderBenchResult r = bench_loader(options, /*warmup_batches=*/2, /*batches=*/20);
-//   double ceiling = bench_decode_ceiling(options.shards, options.workers, r.images);
-//   nlohmann::json peer = run_torch_data_peer({...});   // same shards, batch, workers, size
+//   DataBenchOptions o{.loader = loader_options, .batches = 20, .repeats = 3, .compare = "torch"};
+//   BenchReport r = run_data_bench(o, &std::cerr);   // r.json["ratio_vs_torch"], r.table_row
+//   LoaderBenchResult one = bench_loader(loader_options, /*warmup_batches=*/2, /*batches=*/20);
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
+#include "hotpath/bench/harness.h"
 #include "hotpath/data/loader.h"
 
-namespace hotpath::data {
+namespace hotpath::bench {
 
 struct LoaderBenchResult {
   double images_per_s = 0;
   std::int64_t images = 0;
   double seconds = 0;
-  LoaderStats stats{};  // counters of the timed part only
+  data::LoaderStats stats{};  // counters of the timed part only
 };
 
 // Pulls `warmup_batches` untimed, then `batches` timed batches (epochs roll over as needed).
-LoaderBenchResult bench_loader(const LoaderOptions& options, int warmup_batches, int batches);
+LoaderBenchResult bench_loader(const data::LoaderOptions& options, int warmup_batches, int batches);
 
 // Full-size decode of the image members of `shards` (libjpeg-turbo's tjDecompress2 to RGB for
 // JPEG, libpng for PNG) on `threads` threads, each reusing its output buffer: the speed of
@@ -29,21 +33,26 @@ LoaderBenchResult bench_loader(const LoaderOptions& options, int warmup_batches,
 // `min_images` images (cycling over the files), returns images per second.
 double bench_decode_ceiling(const std::vector<std::string>& shards, int threads, std::int64_t min_images);
 
-struct TorchPeerOptions {
-  std::string python;        // venv python; "" = $HOTPATH_PYTHON or ~/.cache/hotpath/venv/bin/python
-  std::string script;        // "" = <source dir>/bench/torch_data_peer.py
-  std::vector<std::string> shards;
-  int batch_size = 256;
-  int workers = 2;
-  int size = 224;
-  int channels = 3;
-  int warmup_batches = 2;
-  int batches = 20;
-  std::uint64_t seed = 0;
+// What a benchmark command hands back to the CLI: the JSON report and its markdown row.
+struct BenchReport {
+  Json json;
+  std::string table_row;
 };
 
-// Runs the PyTorch DataLoader + webdataset + PIL + torchvision pipeline in the venv and
-// returns its JSON report as text ({"images_per_s": ..., "images": ..., ...}).
-std::string run_torch_data_peer(const TorchPeerOptions& options);
+struct DataBenchOptions {
+  data::LoaderOptions loader;  // shards resolved, train transform (RandomResizedCrop)
+  int warmup_batches = 3;
+  int batches = 20;
+  int repeats = 3;
+  std::string dtype = "float32";  // names for the report (loader.format holds the values)
+  std::string layout = "nchw";
+  std::string compare;  // "" or "torch"
+  std::string python;   // venv python for the peer ("" = the setup venv)
+};
 
-}  // namespace hotpath::data
+// Contenders hotpath (the loader), ceiling (the decoder alone) and, with compare "torch", torch.
+// JSON: the harness' fields (benchmark.*, ratio_vs_torch, host, dispatch, load) plus the historic ones
+// (hotpath_images_per_s, decode_ceiling_images_per_s, fraction_of_ceiling, torch_images_per_s, ratio, ...).
+BenchReport run_data_bench(const DataBenchOptions& options, std::ostream* log);
+
+}  // namespace hotpath::bench

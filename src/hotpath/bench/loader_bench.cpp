@@ -1,12 +1,12 @@
-#include "hotpath/data/bench.h"
+#include "hotpath/bench/loader_bench.h"
 
 #include <turbojpeg.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
 #include <memory>
+#include <ostream>
 #include <span>
 #include <thread>
 
@@ -14,7 +14,7 @@
 #include "hotpath/core/process.h"
 #include "hotpath/data/tar.h"
 
-namespace hotpath::data {
+namespace hotpath::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -24,7 +24,7 @@ struct TjDeleter {
 };
 using TjHandle = std::unique_ptr<void, TjDeleter>;
 
-LoaderStats minus(const LoaderStats& a, const LoaderStats& b) {
+data::LoaderStats minus(const data::LoaderStats& a, const data::LoaderStats& b) {
   return {a.samples - b.samples,           a.bad_samples - b.bad_samples,       a.batches - b.batches,
           a.plan_seconds - b.plan_seconds, a.decode_seconds - b.decode_seconds, a.store_seconds - b.store_seconds,
           a.wait_seconds - b.wait_seconds};
@@ -32,10 +32,10 @@ LoaderStats minus(const LoaderStats& a, const LoaderStats& b) {
 
 }  // namespace
 
-LoaderBenchResult bench_loader(const LoaderOptions& options, int warmup_batches, int batches) {
+LoaderBenchResult bench_loader(const data::LoaderOptions& options, int warmup_batches, int batches) {
   HOTPATH_CHECK(batches >= 1, "bench: batches must be >= 1, got ", batches);
-  Loader loader(options);
-  auto pull = [&loader]() -> Batch {
+  data::Loader loader(options);
+  auto pull = [&loader]() -> data::Batch {
     for (int attempt = 0; attempt < 2; ++attempt) {
       if (auto b = loader.next()) return std::move(*b);  // nullopt = epoch end: go on with the next
     }
@@ -43,7 +43,7 @@ LoaderBenchResult bench_loader(const LoaderOptions& options, int warmup_batches,
     return {};
   };
   for (int i = 0; i < warmup_batches; ++i) pull();
-  const LoaderStats before = loader.stats();
+  const data::LoaderStats before = loader.stats();
   const auto t0 = Clock::now();
   std::int64_t images = 0;
   for (int i = 0; i < batches; ++i) images += pull().images.size(0);
@@ -57,13 +57,13 @@ LoaderBenchResult bench_loader(const LoaderOptions& options, int warmup_batches,
 
 double bench_decode_ceiling(const std::vector<std::string>& shards, int threads, std::int64_t min_images) {
   HOTPATH_CHECK(threads >= 1, "bench: threads must be >= 1, got ", threads);
-  std::vector<std::unique_ptr<ShardReader>> readers;
+  std::vector<std::unique_ptr<data::ShardReader>> readers;
   std::vector<std::span<const std::byte>> files;
   for (const auto& path : shards) {
-    readers.push_back(std::make_unique<ShardReader>(path));
-    for (const TarSample& s : readers.back()->samples()) {
+    readers.push_back(std::make_unique<data::ShardReader>(path));
+    for (const data::TarSample& s : readers.back()->samples()) {
       for (const char* ext : {"jpg", "jpeg", "png"}) {
-        if (const SampleMember* m = s.find(ext)) {
+        if (const data::SampleMember* m = s.find(ext)) {
           files.push_back(readers.back()->bytes(*m));
           break;
         }
@@ -80,18 +80,18 @@ double bench_decode_ceiling(const std::vector<std::string>& shards, int threads,
     std::vector<unsigned char> out;
     for (std::int64_t i = next++; i < total; i = next++) {
       const auto bytes = files[static_cast<std::size_t>(i) % files.size()];
-      const auto* data = reinterpret_cast<const unsigned char*>(bytes.data());
-      if (sniff_format(bytes) == ImageFormat::kJpeg) {
+      const auto* ptr = reinterpret_cast<const unsigned char*>(bytes.data());
+      if (data::sniff_format(bytes) == data::ImageFormat::kJpeg) {
         int w = 0, h = 0, subsamp = 0, colorspace = 0;
-        if (tjDecompressHeader3(tj.get(), data, bytes.size(), &w, &h, &subsamp, &colorspace) != 0) {
+        if (tjDecompressHeader3(tj.get(), ptr, bytes.size(), &w, &h, &subsamp, &colorspace) != 0) {
           failed = true;
           continue;
         }
         out.resize(static_cast<std::size_t>(w) * h * 3);
-        if (tjDecompress2(tj.get(), data, bytes.size(), out.data(), w, 0, h, TJPF_RGB, 0) != 0) failed = true;
+        if (tjDecompress2(tj.get(), ptr, bytes.size(), out.data(), w, 0, h, TJPF_RGB, 0) != 0) failed = true;
       } else {
         try {
-          decode_image(bytes, 3);
+          data::decode_image(bytes, 3);
         } catch (const std::exception&) {
           failed = true;
         }
@@ -106,28 +106,98 @@ double bench_decode_ceiling(const std::vector<std::string>& shards, int threads,
   return static_cast<double>(total) / seconds;
 }
 
-std::string run_torch_data_peer(const TorchPeerOptions& o) {
-  const std::string python = peer_python(o.python, "bench --compare torch");
-  std::string script = o.script.empty() ? std::string(HOTPATH_SOURCE_DIR) + "/bench/torch_data_peer.py" : o.script;
-  HOTPATH_CHECK(std::filesystem::exists(script), "bench --compare torch: peer script not found at ", script);
-
-  std::vector<std::string> argv{python, script, "--shards"};
-  argv.insert(argv.end(), o.shards.begin(), o.shards.end());
-  for (const auto& [flag, value] :
-       {std::pair<const char*, std::string>{"--batch-size", std::to_string(o.batch_size)},
-        {"--workers", std::to_string(o.workers)}, {"--size", std::to_string(o.size)},
-        {"--channels", std::to_string(o.channels)}, {"--warmup-batches", std::to_string(o.warmup_batches)},
-        {"--batches", std::to_string(o.batches)}, {"--seed", std::to_string(o.seed)}, {"--json-out", "-"}}) {
-    argv.push_back(flag);
-    argv.push_back(value);
+BenchReport run_data_bench(const DataBenchOptions& a, std::ostream* log) {
+  const data::LoaderOptions& o = a.loader;
+  HOTPATH_CHECK(a.compare.empty() || a.compare == "torch", "data bench: --compare accepts 'torch', got '", a.compare,
+                "'");
+  if (log) {
+    *log << "hotpath data bench: " << o.shards.size() << " shard(s), batch " << o.batch_size << ", " << o.workers
+         << " worker(s), " << o.size << "x" << o.size << ", " << a.warmup_batches << "+" << a.batches
+         << " batches, best of " << a.repeats << " (interleaved)\n";
   }
-  const CommandResult r = run_command(argv);
-  HOTPATH_CHECK(r.exit_code == 0, "bench --compare torch: the PyTorch peer failed (exit ", r.exit_code, "): ", script);
-  std::string out = r.output;
-  // The report is the last non-empty line (the peer may log before it).
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  const auto nl = out.rfind('\n');
-  return nl == std::string::npos ? out : out.substr(nl + 1);
+  // The stage counters of each hotpath run, kept with the run.
+  auto stats_json = [](const data::LoaderStats& s) {
+    return Json{{"plan", s.plan_seconds},
+                {"decode_crop_resize", s.decode_seconds},
+                {"store_normalize", s.store_seconds},
+                {"consumer_wait", s.wait_seconds}};
+  };
+  Benchmark bench("loader", "images/s", a.repeats);
+  bench.add({"hotpath", "hotpath::data::Loader: shard mmap, libjpeg-turbo crop+scale during decode, RandomResizedCrop, "
+                        "flip, normalize into pinned batches",
+             [&](int) {
+               const LoaderBenchResult r = bench_loader(o, a.warmup_batches, a.batches);
+               return RunFigures{r.images_per_s, {{"images", r.images},
+                                                  {"seconds", r.seconds},
+                                                  {"bad_samples", r.stats.bad_samples},
+                                                  {"stage_seconds", stats_json(r.stats)}}};
+             }});
+  const std::int64_t ceiling_images = static_cast<std::int64_t>(a.batches) * o.batch_size;
+  bench.add({"ceiling", "full-size libjpeg-turbo decode alone (tjDecompress2 to RGB) on the same threads",
+             [&](int) { return RunFigures{bench_decode_ceiling(o.shards, o.workers, ceiling_images)}; }});
+  if (a.compare == "torch") {
+    std::vector<std::string> argv{peer_python(a.python, "data bench --compare torch"), peer_script("torch_data_peer.py"),
+                                  "--shards"};
+    argv.insert(argv.end(), o.shards.begin(), o.shards.end());
+    for (const auto& [flag, value] :
+         {std::pair<const char*, std::string>{"--batch-size", std::to_string(o.batch_size)},
+          {"--workers", std::to_string(o.workers)}, {"--size", std::to_string(o.size)},
+          {"--channels", std::to_string(o.channels)}, {"--warmup-batches", std::to_string(a.warmup_batches)},
+          {"--batches", std::to_string(a.batches)}, {"--seed", std::to_string(o.seed)}, {"--json-out", "-"}}) {
+      argv.emplace_back(flag);
+      argv.push_back(value);
+    }
+    bench.add({"torch", "torch.utils.data.DataLoader + webdataset + PIL + torchvision RandomResizedCrop/flip/normalize",
+               [argv](int) {
+                 Json peer = run_peer(argv, "data bench --compare torch", "images_per_s");
+                 const double rate = peer["images_per_s"].get<double>();
+                 return RunFigures{rate, std::move(peer)};
+               }});
+  }
+  const BenchmarkResult r = bench.run(log);
+
+  const ContenderResult& hp = r.at("hotpath");
+  const Json& best = hp.best().details;
+  const double ceiling = r.at("ceiling").best_per_s;
+  Json report{
+      {"hotpath_images_per_s", hp.best_per_s},
+      {"decode_ceiling_images_per_s", ceiling},
+      {"fraction_of_ceiling", hp.best_per_s / ceiling},
+      {"workers", o.workers},
+      {"images", best.value("images", std::int64_t{0})},
+      {"batch_size", o.batch_size},
+      {"size", o.size},
+      {"dtype", a.dtype},
+      {"layout", a.layout},
+      {"dct_scaling", o.allow_dct_scaling},
+      {"shards", o.shards.size()},
+      {"hotpath_stage_seconds", best.value("stage_seconds", Json::object())},
+      {"bad_samples", best.value("bad_samples", std::int64_t{0})},
+      {"repeats", a.repeats},
+      {"hotpath_runs_images_per_s", hp.rates()},
+      {"ceiling_runs_images_per_s", r.at("ceiling").rates()},
+      {"torch_images_per_s", nullptr},
+      {"ratio", nullptr},
+  };
+  if (log) {
+    *log << "  hotpath loader:   " << rate_text(hp.best_per_s) << " images/s (median " << rate_text(hp.median_per_s)
+         << ")\n  decode ceiling:   " << rate_text(ceiling) << " images/s (full-size libjpeg-turbo decode, "
+         << o.workers << " thread(s))\n";
+  }
+  if (r.has("torch")) {
+    const ContenderResult& torch = r.at("torch");
+    report["torch_images_per_s"] = torch.best_per_s;
+    report["torch_runs_images_per_s"] = torch.rates();
+    report["torch_images"] = torch.best().details.value("images", 0);
+    report["ratio"] = r.ratio_vs("torch");
+    if (log) {
+      *log << "  PyTorch peer:     " << rate_text(torch.best_per_s) << " images/s (DataLoader, webdataset, PIL, "
+           << "torchvision)\n  ratio:            " << r.ratio_vs("torch") << "x\n";
+    }
+  }
+  if (log) *log << "  fraction of ceiling: " << hp.best_per_s / ceiling << "\n";
+  add_benchmark_fields(report, r);
+  return {std::move(report), r.table_row()};
 }
 
-}  // namespace hotpath::data
+}  // namespace hotpath::bench

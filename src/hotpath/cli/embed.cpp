@@ -22,7 +22,7 @@
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/formats/npy.h"
 #include "hotpath/infer/sentence_embed.h"
-#include "hotpath/text/tokenize_bench.h"
+#include "hotpath/text/lines.h"
 
 namespace hotpath::cli {
 namespace {

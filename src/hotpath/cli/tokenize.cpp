@@ -16,9 +16,10 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "hotpath/bench/tokenize_bench.h"
 #include "hotpath/core/error.h"
 #include "hotpath/core/mapped_file.h"
-#include "hotpath/text/tokenize_bench.h"
+#include "hotpath/text/lines.h"
 #include "hotpath/text/tokenizer.h"
 
 namespace hotpath::cli {
@@ -86,8 +87,8 @@ void run(const TokenizeArgs& a) {
   }
   if (a.bench) {
     HOTPATH_CHECK(!a.pair, "tokenize --bench measures single texts; drop --pair");
-    const TokenizeBenchResult r = bench_tokenize(tok, lines, o, a.batch_size, a.repeats);
-    std::cout << to_json(r) << "\n";
+    const bench::TokenizeBenchResult r = bench::bench_tokenize(tok, lines, o, a.batch_size, a.repeats);
+    std::cout << bench::to_json(r) << "\n";
     std::cerr << "hotpath tokenize: " << r.lines << " lines, " << r.tokens << " tokens in " << r.seconds << " s: "
               << r.lines_per_s << " lines/s, " << r.tokens_per_s << " tokens/s on " << r.threads << " thread(s)\n";
     return;
