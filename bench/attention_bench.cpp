@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "hotpath/core/cpu.h"
 #include "hotpath/ops/attention.h"
 
 namespace {
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
   }
 
   nlohmann::json report = {{"kernel", hotpath::ops::attention_kernel_name()},
+                           {"dispatch", nlohmann::json::parse(hotpath::cpu::dispatch_report_json())},
                            {"mask", a.no_mask ? "none" : "padding: sequence b keeps L - (b mod 8) * L/16 keys"},
                            {"batch", a.batch},
                            {"heads", a.heads},

@@ -1,12 +1,15 @@
 // The `hotpath` command-line program: parses argv (only here), dispatches to subcommands and
 // turns every error into one line on stderr and a non-zero exit code.
 #include <CLI/CLI.hpp>
+#include <torch/version.h>
 
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <string>
 
 #include "cli/commands.h"
+#include "hotpath/core/cpu.h"
 #include "hotpath/core/error.h"
 #include "hotpath/core/malloc_policy.h"
 
@@ -19,17 +22,54 @@ std::string first_line(const char* what) {
   return nl == std::string::npos ? s : s.substr(0, nl);
 }
 
+// HOTPATH_MAX_ISA caps hotpath's kernels (core/cpu.h); pass the same cap to LibTorch's own kernels
+// (ATen's vectorised loops, oneDNN, MKL) so a capped run behaves like a machine of that level. Each
+// variable is left alone when already set. Both read their variable when first used: set before then.
+void cap_libtorch_isa() {
+  const char* cap = std::getenv("HOTPATH_MAX_ISA");
+  if (cap == nullptr || *cap == '\0') return;
+  struct Caps {
+    const char *aten, *onednn, *mkl;
+  };
+  Caps caps{};
+  switch (hotpath::cpu::max_isa()) {  // throws on a bad HOTPATH_MAX_ISA: one line, exit 1
+    case hotpath::cpu::Isa::kScalar: caps = {"default", "SSE41", "SSE4_2"}; break;
+    case hotpath::cpu::Isa::kAvx2: caps = {"avx2", "AVX2", "AVX2"}; break;
+    case hotpath::cpu::Isa::kAvx512: caps = {"avx512", "AVX512_CORE", nullptr}; break;
+    case hotpath::cpu::Isa::kAvx512Bf16: return;
+  }
+  setenv("ATEN_CPU_CAPABILITY", caps.aten, 0);
+  setenv("ONEDNN_MAX_CPU_ISA", caps.onednn, 0);
+  if (caps.mkl != nullptr) setenv("MKL_ENABLE_INSTRUCTIONS", caps.mkl, 0);
+}
+
+// `hotpath --version`: versions, then which kernel every op runs on this CPU and why.
+std::string version_text() {
+  std::string text = "hotpath 0.1.0\nLibTorch " TORCH_VERSION "\n";
+  text += hotpath::cpu::dispatch_report_text();
+  if (const char* cap = std::getenv("ATEN_CPU_CAPABILITY"); cap != nullptr) {
+    text += std::string("LibTorch kernels: ATEN_CPU_CAPABILITY=") + cap;
+    if (const char* onednn = std::getenv("ONEDNN_MAX_CPU_ISA"); onednn != nullptr) {
+      text += std::string(" ONEDNN_MAX_CPU_ISA=") + onednn;
+    }
+    text += "\n";
+  }
+  if (!text.empty() && text.back() == '\n') text.pop_back();  // CLI11 adds the last newline
+  return text;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     hotpath::apply_malloc_policy();  // before any thread: see core/malloc_policy.h
+    cap_libtorch_isa();
   } catch (const hotpath::Error& e) {
     std::cerr << "hotpath: error: " << e.what() << "\n";
     return 1;
   }
   CLI::App app{"hotpath: fast data loading, training and inference for image and text models (C++/LibTorch)"};
-  app.set_version_flag("--version", "hotpath 0.1.0");
+  app.set_version_flag("--version", version_text);
   app.option_defaults()->always_capture_default();
   app.require_subcommand(1);
 
