@@ -55,6 +55,8 @@ BenchReport run_train_bench(const TrainBenchOptions& a, std::ostream* log) {
   if (recipe.train.threads == 0) {
     recipe.train.threads = std::max<std::int64_t>(1, std::thread::hardware_concurrency());
   }
+  // Benchmark mode never evaluates: the eval shards need not exist.
+  recipe.data.eval.clear();
   const std::int64_t total_steps = a.warmup + a.steps;
   recipe.train.max_steps = total_steps;
   // The run must not end at the last epoch before max_steps: add epochs if the data is short.
