@@ -3,7 +3,7 @@
 # model must equal an uninterrupted run's byte for byte, for an image and a text recipe (the one loop
 # of train/trainer.cpp). Usage: kill_resume_test.sh HOTPATH PYTHON [SEED]
 set -uo pipefail
-hp=$1
+hp=$(realpath "$1")
 python=$2
 seed=${3:-$RANDOM}
 work=$(mktemp -d)
@@ -20,8 +20,17 @@ RANDOM=$seed
 cat > image.yaml <<YAML
 name: kill-image
 model: {name: cnn_small, num_classes: 10}
-data: {train: $work/fm-{000000..000001}.tar, eval: $work/fm-000009.tar, image_size: 28, channels: 1,
-       train_crop: resize, eval_crop: resize, resize_shorter: 28, mean: [0.286], std: [0.353], workers: 1}
+data:
+  train: $work/fm-000000.tar
+  eval: $work/fm-000009.tar
+  image_size: 28
+  channels: 1
+  train_crop: resize
+  eval_crop: resize
+  resize_shorter: 28
+  mean: [0.286]
+  std: [0.353]
+  workers: 1
 train: {epochs: 3, batch_size: 64, accum_steps: 2, threads: 1, log_every: 4, ema_decay: 0.9}
 optimizer: {name: sgd, lr: 0.05}
 schedule: {name: warmup_cosine, warmup_epochs: 0.5}
@@ -65,6 +74,8 @@ run_killed() {
   "$hp" train "$recipe" --set "output_dir=$work/$name-a" >"$name-a.log" 2>&1 || { fail "$name: the uninterrupted run failed: $(tail -3 "$name-a.log")"; return; }
   end=$(date +%s%N)
   ms=$(( (end - start) / 1000000 ))
+  local lines
+  lines=$(wc -l <"$name-a/metrics.jsonl")
   local kills=0 rounds=0 done_=0
   while [ "$rounds" -lt 12 ] && [ "$done_" -eq 0 ]; do
     rounds=$((rounds + 1))
@@ -73,15 +84,34 @@ run_killed() {
     "$hp" "${args[@]}" >>"$name-b.log" 2>&1 &
     local pid=$!
     if [ "$kills" -lt 3 ]; then
-      # A random moment inside the run (the process start, LibTorch's load and setup included).
-      sleep "$(awk -v r=$RANDOM -v ms="$ms" 'BEGIN { printf "%.3f", (0.15 + 0.8 * r / 32767) * ms / 1000 }')"
+      if [ "$kills" -eq 0 ]; then
+        # During start-up and the first steps (LibTorch's load, data planning, model build, resume).
+        sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.3f", 0.2 + 1.8 * r / 32767 }')"
+      else
+        # Mid-run: once metrics.jsonl has a random number of the uninterrupted run's lines, plus a random
+        # few milliseconds (the kill lands inside a step, a checkpoint write or a metrics line).
+        local want=$(( 1 + RANDOM % (lines - 1) ))
+        for _ in $(seq 1 3000); do
+          [ "$(cat "$name-b/metrics.jsonl" 2>/dev/null | wc -l)" -ge "$want" ] && break
+          kill -0 "$pid" 2>/dev/null || break
+          sleep 0.01
+        done
+        sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.3f", 0.3 * r / 32767 }')"
+      fi
       if kill -9 "$pid" 2>/dev/null; then
         kills=$((kills + 1))
         wait "$pid" 2>/dev/null
         continue
       fi
     fi
-    wait "$pid" && done_=1 || { fail "$name: a resumed run failed: $(tail -3 "$name-b.log")"; return; }
+    if wait "$pid"; then
+      done_=1
+    elif tail -1 "$name-b.log" | grep -q "the run already finished"; then
+      done_=1  # killed after its last checkpoint (model written before it), e.g. while writing profile.json
+    else
+      fail "$name: a resumed run failed: $(tail -3 "$name-b.log")"
+      return
+    fi
   done
   [ "$done_" -eq 1 ] || { fail "$name: did not complete in $rounds rounds"; return; }
   echo "$name: $kills kills (uninterrupted run ${ms} ms)"
