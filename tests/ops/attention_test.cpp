@@ -123,7 +123,9 @@ class AttentionIsaTest : public ::testing::TestWithParam<cpu::Isa> {
     if (const std::string why = cpu::isa_skip_reason(GetParam()); !why.empty()) GTEST_SKIP() << why;
     cpu::set_max_isa(GetParam());
     const std::string want = GetParam() == cpu::Isa::kScalar ? "portable" : cpu::isa_name(GetParam());
-    ASSERT_EQ(std::string(attention_kernel_name()).rfind(want, 0), 0U) << attention_kernel_name();
+    if (cpu::kX86Kernels) {
+      ASSERT_EQ(std::string(attention_kernel_name()).rfind(want, 0), 0U) << attention_kernel_name();
+    }
   }
   void TearDown() override { cpu::reset_max_isa(); }
 };
