@@ -16,13 +16,13 @@ RANDOM=$seed
 
 # Image: Fashion-MNIST (Debian dataset-fashion-mnist), a small CNN, checkpoints every few steps.
 "$hp" data pack /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz -o "$work/fm" \
-  --max-samples-per-shard 1000 >/dev/null 2>&1 || { echo "cannot pack the image fixture" >&2; exit 1; }
+  --max-samples-per-shard 500 >/dev/null 2>&1 || { echo "cannot pack the image fixture" >&2; exit 1; }
 cat > image.yaml <<YAML
 name: kill-image
 model: {name: cnn_small, num_classes: 10}
 data:
   train: $work/fm-000000.tar
-  eval: $work/fm-000009.tar
+  eval: $work/fm-000019.tar
   image_size: 28
   channels: 1
   train_crop: resize

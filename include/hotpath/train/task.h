@@ -24,7 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "hotpath/data/loader.h"
 #include "hotpath/infer/evaluate.h"
+#include "hotpath/infer/preprocess.h"
 #include "hotpath/train/checkpoint.h"
 #include "hotpath/train/recipe.h"
 
@@ -113,6 +115,26 @@ struct TaskOptions {
   at::Device device = at::Device(at::kCPU);
   std::ostream* out = nullptr;  // messages (weights report, LoRA summary); nullptr: none
 };
+
+// The shard paths of a recipe key's patterns (data.train / data.eval); errors name the recipe file
+// and the key (no pattern, nothing matches, a bad pattern).
+std::vector<std::string> resolve_recipe_shards(const std::vector<std::string>& patterns, const char* key,
+                                               const Recipe& recipe);
+
+// Class names for a recipe: data.class_names, else the "classes" of the pack report next to the
+// first train shard ("train-000000.tar" → "train.json"), else empty.
+std::vector<std::string> class_names_for(const Recipe& recipe);
+
+// Image recipes: the training loader's settings (augmentation + shuffle, micro-batches of
+// batch_size / accum_steps) and the eval transform (stored in the model package).
+data::LoaderOptions train_loader_options(const Recipe& recipe);
+infer::EvalPreprocess eval_preprocess_for(const Recipe& recipe);
+
+// model.freeze: every parameter whose name starts with a prefix stops requiring gradients; a prefix
+// that matches nothing is an error naming it.
+void freeze_prefixes(torch::nn::Module& module, const Recipe& recipe);
+// The parameters that still require gradients, by name; an error when there is none.
+NamedParameters trainable_parameters(const torch::nn::Module& module, const Recipe& recipe);
 
 // ImageTask for data.kind image, TextTask for data.kind text. The recipe is validated for the task:
 // an option the task cannot honour is refused naming the key.

@@ -24,9 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "hotpath/data/loader.h"
 #include "hotpath/infer/evaluate.h"
-#include "hotpath/infer/preprocess.h"
 #include "hotpath/train/optimizer.h"
 #include "hotpath/train/recipe.h"
 #include "hotpath/train/schedule.h"
@@ -79,22 +77,8 @@ struct TrainResult {
 // Runs the recipe's task through the loop (see the top of this file).
 TrainResult train(const Recipe& recipe, const TrainOptions& options = {});
 
-// The shard paths of a recipe key's patterns (data.train / data.eval); errors name the recipe file
-// and the key (no pattern, nothing matches, a bad pattern).
-std::vector<std::string> resolve_recipe_shards(const std::vector<std::string>& patterns, const char* key,
-                                               const Recipe& recipe);
-
 // The optimizer and schedule settings a recipe implies (every task).
 OptimizerConfig optimizer_config_for(const Recipe& recipe);
 ScheduleConfig schedule_config_for(const Recipe& recipe, std::int64_t steps_per_epoch, std::int64_t total_steps);
-
-// Image recipes: the training loader's settings (augmentation + shuffle, micro-batches of
-// batch_size / accum_steps) and the eval transform (stored in the model package).
-data::LoaderOptions train_loader_options(const Recipe& recipe);
-infer::EvalPreprocess eval_preprocess_for(const Recipe& recipe);
-
-// Class names for a recipe: data.class_names, else the "classes" of the pack report next to the
-// first train shard ("train-000000.tar" → "train.json"), else empty.
-std::vector<std::string> class_names_for(const Recipe& recipe);
 
 }  // namespace hotpath::train

@@ -13,7 +13,7 @@
 #include "hotpath/infer/preprocess.h"
 #include "hotpath/models/registry.h"
 #include "hotpath/models/weights.h"
-#include "hotpath/train/trainer.h"
+#include "hotpath/train/task.h"
 #include "tasks.h"
 
 namespace hotpath::train {

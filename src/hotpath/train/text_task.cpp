@@ -23,7 +23,7 @@
 #include "hotpath/ops/autocast_ops.h"
 #include "hotpath/text/text_batch_tensor.h"
 #include "hotpath/text/text_loader.h"
-#include "hotpath/train/trainer.h"
+#include "hotpath/train/task.h"
 #include "tasks.h"
 
 namespace hotpath::train {

@@ -30,7 +30,6 @@
 #include "hotpath/core/progress.h"
 #include "hotpath/core/tensorboard.h"
 #include "hotpath/core/trace.h"
-#include "hotpath/data/shard_list.h"
 #include "hotpath/models/weights.h"
 #include "hotpath/ops/autocast_ops.h"
 #include "hotpath/train/checkpoint.h"
@@ -300,40 +299,7 @@ std::string StepBreakdown::to_json() const {
   return j.dump(2) + "\n";
 }
 
-// ---- recipe helpers shared by the tasks ------------------------------------------------------
-
-std::vector<std::string> class_names_for(const Recipe& recipe) {
-  if (!recipe.data.class_names.empty()) return recipe.data.class_names;
-  if (recipe.data.train.empty()) return {};
-  const auto shards = data::resolve_shards({recipe.data.train.front()});
-  if (shards.empty()) return {};
-  // `hotpath data pack -o DIR/train` writes DIR/train-000000.tar ... and DIR/train.json.
-  const fs::path first(shards.front());
-  std::string stem = first.stem().string();
-  if (const auto dash = stem.rfind('-'); dash != std::string::npos) stem.resize(dash);
-  const fs::path report = first.parent_path() / (stem + ".json");
-  if (!fs::exists(report)) return {};
-  try {
-    const auto j = nlohmann::json::parse(read_file(report.string()));
-    if (j.contains("classes") && j["classes"].is_array()) return j["classes"].get<std::vector<std::string>>();
-  } catch (const std::exception&) {
-    // A report we cannot read only costs the class names.
-  }
-  return {};
-}
-
-std::vector<std::string> resolve_recipe_shards(const std::vector<std::string>& patterns, const char* key,
-                                               const Recipe& recipe) {
-  HOTPATH_CHECK(!patterns.empty(), recipe.source, ": ", key, ": no shards given (a list of .tar paths or patterns)");
-  std::vector<std::string> shards;
-  try {
-    shards = data::resolve_shards(patterns);
-  } catch (const Error& e) {
-    HOTPATH_CHECK(false, recipe.source, ": ", key, ": ", e.what(), " (pack data with `hotpath data pack`)");
-  }
-  HOTPATH_CHECK(!shards.empty(), recipe.source, ": ", key, ": no shard matches ", patterns.front());
-  return shards;
-}
+// ---- optimizer, schedule and task from the recipe --------------------------------------------
 
 OptimizerConfig optimizer_config_for(const Recipe& recipe) {
   const auto& oc = recipe.optimizer;
@@ -368,28 +334,6 @@ ScheduleConfig schedule_config_for(const Recipe& recipe, std::int64_t steps_per_
                         .cycle_momentum = sc.cycle_momentum,
                         .base_momentum = sc.base_momentum,
                         .max_momentum = sc.max_momentum};
-}
-
-void freeze_prefixes(torch::nn::Module& module, const Recipe& recipe) {
-  for (const std::string& prefix : recipe.model.freeze) {
-    std::int64_t frozen = 0;
-    for (auto& item : module.named_parameters()) {
-      if (item.key().rfind(prefix, 0) == 0) {
-        item.value().requires_grad_(false);
-        ++frozen;
-      }
-    }
-    HOTPATH_CHECK(frozen > 0, recipe.source, ": model.freeze: no parameter name starts with '", prefix, "'");
-  }
-}
-
-NamedParameters trainable_parameters(const torch::nn::Module& module, const Recipe& recipe) {
-  NamedParameters trainable;
-  for (const auto& item : module.named_parameters()) {
-    if (item.value().requires_grad()) trainable.emplace_back(item.key(), item.value());
-  }
-  HOTPATH_CHECK(!trainable.empty(), recipe.source, ": model.freeze leaves no parameter to train");
-  return trainable;
 }
 
 std::unique_ptr<Task> make_task(const Recipe& recipe, const TaskOptions& options) {
