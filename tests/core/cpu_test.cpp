@@ -171,7 +171,7 @@ TEST_F(Cpu, BadEnvironmentCapIsOneClearError) {
         }
         std::exit(0);
       },
-      ::testing::ExitedWithCode(2), "HOTPATH_MAX_ISA: expected scalar, avx2, avx512 or avx512_bf16; got 'avx3'");
+      ::testing::ExitedWithCode(2), "HOTPATH_MAX_ISA: expected scalar, avx2, avx512 or avx512_bf16, got 'avx3'");
 }
 
 TEST_F(Cpu, EnvironmentForcesAVariantOrIsRefused) {

@@ -66,7 +66,7 @@ const EnvCap& env_cap() {
     e.value = v;
     e.cap = parse_isa(e.value);
     if (!e.cap) {
-      e.error = "HOTPATH_MAX_ISA: expected scalar, avx2, avx512 or avx512_bf16; got '" + printable(e.value) + "'";
+      e.error = "HOTPATH_MAX_ISA: expected scalar, avx2, avx512 or avx512_bf16, got '" + printable(e.value) + "'";
     }
     return e;
   }();
