@@ -121,6 +121,13 @@ TEST(Benchmark, AddBenchmarkFieldsKeepsTheCommandsOwn) {
   EXPECT_EQ(report.begin().key(), "unit");  // the command's fields first
 }
 
+TEST(RateText, KeepsThreeSignificantDigits) {
+  EXPECT_EQ(rate_text(0.1344), "0.134");
+  EXPECT_EQ(rate_text(12.3456), "12.35");
+  EXPECT_EQ(rate_text(512.34), "512.3");
+  EXPECT_EQ(rate_text(7061340.7), "7.06 M");
+}
+
 TEST(WriteReport, WritesParseableJsonAtomically) {
   const ScratchDir dir("harness-test");
   const std::string path = dir.file("report.json");

@@ -107,7 +107,7 @@ Json dispatch_report();
 // This process' command line (/proc/self/cmdline), shell-quoted: the command that made the figures.
 std::string command_line();
 
-// A rate with three significant digits at least (0.134, 12.35, 512.3).
+// A rate with three significant digits at least (0.134, 12.35, 512.3, 7.06 M).
 std::string rate_text(double v);
 
 // The report as indented JSON to `path` (atomically: readers never see half a report), or to stdout

@@ -190,7 +190,11 @@ std::string command_line() {
 
 std::string rate_text(double v) {
   std::ostringstream s;
-  s << std::fixed << std::setprecision(v >= 100 ? 1 : v >= 10 ? 2 : 3) << v;
+  if (v >= 1e6) {
+    s << std::fixed << std::setprecision(2) << v / 1e6 << " M";
+  } else {
+    s << std::fixed << std::setprecision(v >= 100 ? 1 : v >= 10 ? 2 : 3) << v;
+  }
   return s.str();
 }
 

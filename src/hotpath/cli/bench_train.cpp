@@ -40,6 +40,7 @@ void add_bench(CLI::App& app) {
     print_bench_report(report.json, *json_path, {report.table_row});
   });
   add_bench_text(*bench);
+  add_bench_data(*bench);
 }
 
 }  // namespace hotpath::cli

@@ -1,6 +1,6 @@
-// `hotpath data bench`: images/s of the train transform through the loader, the JPEG decoder's
-// ceiling on the same files and threads, and (--compare torch) the PyTorch DataLoader pipeline
-// in the same invocation (the benchmark: hotpath/bench/loader_bench.h).
+// `hotpath data bench` (also `hotpath bench data`): images/s of the train transform through the loader,
+// the JPEG decoder's ceiling on the same files and threads, and (--compare torch) the PyTorch DataLoader
+// pipeline in the same invocation (the benchmark: hotpath/bench/loader_bench.h).
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -62,13 +62,12 @@ void run(const BenchArgs& a) {
   print_bench_report(report.json, a.json_path, {report.table_row});
 }
 
-}  // namespace
-
-void add_data_bench(CLI::App& data) {
+// The options of `hotpath data bench` and its alias `hotpath bench data`.
+void add_loader_bench(CLI::App& parent, const char* name) {
   auto args = std::make_shared<BenchArgs>();
-  CLI::App* cmd = data.add_subcommand(
-      "bench", "Images/s of the train transform (RandomResizedCrop + flip + normalize -> batch), vs the decoder "
-               "ceiling and, with --compare torch, the PyTorch DataLoader pipeline");
+  CLI::App* cmd = parent.add_subcommand(
+      name, "Images/s of the train transform (RandomResizedCrop + flip + normalize -> batch), vs the decoder "
+            "ceiling and, with --compare torch, the PyTorch DataLoader pipeline");
   cmd->add_option("shards", args->shards, "Shard files, brace patterns or globs")->required();
   cmd->add_option("--batch-size", args->batch_size, "Samples per batch")->check(CLI::Range(1, 65536));
   cmd->add_option("--workers", args->workers, "Decode threads (and DataLoader workers for the peer)")->check(CLI::Range(1, 256));
@@ -88,5 +87,10 @@ void add_data_bench(CLI::App& data) {
   cmd->add_option("--seed", args->seed, "Shuffle/augmentation seed");
   cmd->callback([args] { run(*args); });
 }
+
+}  // namespace
+
+void add_data_bench(CLI::App& data) { add_loader_bench(data, "bench"); }
+void add_bench_data(CLI::App& bench) { add_loader_bench(bench, "data"); }
 
 }  // namespace hotpath::cli
