@@ -14,7 +14,6 @@ repeats=${2:-3}
 lengths=${3:-128,512}
 dropout=${4:-0}
 build=$("$root/scripts/build" hotpath_attention_bench | tail -n 1)
-ab="$build/hotpath_attention_bench"; [ -x "$ab" ] || ab="$build/bench/hotpath_attention_bench"
 mkdir -p "$build/bench"
-"$ab" --batch 32 --heads 12 --dim 64 --lengths "$lengths" --threads "$threads" \
+"$build/hotpath_attention_bench" --batch 32 --heads 12 --dim 64 --lengths "$lengths" --threads "$threads" \
   --repeats "$repeats" --dropout "$dropout" --json "$build/bench/attention.json" "${@:5}"

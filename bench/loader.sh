@@ -8,7 +8,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 workers=${1:-2}
 batches=${2:-16}
 build=$("$root/scripts/build" hotpath | tail -n 1)
-hp="$build/hotpath"; [ -x "$hp" ] || hp="$build/src/hotpath/cli/hotpath"  # executables sit in their folder's build dir
+hp="$build/hotpath"
 venv=$("$root/scripts/setup" | tail -n 1)
 out="$build/bench"
 mkdir -p "$out"

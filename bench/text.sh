@@ -15,7 +15,7 @@ steps=${2:-2}
 embed_lines=${3:-4096}
 repeats=${4:-1}  # interleaved runs per side (all parts); the best counts
 build=$("$root/scripts/build" hotpath | tail -n 1)
-hp="$build/hotpath"; [ -x "$hp" ] || hp="$build/src/hotpath/cli/hotpath"  # executables sit in their folder's build dir
+hp="$build/hotpath"
 venv=$("$root/scripts/setup" | tail -n 1)
 out="$build/bench"
 mkdir -p "$out"

