@@ -4,11 +4,14 @@
 #include "hotpath/bench/harness.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "hotpath/bench/tokenize_bench.h"
@@ -139,6 +142,22 @@ TEST(WriteReport, WritesParseableJsonAtomically) {
     EXPECT_EQ(entry.path().filename(), "report.json") << "left behind: " << entry.path();
   }
   EXPECT_THROW(write_report(Json{{"a", 1}}, dir.file("missing/report.json")), Error);
+}
+
+TEST(WriteReport, WritesThroughAPipeInsteadOfReplacingIt) {
+  const ScratchDir dir("harness-test");
+  const std::string fifo = dir.file("report.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::string received;
+  std::thread reader([&] {
+    std::ifstream in(fifo);
+    received.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  });
+  write_report(Json{{"a", 1}}, fifo);
+  reader.join();
+  EXPECT_EQ(Json::parse(received), (Json{{"a", 1}}));
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));  // still the pipe, not a file renamed over it
+  EXPECT_THROW(write_report(Json{{"a", 1}}, dir.path().string()), Error);
 }
 
 TEST(PeerReport, TakesTheLastLineAndNeedsTheKey) {

@@ -111,7 +111,7 @@ std::string command_line();
 std::string rate_text(double v);
 
 // The report as indented JSON to `path` (atomically: readers never see half a report), or to stdout
-// for "" / "-".
+// for "" / "-". A path that exists and is not a regular file (/dev/stdout, a pipe) is written through.
 void write_report(const Json& report, const std::string& path);
 
 // <source dir>/bench/peers/<name>: the python peers live together there. hotpath::Error if missing.

@@ -204,6 +204,17 @@ void write_report(const Json& report, const std::string& path) {
     std::cout << text << std::flush;
     return;
   }
+  // /dev/stdout, /dev/null, a pipe: write through it. The atomic write renames a temp file over the
+  // path, which would replace the device node or pipe with a regular file.
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    HOTPATH_CHECK(!std::filesystem::is_directory(status), "bench: the report path ", path, " is a directory");
+    std::ofstream out(path, std::ios::binary);
+    out << text << std::flush;
+    HOTPATH_CHECK(out.good(), "bench: cannot write the report to ", path);
+    return;
+  }
   write_file_atomic(path, text);
 }
 
