@@ -150,6 +150,14 @@ TEST_F(TextTrainer, TextRecipeErrorsNameTheKey) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("train.precision"), std::string::npos) << e.what();
   }
+  // A key of image recipes is refused, not ignored (and the other way round: tests/train/trainer_test.cpp).
+  try {
+    std::ostringstream log;
+    train(recipe({"data.image_size=64"}), quiet_to(log, true));
+    FAIL() << "an image key in a text recipe accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data.image_size applies to image recipes"), std::string::npos) << e.what();
+  }
 }
 
 

@@ -306,6 +306,10 @@ TEST_F(Trainer, ErrorsNameTheProblem) {
   auto big = base_overrides(shards, dir_.file("b"));
   big.push_back("train.batch_size=64");
   EXPECT_NE(error_of([&] { train(make_recipe(big), quiet()); }).find("fewer than one batch"), std::string::npos);
+  auto lora = base_overrides(shards, dir_.file("l"));
+  lora.push_back("model.lora_r=4");  // a text-recipe key: refused, not ignored
+  EXPECT_NE(error_of([&] { train(make_recipe(lora), quiet()); }).find("model.lora_r applies to text recipes"),
+            std::string::npos);
 }
 
 TEST_F(Trainer, ResumeRefusesACheckpointOfAnotherShape) {

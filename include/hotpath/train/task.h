@@ -136,6 +136,10 @@ void freeze_prefixes(torch::nn::Module& module, const Recipe& recipe);
 // The parameters that still require gradients, by name; an error when there is none.
 NamedParameters trainable_parameters(const torch::nn::Module& module, const Recipe& recipe);
 
+// Every recipe key either works for the recipe's task or is refused: a key of the other kind of task set
+// to anything but its default is an error naming it ("model.lora_r applies to text recipes; ...").
+void check_task_keys(const Recipe& recipe);
+
 // ImageTask for data.kind image, TextTask for data.kind text. The recipe is validated for the task:
 // an option the task cannot honour is refused naming the key.
 std::unique_ptr<Task> make_task(const Recipe& recipe, const TaskOptions& options);

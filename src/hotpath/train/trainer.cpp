@@ -337,6 +337,7 @@ ScheduleConfig schedule_config_for(const Recipe& recipe, std::int64_t steps_per_
 }
 
 std::unique_ptr<Task> make_task(const Recipe& recipe, const TaskOptions& options) {
+  check_task_keys(recipe);
   if (recipe.data.kind == "text") return make_text_task(recipe, options);
   HOTPATH_CHECK(recipe.data.kind == "image", recipe.source, ": data.kind: expected image or text, got '",
                 recipe.data.kind, "'");
