@@ -6,6 +6,8 @@
 //   sync_directory("run/checkpoints");                           // after renaming a directory
 //
 // On any failure the temp file is removed and PATH is untouched; errors name the file and errno.
+// A PATH that exists and is not a regular file (/dev/stdout, /dev/null, a FIFO with a reader) is written
+// through instead — renaming over it would replace the device or pipe; a directory is an error.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,7 @@
 #include "hotpath/core/atomic_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,6 +45,21 @@ void write_all(int fd, std::span<const std::byte> bytes, const std::string& path
 }  // namespace
 
 void write_file_atomic(const std::string& path, const std::vector<std::span<const std::byte>>& chunks) {
+  // A path that exists and is not a regular file (/dev/stdout, /dev/null, a FIFO) is written through:
+  // renaming a temp file over it would replace the device node or the pipe. A directory is an error.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    HOTPATH_CHECK(!S_ISDIR(st.st_mode), path, ": is a directory, expected a file path");
+    // O_NONBLOCK: a FIFO without a reader fails at once (ENXIO) instead of blocking forever.
+    Fd fd(::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC));
+    HOTPATH_CHECK(fd.get() >= 0, path, ": cannot open for writing: ", std::strerror(errno));
+    const int flags = ::fcntl(fd.get(), F_GETFL);
+    HOTPATH_CHECK(flags >= 0 && ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) == 0, path,
+                  ": cannot make it blocking: ", std::strerror(errno));
+    for (const auto& chunk : chunks) write_all(fd.get(), chunk, path);
+    HOTPATH_CHECK(fd.close() == 0, path, ": close failed: ", std::strerror(errno));
+    return;
+  }
   const std::string tmp = path + ".tmp";
   // Remove the temp file on every failure path, so a failed write leaves PATH untouched and no litter.
   struct TmpRemover {
