@@ -16,6 +16,7 @@
 #include "hotpath/core/cpu.h"
 #include "hotpath/core/error.h"
 #include "hotpath/ops/dropout.h"
+#include "serial_note.h"
 
 namespace hotpath::ops {
 namespace {
@@ -152,18 +153,12 @@ const Kernels kAvx512{"avx512", avx512::forward_f32, avx512::forward_bf16, avx51
                       avx512::backward_bf16, avx512::dropout_keep_row};
 #endif
 
-#ifdef _OPENMP
-#define HOTPATH_SERIAL ""
-#else
-#define HOTPATH_SERIAL "serial: built without OpenMP"  // at::parallel_for then runs on one thread
-#endif
 // Variants widest first, in the order of kernels() below.
 const cpu::OpDispatch kDispatch{"attention",
                                 {{"avx512", cpu::Isa::kAvx512, cpu::kX86Kernels},
                                  {"avx2", cpu::Isa::kAvx2, cpu::kX86Kernels},
                                  {"portable", cpu::Isa::kScalar}},
-                                {.note = HOTPATH_SERIAL}};
-#undef HOTPATH_SERIAL
+                                {.note = detail::kSerialNote}};
 
 const Kernels& kernels() {
   const std::size_t chosen = kDispatch.select();

@@ -16,6 +16,7 @@
 #include "counter_hash.h"
 #include "hotpath/core/cpu.h"
 #include "hotpath/core/error.h"
+#include "serial_note.h"
 
 namespace hotpath::ops {
 namespace {
@@ -207,16 +208,10 @@ __attribute__((target("avx2,fma"))) void run_avx2(const KernelArgs& a, std::int6
 void run_avx2(const KernelArgs& a, std::int64_t b0, std::int64_t b1) { run_any(a, b0, b1); }
 #endif
 
-#ifdef _OPENMP
-#define HOTPATH_SERIAL ""
-#else
-#define HOTPATH_SERIAL "serial: built without OpenMP"  // at::parallel_for then runs on one thread
-#endif
 // Both compilations give bit-identical results (contraction is off for this file).
 const cpu::OpDispatch kDispatch{"dropout",
                                 {{"avx2", cpu::Isa::kAvx2, cpu::kX86Kernels}, {"portable", cpu::Isa::kScalar}},
-                                {.note = HOTPATH_SERIAL}};
-#undef HOTPATH_SERIAL
+                                {.note = detail::kSerialNote}};
 #undef HOTPATH_INLINE
 
 // x (float32/bfloat16, contiguous) → mask·x/(1−p) (+ residual, same numel) in out_type, in parallel.

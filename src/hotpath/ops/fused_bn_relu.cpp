@@ -11,6 +11,7 @@
 
 #include "hotpath/core/cpu.h"
 #include "hotpath/core/error.h"
+#include "serial_note.h"
 
 namespace hotpath::ops {
 namespace {
@@ -217,16 +218,10 @@ const Kernels kPortableKernels = kernel_table([](auto twin) { return &decltype(t
 const Kernels kAvx2Kernels = kernel_table([](auto twin) { return &decltype(twin)::avx2; });
 #endif
 
-#ifdef _OPENMP
-#define HOTPATH_SERIAL ""
-#else
-#define HOTPATH_SERIAL "serial: built without OpenMP"  // at::parallel_for then runs on one thread
-#endif
 // AVX2 without FMA: both compilations give bit-identical results.
 const cpu::OpDispatch kDispatch{"batch_norm_relu",
                                 {{"avx2", cpu::Isa::kAvx2, cpu::kX86Kernels}, {"portable", cpu::Isa::kScalar}},
-                                {.note = HOTPATH_SERIAL}};
-#undef HOTPATH_SERIAL
+                                {.note = detail::kSerialNote}};
 
 const Kernels& kernels() {
 #ifdef HOTPATH_X86_KERNELS
