@@ -109,10 +109,19 @@ TEST_F(TextTrainer, FullFineTuneLearnsTheTaskAndWritesAHuggingFaceModelDir) {
   std::ostringstream log;
   TrainOptions options;
   options.out = &log;
-  options.quiet = true;
+  options.trace_path = tmp_.file("trace.json");  // the one loop: --trace and the progress line for text too
+  options.trace_steps = 2;
   const TrainResult r = train(recipe(), options);
   ASSERT_TRUE(r.eval.has_value()) << log.str();
   EXPECT_GT(r.eval->top1, 90.0) << log.str();  // the majority class is ~2/3 of the test set
+  EXPECT_NE(log.str().find("epoch 30/30"), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("samples/s"), std::string::npos) << log.str();
+  const auto trace = nlohmann::json::parse(read_file(tmp_.file("trace.json")));
+  std::map<std::string, int> events;
+  for (const auto& e : trace["traceEvents"]) events[e["name"].get<std::string>()]++;
+  EXPECT_EQ(events["step"], 2);
+  EXPECT_EQ(events["forward"], 2);
+  EXPECT_EQ(events["backward"], 2);
   const fs::path model = tmp_.path() / "run" / "model";
   EXPECT_TRUE(fs::exists(model / "config.json"));
   EXPECT_TRUE(fs::exists(model / "vocab.txt"));
