@@ -23,13 +23,13 @@ double max_rel(const at::Tensor& a, const at::Tensor& b) {
   return ((fa - fb).abs().max() / fb.abs().max().clamp_min(1e-12)).item<double>();
 }
 
-// Native bf16 math from the avx512 dispatch level up (oneDNN's bf16 kernels), fp32 math below it —
+// Native bf16 math from the avx512_bf16 dispatch level up (oneDNN's bf16 kernels), fp32 math below it —
 // through the cap, so an AVX-512 machine also takes the AVX2 machine's path.
 TEST(AutocastOps, Bf16MathFollowsTheDispatchCap) {
   EXPECT_EQ(bf16_math(), bf16_math());
   EXPECT_NE(std::string(bf16_math_name()), "");
   if (std::getenv("HOTPATH_BF16_MATH") != nullptr) GTEST_SKIP() << "HOTPATH_BF16_MATH forces " << bf16_math_name();
-  EXPECT_EQ(bf16_math(), cpu::allows(cpu::Isa::kAvx512) ? Bf16Math::kNative : Bf16Math::kFp32) << bf16_math_name();
+  EXPECT_EQ(bf16_math(), cpu::allows(cpu::Isa::kAvx512Bf16) ? Bf16Math::kNative : Bf16Math::kFp32) << bf16_math_name();
   const cpu::ScopedMaxIsa cap(cpu::Isa::kAvx2);
   EXPECT_EQ(bf16_math(), Bf16Math::kFp32);
   EXPECT_EQ(std::string(bf16_math_name()).rfind("fp32 (native: ", 0), 0U) << bf16_math_name();
