@@ -134,6 +134,10 @@ TEST_F(TextTrainer, FullFineTuneLearnsTheTaskAndWritesAHuggingFaceModelDir) {
   EXPECT_EQ(fs::path(*latest_checkpoint(tmp_.file("run/checkpoints"))).filename(), checkpoint_name(r.steps));
   EXPECT_FALSE(fs::is_empty(tmp_.path() / "run" / "tensorboard"));
   EXPECT_TRUE(fs::exists(tmp_.path() / "run" / "best" / "model.safetensors"));
+  const auto profile = nlohmann::json::parse(read_file(tmp_.file("run/profile.json")));
+  EXPECT_GT(profile.at("peak_memory_bytes").get<std::int64_t>(), 0);
+  EXPECT_GE(profile.at("padding_fraction").get<double>(), 0.0);
+  EXPECT_GT(profile.at("steps").get<std::int64_t>(), 0);
 }
 
 TEST_F(TextTrainer, LoraTrainsOnlyAdaptersAndSavesAPeftAdapter) {

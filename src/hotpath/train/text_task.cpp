@@ -19,6 +19,7 @@
 #include "hotpath/models/text/bert.h"
 #include "hotpath/models/text/hf_weights.h"
 #include "hotpath/models/weights.h"
+#include "hotpath/ops/activation_checkpoint.h"
 #include "hotpath/ops/attention.h"
 #include "hotpath/ops/autocast_ops.h"
 #include "hotpath/text/text_batch_tensor.h"
@@ -154,6 +155,8 @@ class TextTask final : public Task {
                 std::to_string(num_labels) + " classes, attention " + m.attention +
                 (m.gradient_checkpointing ? ", activation checkpointing" : "") +
                 (lora_ ? ", LoRA r=" + std::to_string(m.lora_r) : "");
+    // Peak tensor memory from here on (profile.json): what activation checkpointing is measured by.
+    peak_.emplace();
   }
 
   [[nodiscard]] std::string describe() const override { return describe_; }
@@ -254,7 +257,10 @@ class TextTask final : public Task {
     padding_.padded_tokens = get("padded_tokens");
   }
   void add_metrics(json& line) const override { line["padding_fraction"] = padding_.padding_fraction(); }
-  void add_profile(json& profile) const override { profile["padding_fraction"] = padding_.padding_fraction(); }
+  void add_profile(json& profile) const override {
+    profile["padding_fraction"] = padding_.padding_fraction();
+    profile["peak_memory_bytes"] = peak_->peak_bytes();
+  }
   [[nodiscard]] Remedies remedies() const override {
     return {"input-bound: pack pre-tokenized shards with data pack-text --tokenizer",
             "optimizer-bound: LoRA trains a fraction of the parameters; no EMA",
@@ -287,6 +293,7 @@ class TextTask final : public Task {
   NamedParameters trainable_;
   text::PaddingStats padding_;
   std::string describe_;
+  std::optional<ops::PeakMemory> peak_;
 };
 
 }  // namespace
