@@ -154,6 +154,28 @@ TEST_F(Trainer, ResumeMidEpochGivesTheSameLossesBitForBit) {
   EXPECT_EQ(max_weight_diff(a + "/model.safetensors", b + "/model.safetensors"), 0.0);
 }
 
+// trainer.json of format 1 (the image loop before the loops became one: no format, kind, resume_key or
+// metrics window; the resume key at the top level) still resumes, and still refuses another batch layout.
+TEST_F(Trainer, ResumesAFormat1ImageCheckpoint) {
+  const std::string shards = write_shards(dir_, 96, 16);
+  const std::string out = dir_.file("old");
+  auto first = base_overrides(shards, out);
+  first.push_back("train.max_steps=4");
+  ASSERT_EQ(train(make_recipe(first), quiet()).steps, 4);
+  const std::string state_path = *latest_checkpoint(out + "/checkpoints") + "/trainer.json";
+  auto j = nlohmann::json::parse(read_file(state_path));
+  nlohmann::json old{{"step", j["step"]},   {"epoch", j["epoch"]},   {"batch", j["batch"]},
+                     {"best_step", -1},     {"scaler", j["scaler"]}, {"recipe", j["recipe"]},
+                     {"seed", 0},           {"batch_size", 16},      {"accum_steps", 1}};
+  { std::ofstream(state_path, std::ios::trunc) << old.dump(2); }
+  TrainOptions resume = quiet();
+  resume.resume = true;
+  auto other = base_overrides(shards, out);
+  other.push_back("train.batch_size=8");
+  EXPECT_NE(error_of([&] { train(make_recipe(other), resume); }).find("train.batch_size=16"), std::string::npos);
+  EXPECT_EQ(train(make_recipe(base_overrides(shards, out)), resume).steps, 12);
+}
+
 TEST_F(Trainer, ResumeAtAnEpochBoundaryGivesTheSameLosses) {
   const std::string shards = write_shards(dir_, 96, 16);
   const std::string a = dir_.file("a"), b = dir_.file("b");
