@@ -50,7 +50,7 @@ BertModel(config).save_pretrained(out, safe_serialization=True)
 with open(os.path.join(out, "vocab.txt"), "w") as f:
     f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words) + "\n")
 PY
-for i in $(seq 1 192); do
+for i in $(seq 1 768); do
   w=$([ $((i % 3)) -eq 0 ] && echo bad || echo good)
   echo "{\"text\": \"the movie was really $w\", \"label\": $([ "$w" = good ] && echo 1 || echo 0)}"
 done > text.jsonl
@@ -59,7 +59,7 @@ cat > text.yaml <<YAML
 name: kill-text
 model: {name: bert, pretrained: $work/bert, num_classes: 2, lora_r: 4}
 data: {kind: text, train: "$work/tx-*.tar", eval: "$work/tx-*.tar", max_length: 16, workers: 1}
-train: {epochs: 3, batch_size: 16, accum_steps: 2, threads: 1, log_every: 2}
+train: {epochs: 6, batch_size: 16, accum_steps: 2, threads: 1, log_every: 2}
 optimizer: {name: adamw, lr: 0.003}
 schedule: {name: constant}
 checkpoint: {every_steps: 2, keep_last: 2}
@@ -85,8 +85,9 @@ run_killed() {
     local pid=$!
     if [ "$kills" -lt 3 ]; then
       if [ "$kills" -eq 0 ]; then
-        # During start-up and the first steps (LibTorch's load, data planning, model build, resume).
-        sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.3f", 0.2 + 1.8 * r / 32767 }')"
+        # During start-up and the first steps (LibTorch's load, data planning, model build, resume): a random
+        # moment in the first 60 % of the uninterrupted run's time.
+        sleep "$(awk -v r=$RANDOM -v ms="$ms" 'BEGIN { printf "%.3f", (0.05 + 0.55 * r / 32767) * ms / 1000 }')"
       else
         # Mid-run: once metrics.jsonl has a random number of the uninterrupted run's lines, plus a random
         # few milliseconds (the kill lands inside a step, a checkpoint write or a metrics line).
@@ -96,7 +97,7 @@ run_killed() {
           kill -0 "$pid" 2>/dev/null || break
           sleep 0.01
         done
-        sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.3f", 0.3 * r / 32767 }')"
+        sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.3f", 0.1 * r / 32767 }')"
       fi
       if kill -9 "$pid" 2>/dev/null; then
         kills=$((kills + 1))
@@ -114,6 +115,8 @@ run_killed() {
     fi
   done
   [ "$done_" -eq 1 ] || { fail "$name: did not complete in $rounds rounds"; return; }
+  # A run too quick to be killed would test nothing.
+  [ "$kills" -ge 2 ] || fail "$name: only $kills kill(s) landed before the run completed"
   echo "$name: $kills kills (uninterrupted run ${ms} ms)"
   cmp -s "$name-a/metrics.jsonl" "$name-b/metrics.jsonl" ||
     fail "$name: metrics.jsonl differs after $kills kills: $(diff "$name-a/metrics.jsonl" "$name-b/metrics.jsonl" | head -5)"
