@@ -7,7 +7,6 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/detail/CUDAHooksInterface.h>
-#include <torch/csrc/autograd/grad_mode.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <nlohmann/json.hpp>
@@ -26,7 +25,6 @@
 
 #include "hotpath/core/atomic_file.h"
 #include "hotpath/core/error.h"
-#include "hotpath/core/mapped_file.h"
 #include "hotpath/core/progress.h"
 #include "hotpath/core/tensorboard.h"
 #include "hotpath/core/trace.h"
