@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
+#include <new>
 #include <string>
 
 #include "cli/commands.h"
@@ -88,13 +89,25 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
+  } catch (const CLI::Success& e) {  // --help, --help-all, --version: CLI11 prints them, exit 0
     return app.exit(e);
-  } catch (const hotpath::Error& e) {
-    std::cerr << "hotpath: error: " << e.what() << "\n";
+  } catch (const CLI::ParseError& e) {
+    // One line, exit 1, like every other bad input (CLI11's own exit() prints two lines, exit 105).
+    std::cerr << "hotpath: error: " << hotpath::printable(first_line(e.what()), 400)
+              << " (run with --help for usage)\n";
+    return 1;
+  } catch (const hotpath::Error& e) {  // escaped, never cut to its first line: all of it is context
+    std::cerr << "hotpath: error: " << hotpath::printable(e.what(), 4000) << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "hotpath: error: out of memory (an input asked for more memory than this machine has; "
+                 "inputs are size-checked where they are read: see docs/bad-input.md)\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "hotpath: error: " << first_line(e.what()) << "\n";
+    std::cerr << "hotpath: error: " << hotpath::printable(first_line(e.what()), 2000) << "\n";
+    return 1;
+  } catch (...) {
+    std::cerr << "hotpath: error: unexpected non-standard exception\n";
     return 1;
   }
   return 0;
