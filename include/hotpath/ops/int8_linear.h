@@ -1,0 +1,91 @@
+// hotpath/ops/int8_linear.h — dynamic INT8 Linear for inference: int8 weights (per output channel),
+// int8 activations quantized per row on the fly, int32 accumulation, one fused float epilogue.
+//
+//   auto [w8, w_scale] = Int8Linear::quantize_weight(linear->weight);        // once, at export
+//   Int8Linear op = Int8Linear::prepare(w8, w_scale, linear->bias);          // once, at engine load
+//   at::Tensor y = op.forward(x, "gelu");                                    // x [..., I] f32 or bf16
+//
+// forward(x) = act(x_q·W_qᵀ · x_scale[m]·w_scale[n] + bias[n] (+ residual)) where x_q = round(x[m]/x_scale[m]),
+// x_scale[m] = max|x[m, :]|/127 (symmetric, one scale per row) and W_q = round(W[n]/w_scale[n]),
+// w_scale[n] = max|W[n, :]|/127. Three steps: a fused row-absmax + quantize kernel, at::_int_mm (oneDNN
+// s8·s8→s32; VNNI where the CPU has it), and one epilogue kernel (both scales, bias, residual, activation;
+// f32 out, or bf16 when x is bf16). The two kernels are compiled for AVX-512, AVX2 and the baseline and
+// chosen by the CPU dispatch (op "int8_linear", core/cpu.h); forward_reference() is the twin in ATen ops.
+//
+// On CPUs without VNNI oneDNN multiplies u8·s8 pairs into saturating int16 (its "int8 computation
+// nuances"): 8-bit weights then give wrong sums, 7-bit weights ([-63, 63]) give exact ones, 7-bit
+// activations do not help (oneDNN shifts them to u8). prepare() therefore requantizes the weight to
+// 7 bits there (Int8MatmulMode::kAuto), and int8_linear_matmul_note() says so.
+// onednn::qlinear_pointwise.tensor was measured too and dropped: it takes one activation scale per tensor
+// (10–30 % larger error than per row on BERT shapes) and was no faster than _int_mm + the fused kernels.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string_view>
+#include <utility>
+
+namespace hotpath::ops {
+
+enum class Int8MatmulMode {
+  kAuto,          // 8-bit weights where the CPU has VNNI, else 7-bit
+  kEightBit,      // keep the 8-bit weights (wrong sums on non-VNNI CPUs: tests and benchmarks only)
+  kSevenBitWeights  // requantize the weights to [-63, 63] (twice the scale)
+};
+
+class Int8Linear {
+ public:
+  // Per-output-channel symmetric quantization of a float weight [O, I]: (int8 [O, I] in [-127, 127],
+  // f32 scale [O]); an all-zero row gets scale 1.
+  static std::pair<at::Tensor, at::Tensor> quantize_weight(const at::Tensor& weight);
+
+  // weight int8 [O, I], weight_scale f32 [O] (> 0), bias f32 [O] or undefined. Throws hotpath::Error
+  // naming the argument and what was expected.
+  static Int8Linear prepare(const at::Tensor& weight_int8, const at::Tensor& weight_scale, const at::Tensor& bias,
+                            Int8MatmulMode mode = Int8MatmulMode::kAuto);
+
+  // x [..., I] float32 or bfloat16 → [..., O] in x's dtype. act is one of infer::kActivations (graph.h);
+  // residual (optional, [..., O], f32 or bf16) is added before the activation.
+  [[nodiscard]] at::Tensor forward(const at::Tensor& x, std::string_view act = "none",
+                                   const at::Tensor& residual = at::Tensor()) const;
+  // The same computation in ATen ops (quantize, _int_mm, scale, bias, residual, activation): the twin.
+  [[nodiscard]] at::Tensor forward_reference(const at::Tensor& x, std::string_view act = "none",
+                                             const at::Tensor& residual = at::Tensor()) const;
+
+  [[nodiscard]] std::int64_t in_features() const { return weight_kn_.size(0); }
+  [[nodiscard]] std::int64_t out_features() const { return weight_kn_.size(1); }
+  [[nodiscard]] int weight_bits() const { return weight_bits_; }
+  // The weight as stored for the matmul, int8 [I, O] contiguous, and its scales (7-bit ones included).
+  [[nodiscard]] const at::Tensor& weight_kn() const { return weight_kn_; }
+  [[nodiscard]] const at::Tensor& weight_scale() const { return weight_scale_; }
+
+ private:
+  Int8Linear() = default;
+  at::Tensor weight_kn_;     // int8 [I, O] contiguous: _int_mm's mat2
+  at::Tensor weight_scale_;  // f32 [O]
+  at::Tensor bias_;          // f32 [O] or undefined
+  int weight_bits_ = 8;
+};
+
+// ---- the kernels alone (tests, benchmarks) ---------------------------------------------------------
+
+// Row-wise symmetric quantization of x [M, K] (f32 or bf16, contiguous): (int8 [M, K], f32 scale [M]),
+// scale = max|row|/qmax (1 for an all-zero row), q = round_half_even(x · (qmax/max|row|)).
+std::pair<at::Tensor, at::Tensor> int8_quantize_rows(const at::Tensor& x, int qmax = 127);
+
+// out [M, N] = act(acc · x_scale[m] · w_scale[n] + bias[n] + residual[m, n]) from acc int32 [M, N];
+// bias/residual optional; out_dtype f32 or bf16.
+at::Tensor int8_dequantize_epilogue(const at::Tensor& acc, const at::Tensor& x_scale, const at::Tensor& w_scale,
+                                    const at::Tensor& bias, const at::Tensor& residual, std::string_view act,
+                                    at::ScalarType out_dtype);
+
+// act(x) in ATen ops for every name of infer::kActivations; throws naming the activation otherwise.
+at::Tensor apply_activation_reference(const at::Tensor& x, std::string_view act);
+
+// Whether oneDNN's int8 matmul has VNNI here (AVX512_VNNI or AVX_VNNI), and the line reports show:
+// "at::_int_mm (oneDNN, VNNI): 8-bit weights" or "... no VNNI: 7-bit weights (u8·s8 pairs saturate int16)".
+bool int8_matmul_has_vnni();
+const char* int8_linear_matmul_note();
+
+}  // namespace hotpath::ops
