@@ -1,0 +1,261 @@
+#include "hotpath/infer/package_dir.h"
+
+#include <ATen/ops/empty.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "hotpath/core/atomic_file.h"
+#include "hotpath/core/error.h"
+#include "hotpath/core/mapped_file.h"
+#include "hotpath/formats/safetensors.h"
+#include "hotpath/models/weights.h"
+
+namespace fs = std::filesystem;
+
+namespace hotpath::infer {
+namespace {
+
+constexpr std::int64_t kMaxLabels = 1 << 20;
+constexpr std::int64_t kMaxLength = 1 << 16;
+
+nlohmann::json read_json(const fs::path& path) {
+  HOTPATH_CHECK(fs::is_regular_file(path), path.string(), ": missing (a model package needs it)");
+  try {
+    return nlohmann::json::parse(read_file(path.string()));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path.string() + ": not valid JSON (" + e.what() + ")");
+  }
+}
+
+PackageKind kind_from_name(const std::string& s, const std::string& where) {
+  if (s == "image_classifier") return PackageKind::kImageClassifier;
+  if (s == "text_classifier") return PackageKind::kTextClassifier;
+  if (s == "sentence_embedder") return PackageKind::kSentenceEmbedder;
+  throw Error(where + ": kind '" + s + "' is not one of image_classifier, text_classifier, sentence_embedder");
+}
+
+std::string string_field(const nlohmann::json& j, const char* key, const std::string& where) {
+  auto it = j.find(key);
+  HOTPATH_CHECK(it != j.end() && it->is_string(), where, ": field '", key, "' missing or not a string");
+  return it->get<std::string>();
+}
+
+// What a node's param must look like: rank, dtype, and sizes tied to other params of the node.
+void check_param_shapes(const Node& n, const std::map<std::string, const formats::TensorView*>& views,
+                        const std::string& file) {
+  const auto view = [&](const char* role) -> const formats::TensorView* {
+    auto it = n.params.find(role);
+    return it == n.params.end() ? nullptr : views.at(it->second);
+  };
+  const auto fail = [&](const char* role, const std::string& expected) {
+    const formats::TensorView* v = view(role);
+    std::ostringstream os;
+    os << file << ": tensor " << n.params.at(role) << " (node " << n.name << " " << role << ") is "
+       << formats::dtype_name(v->dtype) << " " << c10::IntArrayRef(v->shape) << ", expected " << expected;
+    throw Error(os.str());
+  };
+  const bool quantized = !n.attr_str("quant", "").empty();
+  const auto float_dtype = [](formats::Dtype d) {
+    return d == formats::Dtype::F32 || d == formats::Dtype::F16 || d == formats::Dtype::BF16;
+  };
+  for (const auto& [role, key] : n.params) {
+    const formats::TensorView* v = views.at(key);
+    const bool int8_weight = quantized && role == "weight";
+    if (int8_weight && v->dtype != formats::Dtype::I8) fail(role.c_str(), "I8 (a quantized node's weight)");
+    if (!int8_weight && !float_dtype(v->dtype)) fail(role.c_str(), "a floating dtype (F32, F16, BF16)");
+  }
+  const auto dims = [&](const char* role) { return static_cast<std::int64_t>(view(role)->shape.size()); };
+  const auto size = [&](const char* role, std::size_t d) { return static_cast<std::int64_t>(view(role)->shape[d]); };
+  const auto vec_of = [&](const char* role, std::int64_t n_out) {
+    if (view(role) != nullptr && (dims(role) != 1 || size(role, 0) != n_out)) fail(role, "[" + std::to_string(n_out) + "]");
+  };
+  if (n.op == "conv2d") {
+    if (dims("weight") != 4) fail("weight", "4 dims [out, in/groups, kh, kw]");
+    vec_of("bias", size("weight", 0));
+    vec_of("weight_scale", size("weight", 0));
+  } else if (n.op == "linear") {
+    if (dims("weight") != 2) fail("weight", "2 dims [out, in]");
+    vec_of("bias", size("weight", 0));
+    vec_of("weight_scale", size("weight", 0));
+  } else if (n.op == "layer_norm") {
+    if (dims("weight") != 1) fail("weight", "1 dim");
+    vec_of("bias", size("weight", 0));
+  } else if (n.op == "bert_embed") {
+    if (dims("word") != 2) fail("word", "2 dims [vocab, hidden]");
+    const std::int64_t h = size("word", 1);
+    for (const char* r : {"position", "token_type"}) {
+      if (view(r) != nullptr && (dims(r) != 2 || size(r, 1) != h)) fail(r, "[n, " + std::to_string(h) + "]");
+    }
+    vec_of("ln_weight", h);
+    vec_of("ln_bias", h);
+  } else if (n.op == "vit_embed") {
+    if (dims("class_token") != 3) fail("class_token", "[1, 1, D]");
+    const std::int64_t d = size("class_token", 2);
+    if (dims("pos_embedding") != 3 || size("pos_embedding", 2) != d) fail("pos_embedding", "[1, P, D]");
+  }
+}
+
+}  // namespace
+
+const char* package_kind_name(PackageKind kind) {
+  switch (kind) {
+    case PackageKind::kImageClassifier: return "image_classifier";
+    case PackageKind::kTextClassifier: return "text_classifier";
+    case PackageKind::kSentenceEmbedder: return "sentence_embedder";
+  }
+  return "image_classifier";
+}
+
+bool is_package_dir(const fs::path& dir) {
+  const fs::path config = dir / "config.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(config, ec) || fs::file_size(config, ec) > (64u << 20)) return false;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(read_file(config.string()));
+    return j.is_object() && j.contains("hotpath_package");
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+PackageDir read_package_dir(const fs::path& dir) {
+  HOTPATH_CHECK(fs::is_directory(dir), dir.string(), ": not a directory (expected a model package from hotpath export)");
+  PackageDir p;
+  p.dir = dir.string();
+  const fs::path config_path = dir / "config.json";
+  const nlohmann::json config = read_json(config_path);
+  const std::string where = config_path.string();
+  HOTPATH_CHECK(config.is_object(), where, ": expected a JSON object");
+  auto version = config.find("hotpath_package");
+  HOTPATH_CHECK(version != config.end(), where, ": no 'hotpath_package' field — not a hotpath model package");
+  HOTPATH_CHECK(version->is_number_integer() && version->get<std::int64_t>() == 1, where,
+                ": hotpath_package is ", version->dump(), ", expected 1 (this build reads version 1)");
+  p.kind = kind_from_name(string_field(config, "kind", where), where + ".kind");
+  p.architecture = string_field(config, "architecture", where);
+  p.precision = parse_precision(string_field(config, "precision", where), where + ".precision");
+  HOTPATH_CHECK(config.contains("graph"), where, ": field 'graph' missing");
+  p.graph = graph_from_json(config["graph"], where + ".graph");
+  if (config.contains("source")) p.source = config["source"];
+
+  const fs::path pre_path = dir / "preprocess.json";
+  const nlohmann::json pre = read_json(pre_path);
+  if (p.kind == PackageKind::kImageClassifier) {
+    p.image = eval_preprocess_from_json(pre, pre_path.string());
+    HOTPATH_CHECK(p.graph.inputs.size() == 1 && p.graph.inputs[0].shape.size() == 4, where,
+                  ".graph: an image package takes one [N, C, H, W] input");
+    const auto& shape = p.graph.inputs[0].shape;
+    HOTPATH_CHECK(shape[1] == p.image.channels && shape[2] == p.image.image_size && shape[3] == p.image.image_size,
+                  pre_path.string(), ": channels ", p.image.channels, " and image_size ", p.image.image_size,
+                  " contradict the graph input ", c10::IntArrayRef(shape));
+  } else {
+    auto it = pre.find("max_length");
+    HOTPATH_CHECK(pre.is_object() && it != pre.end() && it->is_number_integer(), pre_path.string(),
+                  ": field 'max_length' missing or not an integer");
+    p.text.max_length = it->get<std::int64_t>();
+    HOTPATH_CHECK(p.text.max_length >= 2 && p.text.max_length <= kMaxLength, pre_path.string(), ": max_length ",
+                  p.text.max_length, " outside [2, ", kMaxLength, "]");
+  }
+
+  if (p.kind != PackageKind::kSentenceEmbedder) {
+    const fs::path labels_path = dir / "labels.txt";
+    HOTPATH_CHECK(fs::is_regular_file(labels_path), labels_path.string(), ": missing (a classifier package needs it)");
+    std::istringstream in(read_file(labels_path.string()));
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      p.labels.push_back(line);
+      HOTPATH_CHECK(static_cast<std::int64_t>(p.labels.size()) <= kMaxLabels, labels_path.string(), ": more than ",
+                    kMaxLabels, " labels");
+    }
+    HOTPATH_CHECK(!p.labels.empty(), labels_path.string(), ": no labels");
+  }
+  return p;
+}
+
+Graph load_package_graph(const PackageDir& package) {
+  const fs::path path = fs::path(package.dir) / "model.safetensors";
+  HOTPATH_CHECK(fs::is_regular_file(path), path.string(), ": missing (a model package needs it)");
+  const formats::SafetensorsFile file = formats::SafetensorsFile(path.string());
+  std::map<std::string, const formats::TensorView*> views;
+  for (const formats::TensorView& v : file.tensors()) views[v.name] = &v;
+  Graph g = package.graph;
+  std::set<std::string> wanted;
+  for (const Node& n : g.nodes) {
+    for (const auto& [role, key] : n.params) {
+      HOTPATH_CHECK(views.count(key) != 0, path.string(), ": tensor ", key, " (node ", n.name, " ", role,
+                    ") is missing");
+      wanted.insert(key);
+    }
+    check_param_shapes(n, views, path.string());
+  }
+  for (const auto& [key, view] : views) {
+    HOTPATH_CHECK(wanted.count(key) != 0, path.string(), ": tensor ", key, " is used by no node of config.json's graph");
+  }
+  for (const std::string& key : wanted) {
+    at::Tensor t = models::to_tensor(*views.at(key));
+    if (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16) t = t.to(at::kFloat);
+    g.params[key] = std::move(t);
+  }
+  g.validate();
+  if (package.kind != PackageKind::kSentenceEmbedder) {
+    const Node* last = nullptr;
+    for (const Node& n : g.nodes) {
+      if (n.output == g.outputs.front()) last = &n;
+    }
+    if (last != nullptr && last->op == "linear") {
+      const std::int64_t classes = g.params.at(last->params.at("weight")).size(0);
+      HOTPATH_CHECK(classes == static_cast<std::int64_t>(package.labels.size()), package.dir, "/labels.txt: ",
+                    package.labels.size(), " labels, but the model's output layer ", last->name, " has ", classes,
+                    " classes");
+    }
+  }
+  return g;
+}
+
+void write_package_dir(const fs::path& dir, const PackageDir& package, const Graph& graph, const nlohmann::json& report,
+                       const std::vector<fs::path>& extra_files, bool overwrite) {
+  graph.validate();
+  std::error_code ec;
+  if (fs::exists(dir, ec)) {
+    HOTPATH_CHECK(fs::is_directory(dir), dir.string(), ": exists and is not a directory");
+    HOTPATH_CHECK(overwrite || fs::is_empty(dir), dir.string(),
+                  ": exists and is not empty (pass --overwrite to replace the package)");
+  }
+  fs::create_directories(dir);
+  nlohmann::ordered_json config;
+  config["hotpath_package"] = 1;
+  config["kind"] = package_kind_name(package.kind);
+  config["architecture"] = package.architecture;
+  config["precision"] = precision_name(package.precision);
+  if (!package.labels.empty()) config["num_classes"] = package.labels.size();
+  config["source"] = package.source;
+  config["graph"] = graph_to_json(graph);
+  write_file_atomic((dir / "config.json").string(), config.dump(2) + "\n");
+
+  nlohmann::ordered_json pre;
+  if (package.kind == PackageKind::kImageClassifier) {
+    pre = to_json(package.image);
+  } else {
+    pre["max_length"] = package.text.max_length;
+  }
+  write_file_atomic((dir / "preprocess.json").string(), pre.dump(2) + "\n");
+  if (!package.labels.empty()) {
+    std::string text;
+    for (const std::string& l : package.labels) {
+      HOTPATH_CHECK(l.find('\n') == std::string::npos && l.find('\r') == std::string::npos,
+                    "export: class name '", l, "' contains a line break, which labels.txt cannot hold");
+      text += l + "\n";
+    }
+    write_file_atomic((dir / "labels.txt").string(), text);
+  }
+  write_file_atomic((dir / "quantization_report.json").string(), report.dump(2) + "\n");
+  for (const fs::path& f : extra_files) {
+    write_file_atomic((dir / f.filename()).string(), read_file(f.string()));
+  }
+  models::write_tensors((dir / "model.safetensors").string(), graph.params, {{"format", "hotpath"}});
+}
+
+}  // namespace hotpath::infer

@@ -1,0 +1,356 @@
+// The inference engine against the training models it was lowered from: every family, every op,
+// folded batch norms, fused residuals, merged LoRA, packages written and read back, bad packages.
+#include "hotpath/infer/engine.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/nn/modules/batchnorm.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "hotpath/core/cpu.h"
+#include "hotpath/core/error.h"
+#include "hotpath/infer/lower.h"
+#include "hotpath/infer/package_dir.h"
+#include "hotpath/models/lora.h"
+#include "hotpath/models/registry.h"
+#include "hotpath/models/text/bert.h"
+#include "hotpath/models/weights.h"
+#include "support/test_support.h"
+
+namespace hotpath::infer {
+namespace {
+
+namespace fs = std::filesystem;
+using test::TempDir;
+
+// Batch norms with non-trivial statistics and affine parameters, so folding them is really tested.
+void randomize_batch_norms(torch::nn::Module& model) {
+  const at::NoGradGuard no_grad;
+  for (const auto& m : model.modules()) {
+    if (auto* bn = m->as<torch::nn::BatchNorm2dImpl>()) {
+      bn->running_mean.uniform_(-0.5, 0.5);
+      bn->running_var.uniform_(0.5, 2.0);
+      bn->weight.uniform_(0.5, 1.5);
+      bn->bias.uniform_(-0.2, 0.2);
+    }
+  }
+}
+
+// max |a − b| / max(1, max |b|): scale-aware, so deep nets with large logits are judged fairly.
+double rel_error(const at::Tensor& a, const at::Tensor& b) {
+  const double scale = std::max(1.0, b.abs().max().item<double>());
+  return (a - b).abs().max().item<double>() / scale;
+}
+
+at::Tensor image_reference(models::ImageClassifier& model, const at::Tensor& x) {
+  model.eval();
+  const at::NoGradGuard no_grad;
+  return model.forward(x);
+}
+
+struct VisionCase {
+  const char* name;
+  std::int64_t channels;
+  std::int64_t size;
+};
+
+class EngineVision : public ::testing::TestWithParam<VisionCase> {};
+
+TEST_P(EngineVision, MatchesTheTrainingModelWithin1e5) {
+  const VisionCase c = GetParam();
+  at::manual_seed(7);
+  auto model = models::create_model(c.name, {.num_classes = 5, .in_channels = c.channels});
+  randomize_batch_norms(*model);
+  model->eval();
+  const at::Tensor x = at::randn({3, c.channels, c.size, c.size});
+  const at::Tensor expected = image_reference(*model, x);
+  Graph g = lower_image_model(*model, {.channels = c.channels, .image_size = c.size});
+  for (bool channels_last : {true, false}) {
+    const Engine engine = Engine::from_graph(g, {.threads = 1, .channels_last = channels_last});
+    const at::Tensor got = engine.run({x}).front();
+    ASSERT_EQ(got.sizes(), expected.sizes());
+    EXPECT_LT(rel_error(got, expected), 1e-5) << c.name << (channels_last ? " channels-last" : " contiguous");
+  }
+  // No BatchNorm survives lowering: every conv carries its folded scale and shift.
+  for (const Node& n : g.nodes) EXPECT_NE(n.op, "batch_norm");
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, EngineVision,
+                         ::testing::Values(VisionCase{"cnn_small", 1, 28}, VisionCase{"resnet18", 3, 64},
+                                           VisionCase{"resnet18_small", 3, 32}, VisionCase{"resnet50", 3, 64},
+                                           VisionCase{"efficientnet_b0", 3, 64},
+                                           VisionCase{"efficientnet_lite0", 3, 65}, VisionCase{"vit_tiny", 3, 224}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+formats::BertConfig tiny_bert(formats::BertArch arch) {
+  formats::BertConfig c;
+  c.arch = arch;
+  c.vocab_size = 50;
+  c.hidden_size = 32;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.intermediate_size = 48;
+  c.max_position_embeddings = 40;
+  c.type_vocab_size = arch == formats::BertArch::kBert ? 2 : 0;
+  c.num_labels = 3;
+  c.hidden_dropout_prob = 0.0;
+  c.attention_probs_dropout_prob = 0.0;
+  return c;
+}
+
+struct TextInputs {
+  at::Tensor ids, mask, types;
+};
+
+// Two sequences, the second padded: the mask matters.
+TextInputs text_inputs(std::int64_t length, std::int64_t vocab) {
+  TextInputs t;
+  t.ids = at::randint(1, vocab, {2, length}, at::kLong);
+  t.mask = at::ones({2, length}, at::kLong);
+  t.mask[1].narrow(0, length / 2, length - length / 2).zero_();
+  t.types = at::zeros({2, length}, at::kLong);
+  t.types[0].narrow(0, length / 2, length - length / 2).fill_(1);
+  return t;
+}
+
+TEST(EngineText, BertClassifierMatchesTheTrainingModel) {
+  for (auto arch : {formats::BertArch::kBert, formats::BertArch::kDistilBert}) {
+    at::manual_seed(3);
+    models::BertForSequenceClassification model(tiny_bert(arch));
+    model.eval();
+    const Engine engine = Engine::from_graph(lower_text_classifier(model), {.threads = 1});
+    for (std::int64_t length : {7, 19}) {
+      const TextInputs in = text_inputs(length, 50);
+      const at::NoGradGuard no_grad;
+      const at::Tensor expected = model.forward(in.ids, in.mask, in.types);
+      const at::Tensor got = engine.run({in.ids, in.mask, in.types}).front();
+      EXPECT_LT(rel_error(got, expected), 1e-5) << (arch == formats::BertArch::kBert ? "bert" : "distilbert")
+                                                 << " length " << length;
+    }
+  }
+}
+
+TEST(EngineText, MergesLoraAdaptersIntoTheWeights) {
+  at::manual_seed(4);
+  models::BertForSequenceClassification model(tiny_bert(formats::BertArch::kBert));
+  formats::LoraConfig lora;
+  lora.r = 4;
+  lora.lora_alpha = 8;
+  lora.target_modules = {"query", "value"};
+  models::apply_lora(model, lora);
+  {
+    const at::NoGradGuard no_grad;
+    for (auto& p : model.named_parameters()) {
+      if (p.key().find("lora_B") != std::string::npos) p.value().normal_(0.0, 0.5);
+    }
+  }
+  model.eval();
+  const TextInputs in = text_inputs(9, 50);
+  at::Tensor expected;
+  {
+    const at::NoGradGuard no_grad;
+    expected = model.forward(in.ids, in.mask, in.types);
+  }
+  const Engine engine = Engine::from_graph(lower_text_classifier(model), {.threads = 1});
+  EXPECT_LT(rel_error(engine.run({in.ids, in.mask, in.types}).front(), expected), 1e-5);
+}
+
+TEST(EngineText, SentenceEmbedderMatchesMeanPoolAndNormalize) {
+  at::manual_seed(5);
+  auto bert = std::make_shared<models::BertModel>(tiny_bert(formats::BertArch::kBert),
+                                                  models::BertOptions{.add_pooling_layer = false});
+  bert->eval();
+  const models::SentenceEmbedder embedder(bert);
+  const TextInputs in = text_inputs(11, 50);
+  at::Tensor expected;
+  {
+    const at::NoGradGuard no_grad;
+    expected = embedder.forward(in.ids, in.mask, in.types);
+  }
+  const Engine engine = Engine::from_graph(lower_sentence_embedder(embedder), {.threads = 1});
+  EXPECT_LT(rel_error(engine.run({in.ids, in.mask, in.types}).front(), expected), 1e-5);
+  // Missing mask and token types mean "attend everywhere" and "segment 0".
+  const at::Tensor all = at::ones_like(in.ids);
+  at::Tensor full;
+  {
+    const at::NoGradGuard no_grad;
+    full = embedder.forward(in.ids, all, at::zeros_like(in.ids));
+  }
+  EXPECT_LT(rel_error(engine.run({in.ids}).front(), full), 1e-5);
+}
+
+TEST(EngineInputs, RefusesWrongShapesDtypesAndIdsWithOneLine) {
+  at::manual_seed(1);
+  auto model = models::create_model("cnn_small", {.num_classes = 3, .in_channels = 1});
+  model->eval();
+  const Engine engine = Engine::from_graph(lower_image_model(*model, {.channels = 1, .image_size = 28}));
+  const auto message = [&](const std::vector<at::Tensor>& in) {
+    try {
+      (void)engine.run(in);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({at::randn({2, 3, 28, 28})}).find("input images is [2, 3, 28, 28]"), std::string::npos);
+  EXPECT_NE(message({at::randn({2, 1, 28})}).find("expected 4 dims"), std::string::npos);
+  EXPECT_NE(message({at::ones({2, 1, 28, 28}, at::kLong)}).find("expected floating point"), std::string::npos);
+  EXPECT_NE(message({}).find("input images is required"), std::string::npos);
+
+  models::BertForSequenceClassification bert(tiny_bert(formats::BertArch::kBert));
+  bert.eval();
+  const Engine text = Engine::from_graph(lower_text_classifier(bert));
+  const at::Tensor ids = at::full({1, 4}, 50, at::kLong);  // vocab is 50: id 50 is out of range
+  EXPECT_THROW((void)text.run({ids}), Error);
+  try {
+    (void)text.run({ids});
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("input_ids holds ids in [50, 50], expected [0, 50)"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW((void)text.run({at::zeros({1, 41}, at::kLong)}), Error);  // beyond 40 positions
+}
+
+TEST(EngineBf16, RunsFp32WithAReasonWhereTheCpuLacksNativeBf16) {
+  at::manual_seed(2);
+  auto model = models::create_model("resnet18_small", {.num_classes = 4, .in_channels = 3});
+  randomize_batch_norms(*model);
+  model->eval();
+  const Graph g = lower_image_model(*model, {.channels = 3, .image_size = 16});
+  const at::Tensor x = at::randn({2, 3, 16, 16});
+  const at::Tensor fp32 = Engine::from_graph(g).run({x}).front();
+  {
+    const cpu::ScopedMaxIsa cap(cpu::Isa::kAvx512);
+    const Engine e = Engine::from_graph(g, {.precision = Precision::kBf16});
+    EXPECT_NE(e.describe().find("lacks AVX512_BF16, so fp32 runs instead"), std::string::npos) << e.describe();
+    EXPECT_LT(rel_error(e.run({x}).front(), fp32), 1e-6);
+  }
+  if (cpu::detected_isa() >= cpu::Isa::kAvx512Bf16) {
+    const Engine e = Engine::from_graph(g, {.precision = Precision::kBf16});
+    EXPECT_LT(rel_error(e.run({x}).front(), fp32), 5e-2) << "bf16 tolerance";
+  }
+}
+
+// ---- packages -------------------------------------------------------------------------------------
+
+PackageDir image_package(const std::string& arch, std::int64_t channels, std::int64_t size, std::int64_t classes) {
+  PackageDir p;
+  p.kind = PackageKind::kImageClassifier;
+  p.architecture = arch;
+  p.image.channels = channels;
+  p.image.image_size = size;
+  p.image.crop = EvalCrop::kResize;
+  p.image.mean.assign(static_cast<std::size_t>(channels), 0.5);
+  p.image.std.assign(static_cast<std::size_t>(channels), 0.25);
+  for (std::int64_t i = 0; i < classes; ++i) p.labels.push_back("class " + std::to_string(i));
+  return p;
+}
+
+TEST(Package, RoundTripsAndReloadsBitIdentical) {
+  at::manual_seed(9);
+  auto model = models::create_model("resnet18_small", {.num_classes = 3, .in_channels = 1});
+  randomize_batch_norms(*model);
+  model->eval();
+  const Graph g = lower_image_model(*model, {.channels = 1, .image_size = 12});
+  const TempDir dir;
+  const fs::path pkg = dir.path() / "pkg";
+  write_package_dir(pkg, image_package("resnet18_small", 1, 12, 3), g, {{"precision", "fp32"}}, {}, false);
+  for (const char* f : {"config.json", "model.safetensors", "preprocess.json", "labels.txt", "quantization_report.json"}) {
+    EXPECT_TRUE(fs::is_regular_file(pkg / f)) << f;
+  }
+  EXPECT_TRUE(is_package_dir(pkg));
+  const PackageDir back = read_package_dir(pkg);
+  EXPECT_EQ(back.labels, std::vector<std::string>({"class 0", "class 1", "class 2"}));
+  EXPECT_EQ(back.image.image_size, 12);
+  const at::Tensor x = at::randn({2, 1, 12, 12});
+  const at::Tensor a = Engine::from_graph(g).run({x}).front();
+  const at::Tensor b = Engine::load(pkg.string()).run({x}).front();
+  EXPECT_TRUE(at::equal(a, b));
+  // An existing, non-empty package is not overwritten by accident.
+  EXPECT_THROW(write_package_dir(pkg, image_package("resnet18_small", 1, 12, 3), g, {}, {}, false), Error);
+}
+
+std::string load_error(const fs::path& pkg) {
+  try {
+    (void)Engine::load(pkg.string());
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Package, BadPackagesFailWithOneLineNamingTheFile) {
+  at::manual_seed(10);
+  auto model = models::create_model("cnn_small", {.num_classes = 3, .in_channels = 1});
+  model->eval();
+  const Graph g = lower_image_model(*model, {.channels = 1, .image_size = 8});
+  const TempDir dir;
+  const auto fresh = [&](const std::string& name) {
+    const fs::path pkg = dir.path() / name;
+    write_package_dir(pkg, image_package("cnn_small", 1, 8, 3), g, {}, {}, false);
+    return pkg;
+  };
+  const auto write = [](const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; };
+  {
+    const fs::path pkg = fresh("no-weights");
+    fs::remove(pkg / "model.safetensors");
+    EXPECT_NE(load_error(pkg).find("model.safetensors: missing"), std::string::npos) << load_error(pkg);
+  }
+  {
+    const fs::path pkg = fresh("garbled-config");
+    write(pkg / "config.json", "{\"hotpath_package\": 1, \"kind\": ");
+    EXPECT_NE(load_error(pkg).find("config.json: not valid JSON"), std::string::npos) << load_error(pkg);
+  }
+  {
+    const fs::path pkg = fresh("garbled-weights");
+    write(pkg / "model.safetensors", "\x08\x00\x00\x00\x00\x00\x00\x00{\"a\":1}");
+    EXPECT_NE(load_error(pkg).find("model.safetensors"), std::string::npos) << load_error(pkg);
+  }
+  {
+    const fs::path pkg = fresh("wrong-labels");
+    write(pkg / "labels.txt", "a\nb\n");
+    EXPECT_NE(load_error(pkg).find("2 labels, but the model's output layer classifier has 3 classes"),
+              std::string::npos)
+        << load_error(pkg);
+  }
+  {
+    const fs::path pkg = fresh("contradicting-preprocess");
+    write(pkg / "preprocess.json",
+          R"({"channels": 3, "image_size": 8, "mean": [0,0,0], "std": [1,1,1], "eval_crop": "resize"})");
+    EXPECT_NE(load_error(pkg).find("contradict the graph input"), std::string::npos) << load_error(pkg);
+  }
+  {
+    // Weights of another model: the first conv's weight has the wrong shape for its node.
+    const fs::path pkg = fresh("other-weights");
+    auto t = models::read_tensors((pkg / "model.safetensors").string());
+    t.begin()->second = at::zeros({4});
+    models::write_tensors((pkg / "model.safetensors").string(), t);
+    EXPECT_NE(load_error(pkg).find("expected"), std::string::npos) << load_error(pkg);
+  }
+  {
+    const fs::path pkg = fresh("hf-config");
+    write(pkg / "config.json", R"({"model_type": "bert", "hidden_size": 8})");
+    EXPECT_FALSE(is_package_dir(pkg));
+    EXPECT_NE(load_error(pkg).find("not a hotpath model package"), std::string::npos) << load_error(pkg);
+  }
+  {
+    const fs::path pkg = fresh("unknown-op");
+    std::string text;
+    {
+      std::ifstream in(pkg / "config.json");
+      text.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const auto pos = text.find("\"conv2d\"");
+    ASSERT_NE(pos, std::string::npos);
+    text.replace(pos, 8, "\"conv9d\"");
+    write(pkg / "config.json", text);
+    EXPECT_NE(load_error(pkg).find("unknown op 'conv9d'"), std::string::npos) << load_error(pkg);
+  }
+}
+
+}  // namespace
+}  // namespace hotpath::infer
