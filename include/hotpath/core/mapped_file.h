@@ -33,7 +33,8 @@ class MappedFile {
   std::size_t size_ = 0;
 };
 
-// Reads a whole file into memory (for small files: configs, lists). Throws hotpath::Error.
+// Reads a whole file into memory (for small files: configs, lists), at most read_limit::kDefault;
+// see core/input_file.h for the per-kind limits and the regular-file check. Throws hotpath::Error.
 std::string read_file(const std::string& path);
 
 }  // namespace hotpath

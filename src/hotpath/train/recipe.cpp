@@ -4,14 +4,15 @@
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
+#include <cmath>
 #include <initializer_list>
 #include <set>
-#include <sstream>
 #include <string_view>
 #include <type_traits>
 
+#include "hotpath/core/bounded.h"
 #include "hotpath/core/error.h"
+#include "hotpath/core/input_file.h"
 
 namespace hotpath::train {
 namespace {
@@ -174,9 +175,22 @@ class Reader {
   void operator()(const char* key, std::uint64_t& value, Allowed = {}) {
     scalar(key, value, "a non-negative integer");
   }
-  void operator()(const char* key, double& value, Allowed = {}) { scalar(key, value, "a number"); }
+  void operator()(const char* key, double& value, Allowed = {}) {
+    scalar(key, value, "a number");
+    if (const YAML::Node n = find(key)) {
+      HOTPATH_CHECK(std::isfinite(value), where(n, key), ": expected a finite number, got '", n.Scalar(), "'");
+    }
+  }
   void operator()(const char* key, std::vector<std::string>& value, Allowed = {}) { list(key, value, "strings"); }
-  void operator()(const char* key, std::vector<double>& value, Allowed = {}) { list(key, value, "numbers"); }
+  void operator()(const char* key, std::vector<double>& value, Allowed = {}) {
+    list(key, value, "numbers");
+    if (const YAML::Node n = find(key)) {
+      HOTPATH_CHECK(value.size() <= 64, where(n, key), ": expected at most 64 numbers, got ", value.size());
+      for (std::size_t i = 0; i < value.size(); ++i) {
+        HOTPATH_CHECK(std::isfinite(value[i]), where(n, key), "[", i, "]: expected a finite number");
+      }
+    }
+  }
 
  private:
   // The node at a dotted key, or an invalid node when absent.
@@ -352,6 +366,46 @@ void check_range(bool ok, const Recipe& r, const char* key, const std::string& e
   HOTPATH_CHECK(ok, r.source, ": ", key, ": expected ", expected);
 }
 
+// Upper bounds (and the lower ones validate() leaves open) on every integer and every double that
+// becomes a count of steps, samples or threads: far above any real run, far below an overflow or an
+// allocation that cannot succeed.
+void check_bounds(const Recipe& r) {
+  constexpr std::int64_t kMaxCount = std::int64_t{1} << 40;  // steps, samples
+  const auto in = [&](std::int64_t v, std::int64_t lo, std::int64_t hi, const char* key) {
+    check_int_in(v, lo, hi, r.source + ": " + key);
+  };
+  const auto real = [&](double v, double lo, double hi, const char* key) {
+    check_double_in(v, lo, hi, r.source + ": " + key);
+  };
+  const auto& m = r.model;
+  const auto& d = r.data;
+  const auto& t = r.train;
+  in(m.num_classes, 1, 1'000'000, "model.num_classes");
+  in(m.lora_r, 0, 65536, "model.lora_r");
+  in(d.image_size, 8, 4096, "data.image_size");
+  in(d.resize_shorter, 8, 8192, "data.resize_shorter");
+  in(d.translate, 0, 4096, "data.translate");
+  in(d.shuffle_buffer, 1, std::int64_t{1} << 24, "data.shuffle_buffer");
+  in(d.max_bad_samples, 0, kMaxCount, "data.max_bad_samples");
+  in(d.pad_to_multiple_of, 0, 65536, "data.pad_to_multiple_of");
+  in(d.max_tokens, 0, std::int64_t{1} << 30, "data.max_tokens");
+  in(t.epochs, 1, 1'000'000, "train.epochs");
+  in(t.batch_size, 1, std::int64_t{1} << 20, "train.batch_size");
+  in(t.threads, 0, max_threads(), "train.threads");
+  in(t.log_every, 1, kMaxCount, "train.log_every");
+  in(t.eval_every, 0, 1'000'000, "train.eval_every");
+  in(t.max_steps, 0, kMaxCount, "train.max_steps");
+  in(t.scaler_growth_interval, 1, kMaxCount, "train.scaler_growth_interval");
+  in(r.checkpoint.every_epochs, 0, 1'000'000, "checkpoint.every_epochs");
+  in(r.checkpoint.every_steps, 0, kMaxCount, "checkpoint.every_steps");
+  in(r.checkpoint.keep_last, 1, 1'000'000, "checkpoint.keep_last");
+  // Epoch counts that the schedule multiplies by steps per epoch: bounded like train.epochs.
+  real(r.schedule.warmup_epochs, 0, 1e6, "schedule.warmup_epochs");
+  real(r.schedule.step_epochs, 1e-9, 1e6, "schedule.step_epochs");
+  real(r.optimizer.lr, 1e-300, 1e6, "optimizer.lr");
+  real(t.scaler_init_scale, 1e-30, 1e30, "train.scaler_init_scale");
+}
+
 void validate(const Recipe& r) {
   const auto& d = r.data;
   const auto& t = r.train;
@@ -406,6 +460,7 @@ void validate(const Recipe& r) {
   check_range(r.checkpoint.every_steps >= 0, r, "checkpoint.every_steps", ">= 0");
   check_range(r.checkpoint.keep_last >= 1, r, "checkpoint.keep_last", ">= 1");
   check_range(!r.output_dir.empty(), r, "output_dir", "a directory");
+  check_bounds(r);
 }
 
 }  // namespace
@@ -419,14 +474,75 @@ std::vector<std::string> recipe_keys() {
 
 namespace {
 
-Recipe parse_recipe_unguarded(const std::string& yaml_text, const std::vector<std::string>& overrides,
-                              const std::string& source) {
-  YAML::Node root;
+// yaml-cpp accepts a double-quoted scalar that runs to the end of the file ("abc<EOF> reads as
+// "abc "); find the closing quote ourselves from the scalar's mark.
+bool quoted_scalar_closed(const std::string& text, std::size_t pos) {
+  const char quote = text[pos];
+  for (std::size_t i = pos + 1; i < text.size(); ++i) {
+    if (quote == '"' && text[i] == '\\') {
+      ++i;
+    } else if (text[i] == quote) {
+      if (quote == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+        ++i;  // '' is an escaped quote inside a single-quoted scalar
+        continue;
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+// What yaml-cpp lets through and a recipe must not: a key given twice in one mapping (yaml-cpp keeps
+// both, lookups see the first), an unterminated quoted scalar. Iterative: depth is yaml-cpp's bound.
+void check_strict_yaml(const YAML::Node& root, const std::string& text, const std::string& source) {
+  std::vector<YAML::Node> stack{root};
+  while (!stack.empty()) {
+    const YAML::Node node = stack.back();
+    stack.pop_back();
+    if (node.IsScalar()) {
+      const YAML::Mark mark = node.Mark();
+      if (node.Tag() == "!" && !mark.is_null() && static_cast<std::size_t>(mark.pos) < text.size() &&
+          (text[mark.pos] == '"' || text[mark.pos] == '\'')) {
+        HOTPATH_CHECK(quoted_scalar_closed(text, static_cast<std::size_t>(mark.pos)), source, ":", mark.line + 1, ":",
+                      mark.column + 1, ": invalid YAML: quoted scalar not closed before the end of the file");
+      }
+    } else if (node.IsMap()) {
+      std::set<std::string> keys;
+      for (const auto& kv : node) {
+        if (kv.first.IsScalar()) {
+          const YAML::Mark mark = kv.first.Mark();
+          HOTPATH_CHECK(keys.insert(kv.first.Scalar()).second, source, ":", mark.line + 1, ": invalid YAML: key '",
+                        printable(kv.first.Scalar()), "' given twice in one mapping");
+        }
+        stack.push_back(kv.first);
+        stack.push_back(kv.second);
+      }
+    } else if (node.IsSequence()) {
+      for (const auto& item : node) stack.push_back(item);
+    }
+  }
+}
+
+YAML::Node load_strict_yaml(const std::string& text, const std::string& source) {
+  std::vector<YAML::Node> docs;
   try {
-    root = YAML::Load(yaml_text);
+    docs = YAML::LoadAll(text);
   } catch (const YAML::ParserException& e) {
     HOTPATH_CHECK(false, source, ":", e.mark.line + 1, ":", e.mark.column + 1, ": invalid YAML: ", e.msg);
   }
+  if (docs.size() > 1) {
+    const YAML::Mark mark = docs[1].Mark();
+    HOTPATH_CHECK(false, source, mark.is_null() ? std::string() : ":" + std::to_string(mark.line + 1),
+                  ": invalid YAML: a second document (after '---' or '...'); a recipe is one document");
+  }
+  if (docs.empty()) return YAML::Node();
+  check_strict_yaml(docs[0], text, source);
+  return docs[0];
+}
+
+Recipe parse_recipe_unguarded(const std::string& yaml_text, const std::vector<std::string>& overrides,
+                              const std::string& source) {
+  YAML::Node root = load_strict_yaml(yaml_text, source);
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   std::set<std::string> overridden;
   for (const auto& o : overrides) overridden.insert(apply_override(root, o));
@@ -453,11 +569,7 @@ Recipe parse_recipe(const std::string& yaml_text, const std::vector<std::string>
 }
 
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path, std::ios::binary);
-  HOTPATH_CHECK(in.good(), path, ": cannot open the recipe file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_recipe(ss.str(), overrides, path);
+  return parse_recipe(read_file(path, read_limit::kRecipe, "recipe"), overrides, path);
 }
 
 std::string to_yaml(const Recipe& recipe) {
