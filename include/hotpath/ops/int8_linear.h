@@ -10,7 +10,8 @@
 // w_scale[n] = max|W[n, :]|/127. Three steps: a fused row-absmax + quantize kernel, at::_int_mm (oneDNN
 // s8·s8→s32; VNNI where the CPU has it), and one epilogue kernel (both scales, bias, residual, activation;
 // f32 out, or bf16 when x is bf16). The two kernels are compiled for AVX-512, AVX2 and the baseline and
-// chosen by the CPU dispatch (op "int8_linear", core/cpu.h); forward_reference() is the twin in ATen ops.
+// chosen by the CPU dispatch (op "int8_linear", core/cpu.h; kernels in int8_kernels.h); forward_reference() is
+// the twin in ATen ops.
 //
 // On CPUs without VNNI oneDNN multiplies u8·s8 pairs into saturating int16 (its "int8 computation
 // nuances"): 8-bit weights then give wrong sums, 7-bit weights ([-63, 63]) give exact ones, 7-bit
@@ -25,6 +26,8 @@
 #include <cstdint>
 #include <string_view>
 #include <utility>
+
+#include "hotpath/ops/int8_kernels.h"
 
 namespace hotpath::ops {
 
@@ -67,25 +70,5 @@ class Int8Linear {
   at::Tensor bias_;          // f32 [O] or undefined
   int weight_bits_ = 8;
 };
-
-// ---- the kernels alone (tests, benchmarks) ---------------------------------------------------------
-
-// Row-wise symmetric quantization of x [M, K] (f32 or bf16, contiguous): (int8 [M, K], f32 scale [M]),
-// scale = max|row|/qmax (1 for an all-zero row), q = round_half_even(x · (qmax/max|row|)).
-std::pair<at::Tensor, at::Tensor> int8_quantize_rows(const at::Tensor& x, int qmax = 127);
-
-// out [M, N] = act(acc · x_scale[m] · w_scale[n] + bias[n] + residual[m, n]) from acc int32 [M, N];
-// bias/residual optional; out_dtype f32 or bf16.
-at::Tensor int8_dequantize_epilogue(const at::Tensor& acc, const at::Tensor& x_scale, const at::Tensor& w_scale,
-                                    const at::Tensor& bias, const at::Tensor& residual, std::string_view act,
-                                    at::ScalarType out_dtype);
-
-// act(x) in ATen ops for every name of infer::kActivations; throws naming the activation otherwise.
-at::Tensor apply_activation_reference(const at::Tensor& x, std::string_view act);
-
-// Whether oneDNN's int8 matmul has VNNI here (AVX512_VNNI or AVX_VNNI), and the line reports show:
-// "at::_int_mm (oneDNN, VNNI): 8-bit weights" or "... no VNNI: 7-bit weights (u8·s8 pairs saturate int16)".
-bool int8_matmul_has_vnni();
-const char* int8_linear_matmul_note();
 
 }  // namespace hotpath::ops

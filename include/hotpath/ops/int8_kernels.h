@@ -1,0 +1,47 @@
+// hotpath/ops/int8_kernels.h — the element-wise kernels around hotpath's INT8 matmuls and convolutions:
+// quantize activations (per row symmetric s8, per tensor affine u8) and dequantize int32 sums.
+//
+//   auto [q, x_scale] = int8_quantize_rows(x);                      // x [M, K] f32/bf16 → s8, f32 [M]
+//   at::Tensor y = int8_dequantize_epilogue(at::_int_mm(q, w_kn), x_scale, w_scale, bias, {}, "gelu", at::kFloat);
+//   at::Tensor u8 = int8_quantize_u8(image, 0.02, 128);            // [N, C, H, W] → u8 channels-last
+//
+// Each kernel is compiled for AVX-512, AVX2 and the baseline (GCC vectors) and chosen per call by the CPU
+// dispatch (core/cpu.h): op "int8_linear" (row quantizer, epilogue) and op "int8_conv" (u8 quantizer),
+// whose notes also say what the matmul / convolution itself runs (oneDNN is not capped by HOTPATH_MAX_ISA).
+// Every variant rounds each product and sum as the ATen twins written in the tests do: quantizers are bit
+// for bit, the epilogue too except its transcendental activations (~1e-7, polynomial exp and erf).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string_view>
+#include <utility>
+
+namespace hotpath::ops {
+
+// Row-wise symmetric quantization of x [M, K] (f32 or bf16): (int8 [M, K], f32 scale [M]),
+// scale = max|row|/qmax (1 for an all-zero row), q = round_half_even(x · (qmax/max|row|)).
+std::pair<at::Tensor, at::Tensor> int8_quantize_rows(const at::Tensor& x, int qmax = 127);
+
+// out [M, N] = act(acc · x_scale[m] · w_scale[n] + bias[n] + residual[m, n]) from acc int32 [M, N];
+// bias/residual optional (residual f32 or bf16, M·N elements); out_dtype f32 or bf16.
+at::Tensor int8_dequantize_epilogue(const at::Tensor& acc, const at::Tensor& x_scale, const at::Tensor& w_scale,
+                                    const at::Tensor& bias, const at::Tensor& residual, std::string_view act,
+                                    at::ScalarType out_dtype);
+
+// Per-tensor affine quantization of an image batch x [N, C, H, W] (f32 or bf16, any memory format):
+// u8 channels-last, q = clamp(round_half_even(x · (1/scale)) + zero_point, 0, 255).
+at::Tensor int8_quantize_u8(const at::Tensor& x, double scale, std::int64_t zero_point);
+
+// act(x) in ATen ops for every name of infer::kActivations (graph.h); throws naming the activation otherwise.
+at::Tensor apply_activation_reference(const at::Tensor& x, std::string_view act);
+// Throws hotpath::Error unless act is one of infer::kActivations.
+void check_activation(std::string_view act, std::string_view where);
+
+// Whether oneDNN's int8 matmul has VNNI here (AVX512_VNNI or AVX_VNNI), and the matmul's line in reports:
+// "at::_int_mm (oneDNN, VNNI): 8-bit weights" or "... no VNNI: 7-bit weights (u8*s8 pairs saturate int16)".
+bool int8_matmul_has_vnni();
+const char* int8_linear_matmul_note();
+
+}  // namespace hotpath::ops
