@@ -19,6 +19,8 @@
 #include "hotpath/models/registry.h"
 #include "hotpath/models/text/bert.h"
 #include "hotpath/models/weights.h"
+#include "hotpath/ops/int8_conv.h"
+#include "hotpath/ops/int8_linear.h"
 #include "support/test_support.h"
 
 namespace hotpath::infer {
@@ -233,6 +235,56 @@ TEST(EngineBf16, RunsFp32WithAReasonWhereTheCpuLacksNativeBf16) {
     const Engine e = Engine::from_graph(g, {.precision = Precision::kBf16});
     EXPECT_LT(rel_error(e.run({x}).front(), fp32), 5e-2) << "bf16 tolerance";
   }
+}
+
+// Quantizes every conv (static, ranges observed on `calibration`) and linear (dynamic) of `g` by hand,
+// in graph.h's quantized form: what the quantizer writes, without the quantizer.
+Graph quantize_by_hand(const Graph& g, const at::Tensor& calibration) {
+  std::map<std::string, std::pair<double, double>> ranges;
+  const Engine fp32 = Engine::from_graph(g, {.threads = 1});
+  (void)fp32.run({calibration}, [&](const Node& n, const std::vector<at::Tensor>& in, const at::Tensor&) {
+    if (n.op != "conv2d") return;
+    auto& r = ranges[n.name];
+    r.first = std::min(r.first, in[0].min().item<double>());
+    r.second = std::max(r.second, in[0].max().item<double>());
+  });
+  Graph q = g;
+  for (Node& n : q.nodes) {
+    if (n.op != "conv2d" && n.op != "linear") continue;
+    const at::Tensor w = q.params.at(n.params.at("weight"));
+    auto [w8, scale] = n.op == "conv2d" ? ops::Int8Conv2d::quantize_weight(w) : ops::Int8Linear::quantize_weight(w);
+    q.params[n.params.at("weight")] = w8;
+    q.params[n.name + ".weight_scale"] = scale;
+    n.params["weight_scale"] = n.name + ".weight_scale";
+    if (n.op == "conv2d") {
+      const ops::Int8InputQuant iq = ops::int8_affine_u8_params(ranges.at(n.name).first, ranges.at(n.name).second);
+      n.attrs["quant"] = std::string("static_int8");
+      n.attrs["input_scale"] = iq.scale;
+      n.attrs["input_zero_point"] = iq.zero_point;
+    } else {
+      n.attrs["quant"] = std::string("dynamic_int8");
+    }
+  }
+  return q;
+}
+
+TEST(EngineInt8, RunsQuantizedConvsAndLinearsCloseToFp32) {
+  at::manual_seed(12);
+  auto model = models::create_model("resnet18_small", {.num_classes = 6, .in_channels = 3});
+  randomize_batch_norms(*model);
+  model->eval();
+  const Graph g = lower_image_model(*model, {.channels = 3, .image_size = 16});
+  const at::Tensor x = at::randn({4, 3, 16, 16});
+  const Graph q = quantize_by_hand(g, x);
+  q.validate();
+  const Engine int8 = Engine::from_graph(q, {.threads = 1, .precision = Precision::kInt8});
+  EXPECT_NE(int8.describe().find("int8 conv2d 20"), std::string::npos) << int8.describe();
+  EXPECT_NE(int8.describe().find("int8 linear 1"), std::string::npos) << int8.describe();
+  const at::Tensor want = Engine::from_graph(g).run({x}).front();
+  const at::Tensor got = int8.run({x}).front();
+  // 20 int8 convs in a row on random weights: a few percent of the logit range.
+  EXPECT_LT(rel_error(got, want), 0.1);
+  EXPECT_GT(rel_error(got, want), 0.0) << "the int8 path really ran";
 }
 
 // ---- packages -------------------------------------------------------------------------------------

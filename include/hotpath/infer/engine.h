@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,12 @@ class Engine {
 
   // Checks each input against graph().inputs (rank, fixed dims, dtype) naming the input, then runs.
   [[nodiscard]] std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
+
+  // Called after each node with the node, the values it read (undefined for absent optional inputs) and
+  // the value it wrote, in the engine's compute dtype and layout: calibration ranges, per-layer errors.
+  using NodeObserver =
+      std::function<void(const Node& node, const std::vector<at::Tensor>& inputs, const at::Tensor& output)>;
+  [[nodiscard]] std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs, const NodeObserver& observer) const;
 
   [[nodiscard]] const Graph& graph() const;
   [[nodiscard]] const EngineOptions& options() const;

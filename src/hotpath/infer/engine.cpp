@@ -186,7 +186,7 @@ void Engine::Impl::prepare() {
           s.pre_pad = {pad[1], pad[3], pad[0], pad[2]};  // constant_pad_nd: last dim first
         }
         if (quant == "static_int8") {
-          s.int8 = detail::prepare_int8_conv(n, graph, compute);
+          s.int8 = detail::prepare_int8_conv(n, graph);
           ++int8_counts["conv2d"];
         } else {
           s.weight = cast(param(n, "weight"), true);
@@ -202,7 +202,7 @@ void Engine::Impl::prepare() {
       case Op::kAvgPool: s.keepdims = n.attr_int("keepdims", 0) != 0; break;
       case Op::kLinear:
         if (quant == "dynamic_int8") {
-          s.int8 = detail::prepare_int8_linear(n, graph, compute);
+          s.int8 = detail::prepare_int8_linear(n, graph);
           ++int8_counts["linear"];
         } else {
           s.weight = cast(param(n, "weight"));
@@ -254,11 +254,11 @@ void Engine::Impl::run_step(const Step& s, std::vector<at::Tensor>& v) const {
       const at::Tensor& x = in(0);
       HOTPATH_CHECK(x.dim() == 4, "engine: conv ", n.name, " got a ", x.dim(), "-d input ", x.sizes(),
                     ", expected [N, C, H, W]");
-      const at::Tensor xp = s.pre_pad.empty() ? x : at::constant_pad_nd(x, s.pre_pad, 0.0);
-      if (s.int8) {
-        y = s.int8->conv(xp, s.stride, s.padding, s.dilation, s.groups, in(1), n.attr_str("act", "none"));
+      if (s.int8) {  // pads inside, with the input's zero point
+        y = s.int8->run(x, in(1));
         break;
       }
+      const at::Tensor xp = s.pre_pad.empty() ? x : at::constant_pad_nd(x, s.pre_pad, 0.0);
       y = at::conv2d(xp, s.weight, s.bias, s.stride, s.padding, s.dilation, s.groups);
       if (in(1).defined()) y.add_(in(1));
       activate_(y, s.act);
@@ -276,7 +276,7 @@ void Engine::Impl::run_step(const Step& s, std::vector<at::Tensor>& v) const {
     case Op::kMul: y = in(0) * in(1); break;
     case Op::kLinear:
       if (s.int8) {
-        y = s.int8->linear(in(0), in(1), n.attr_str("act", "none"));
+        y = s.int8->run(in(0), in(1));
         break;
       }
       y = at::linear(in(0), s.weight, s.bias);
@@ -367,7 +367,9 @@ Engine Engine::load(const std::string& package_dir, EngineOptions options) {
   return from_graph(load_package_graph(pkg), options);
 }
 
-std::vector<at::Tensor> Engine::run(const std::vector<at::Tensor>& inputs) const {
+std::vector<at::Tensor> Engine::run(const std::vector<at::Tensor>& inputs) const { return run(inputs, nullptr); }
+
+std::vector<at::Tensor> Engine::run(const std::vector<at::Tensor>& inputs, const NodeObserver& observer) const {
   const Impl& m = *impl_;
   const auto& specs = m.graph.inputs;
   HOTPATH_CHECK(inputs.size() <= specs.size(), "engine: got ", inputs.size(), " inputs, the model takes ",
@@ -413,9 +415,15 @@ std::vector<at::Tensor> Engine::run(const std::vector<at::Tensor>& inputs) const
     }
     v[static_cast<std::size_t>(m.input_slots[i])] = std::move(t);
   }
+  std::vector<at::Tensor> seen;
   for (const Step& s : m.steps) {
     try {
+      if (observer) {
+        seen.clear();
+        for (int i : s.in) seen.push_back(i >= 0 ? v[static_cast<std::size_t>(i)] : at::Tensor());
+      }
       m.run_step(s, v);
+      if (observer) observer(*s.node, seen, v[static_cast<std::size_t>(s.out)]);
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {

@@ -1,14 +1,12 @@
 // Private to infer/: how the engine runs a quantized graph node (graph.h "Quantized forms").
-// The kernels live in ops/ (int8 linear / conv); this adapter prepares a node's weights once and
-// calls them, so engine.cpp knows nothing about scales, packing or the oneDNN ops.
+// The kernels live in ops/ (int8_linear.h, int8_conv.h); this adapter prepares a node's weights once
+// (packing, scales, geometry) and calls them, so engine.cpp knows nothing about scales or oneDNN.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
-#include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "hotpath/infer/graph.h"
 
@@ -17,19 +15,13 @@ namespace hotpath::infer::detail {
 class Int8Node {
  public:
   virtual ~Int8Node() = default;
-  // x [..., I] → act(x·Wᵀ + bias + residual) in x's dtype.
-  [[nodiscard]] virtual at::Tensor linear(const at::Tensor& x, const at::Tensor& residual,
-                                          const std::string& act) const;
-  // x [N, C, H, W] (already padded when the graph's padding is asymmetric) → act(conv + bias + residual).
-  [[nodiscard]] virtual at::Tensor conv(const at::Tensor& x, const std::vector<std::int64_t>& stride,
-                                        const std::vector<std::int64_t>& padding,
-                                        const std::vector<std::int64_t>& dilation, std::int64_t groups,
-                                        const at::Tensor& residual, const std::string& act) const;
+  // linear: x [..., I]; conv: x [N, C, H, W] unpadded (the node's padding is applied inside).
+  // → act(op(x) + bias + residual) in x's dtype.
+  [[nodiscard]] virtual at::Tensor run(const at::Tensor& x, const at::Tensor& residual) const = 0;
 };
 
-// `compute`: the dtype the rest of the engine runs in (its activations arrive and leave in it).
-std::shared_ptr<const Int8Node> prepare_int8_linear(const Node& node, const Graph& graph, at::ScalarType compute);
-std::shared_ptr<const Int8Node> prepare_int8_conv(const Node& node, const Graph& graph, at::ScalarType compute);
+std::shared_ptr<const Int8Node> prepare_int8_linear(const Node& node, const Graph& graph);
+std::shared_ptr<const Int8Node> prepare_int8_conv(const Node& node, const Graph& graph);
 // One line for Engine::describe(): which int8 kernels run and why (ISA, VNNI).
 std::string int8_kernel_description();
 
