@@ -19,6 +19,7 @@ void add_predict(CLI::App& app);
 void add_bench(CLI::App& app);  // `bench train`, and `bench text` through add_bench_text
 void add_bench_text(CLI::App& bench);
 void add_bench_data(CLI::App& bench);  // `bench data`: `data bench` under the bench command
+void add_bench_infer(CLI::App& bench);  // `bench infer`: a model package vs PyTorch / ONNX Runtime / OpenVINO
 void add_tokenize(CLI::App& app);
 void add_embed(CLI::App& app);
 

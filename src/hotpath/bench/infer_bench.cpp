@@ -1,0 +1,446 @@
+#include "hotpath/bench/infer_bench.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <cstring>
+#include <iomanip>
+#include <map>
+#include <ostream>
+#include <set>
+#include <span>
+#include <sstream>
+#include <utility>
+
+#include "hotpath/core/atomic_file.h"
+#include "hotpath/core/error.h"
+#include "hotpath/core/mapped_file.h"
+#include "hotpath/core/process.h"
+#include "hotpath/formats/npy.h"
+#include "hotpath/infer/engine.h"
+#include "hotpath/infer/package_dir.h"
+
+namespace hotpath::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using infer::Engine;
+using infer::PackageDir;
+using infer::PackageKind;
+
+const std::vector<std::pair<std::string, std::vector<std::string>>>& peer_groups() {
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> groups = {
+      {"torch", {"torch_fp32", "torch_bf16"}},
+      {"onnxruntime", {"ort_fp32", "ort_int8"}},
+      {"openvino", {"openvino_fp32", "openvino_default"}}};
+  return groups;
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// The peer engines --compare / --engines ask for, checked against the names infer_peers.py knows.
+std::vector<std::string> peer_engines(const InferBenchOptions& a) {
+  std::vector<std::string> engines;
+  if (!a.engines.empty()) {
+    std::set<std::string> known;
+    for (const auto& [group, names] : peer_groups()) known.insert(names.begin(), names.end());
+    for (const std::string& e : split_commas(a.engines)) {
+      HOTPATH_CHECK(known.count(e), "bench infer: unknown peer engine '", e, "' in --engines (known: torch_fp32, "
+                    "torch_bf16, ort_fp32, ort_int8, openvino_fp32, openvino_default)");
+      engines.push_back(e);
+    }
+    return engines;
+  }
+  for (const std::string& g : split_commas(a.compare)) {
+    bool found = false;
+    for (const auto& [group, names] : peer_groups()) {
+      if (group == g) {
+        engines.insert(engines.end(), names.begin(), names.end());
+        found = true;
+      }
+    }
+    HOTPATH_CHECK(found, "bench infer: --compare takes torch, onnxruntime and openvino (comma-separated), got '", g, "'");
+  }
+  return engines;
+}
+
+// The bert_embed node's param `role`, or an undefined tensor.
+at::Tensor embed_param(const infer::Graph& g, const std::string& role) {
+  for (const infer::Node& n : g.nodes) {
+    if (n.op != "bert_embed") continue;
+    const auto it = n.params.find(role);
+    if (it != n.params.end() && g.params.count(it->second)) return g.params.at(it->second);
+  }
+  return {};
+}
+
+// The model's inputs for `batch` samples, seeded. Image: N(0, 1). Text: [CLS] ids… [SEP], all attended.
+std::vector<at::Tensor> make_inputs(const infer::Graph& g, const InferBenchOptions& a, std::int64_t seq_len,
+                                    std::int64_t vocab) {
+  at::Generator gen = at::detail::createCPUGenerator(a.seed);
+  std::vector<at::Tensor> inputs;
+  for (const infer::ValueSpec& spec : g.inputs) {
+    if (spec.dtype == at::kFloat) {
+      std::vector<std::int64_t> shape = spec.shape;
+      HOTPATH_CHECK(!shape.empty(), "bench infer: the package's input '", spec.name, "' has no shape");
+      shape[0] = a.batch;
+      for (std::size_t d = 1; d < shape.size(); ++d) {
+        HOTPATH_CHECK(shape[d] > 0, "bench infer: the package's input '", spec.name, "' has a dynamic dimension ",
+                      d, " (", spec.dim_names.size() > d ? spec.dim_names[d] : "?", "): only the batch may be dynamic");
+      }
+      inputs.push_back(at::randn(shape, gen, at::kFloat));
+    } else if (spec.name == "input_ids") {
+      at::Tensor ids = at::randint(std::min<std::int64_t>(1000, vocab / 2), vocab, {a.batch, seq_len}, gen, at::kLong);
+      ids.select(1, 0).fill_(101);
+      ids.select(1, seq_len - 1).fill_(102);
+      inputs.push_back(ids);
+    } else if (spec.name == "attention_mask") {
+      inputs.push_back(at::ones({a.batch, seq_len}, at::kLong));
+    } else if (spec.name == "token_type_ids") {
+      inputs.push_back(at::zeros({a.batch, seq_len}, at::kLong));
+    } else {
+      HOTPATH_CHECK(false, "bench infer: the package's input '", spec.name,
+                    "' is none of images (float), input_ids, attention_mask, token_type_ids");
+    }
+  }
+  return inputs;
+}
+
+void save_npy(const at::Tensor& t, const std::string& path) {
+  const at::Tensor c = t.contiguous();
+  const std::vector<std::int64_t> shape(c.sizes().begin(), c.sizes().end());
+  const auto bytes = static_cast<std::size_t>(c.numel()) * c.element_size();
+  formats::write_npy(path, c.scalar_type() == at::kLong ? formats::NpyDtype::kInt64 : formats::NpyDtype::kFloat32,
+                     shape, std::span(static_cast<const std::byte*>(c.const_data_ptr()), bytes));
+}
+
+at::Tensor load_npy_f32(const std::string& path) {
+  const std::string bytes = read_file(path);
+  const formats::NpyArray a = formats::parse_npy(std::as_bytes(std::span(bytes)), path);
+  HOTPATH_CHECK(a.dtype == formats::NpyDtype::kFloat32, "bench infer: ", path, " is not float32");
+  at::Tensor t = at::empty(a.shape, at::kFloat);
+  std::memcpy(t.data_ptr<float>(), a.data.data(), a.data.size());
+  return t;
+}
+
+// Top-1 agreement (or min cosine for embeddings) and max abs diff of `out` against `ref`, both [N, K].
+Json accuracy(const at::Tensor& out, const at::Tensor& ref, bool embeddings) {
+  HOTPATH_CHECK(out.sizes() == ref.sizes(), "bench infer: hotpath's output ", out.sizes(),
+                " and the reference's ", ref.sizes(), " differ in shape");
+  const double diff = (out - ref).abs().max().item<double>();
+  if (embeddings) {
+    const at::Tensor cos = (out * ref).sum(1) / (out.norm(2, {1}) * ref.norm(2, {1})).clamp_min(1e-12);
+    return {{"max_abs_diff", diff}, {"min_cosine", cos.min().item<double>()}};
+  }
+  return {{"max_abs_diff", diff},
+          {"top1_agreement", out.argmax(1).eq(ref.argmax(1)).to(at::kDouble).mean().item<double>()}};
+}
+
+std::string json_string(const nlohmann::json& j, const char* key) {
+  return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+}
+
+// The unfolded weights the package's provenance names, or "".
+std::string provenance_weights(const PackageDir& pkg) {
+  const fs::path dir(pkg.dir);
+  if (std::string w = json_string(pkg.source, "unfolded_weights"); !w.empty()) {
+    const fs::path p = fs::path(w).is_absolute() ? fs::path(w) : dir / w;
+    if (fs::exists(p)) return p.string();
+  }
+  if (std::string m = json_string(pkg.source, "model_dir"); !m.empty()) {
+    if (fs::exists(fs::path(m) / "model.safetensors")) return (fs::path(m) / "model.safetensors").string();
+  }
+  return {};
+}
+
+// A transformers BertConfig for the graph's shape: layers = attention nodes, heads from them, sizes from
+// the embedding tables and the linears, the classifier's width from the output linear.
+Json bert_config_from_graph(const infer::Graph& g) {
+  const at::Tensor word = embed_param(g, "word");
+  const at::Tensor pos = embed_param(g, "position");
+  const at::Tensor types = embed_param(g, "token_type");
+  HOTPATH_CHECK(word.defined() && pos.defined(), "bench infer: the text graph has no bert_embed node with word and "
+                "position tables: give the peers --peer-config");
+  std::int64_t layers = 0, heads = 0, intermediate = 0, labels = 0;
+  std::string act = "gelu";
+  double eps = 1e-12;
+  for (const infer::Node& n : g.nodes) {
+    if (n.op == "attention") {
+      ++layers;
+      heads = n.attr_int("heads", 0);
+    } else if (n.op == "bert_embed") {
+      eps = n.attr_float("eps", eps);
+    } else if (n.op == "linear" && n.has_param("weight") && g.params.count(n.params.at("weight"))) {
+      const std::string a = n.attr_str("act", "none");
+      const std::int64_t out = g.params.at(n.params.at("weight")).size(0);
+      if (a == "gelu" || a == "gelu_tanh") {
+        intermediate = out;
+        act = a == "gelu" ? "gelu" : "gelu_new";
+      }
+      if (std::find(g.outputs.begin(), g.outputs.end(), n.output) != g.outputs.end()) labels = out;
+    }
+  }
+  return {{"model_type", "bert"},
+          {"vocab_size", word.size(0)},
+          {"hidden_size", word.size(1)},
+          {"num_hidden_layers", layers},
+          {"num_attention_heads", heads},
+          {"intermediate_size", intermediate},
+          {"max_position_embeddings", pos.size(0)},
+          {"type_vocab_size", types.defined() ? types.size(0) : 2},
+          {"hidden_act", act},
+          {"layer_norm_eps", eps},
+          {"num_labels", labels}};
+}
+
+struct EngineRuns {
+  std::vector<Json> runs;  // each: the scenario's figures (+ runs, accuracy)
+};
+
+std::string fixed(double v, int digits) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(digits) << v;
+  return s.str();
+}
+
+}  // namespace
+
+std::vector<std::string> infer_table(const Json& report) {
+  std::vector<std::string> rows;
+  const std::string unit = report.value("unit", std::string("per_s"));
+  rows.push_back("| engine | " + unit + " | p50 ms | p90 ms | p99 ms | accuracy vs torch fp32 | hotpath × |");
+  rows.push_back("|---|---|---|---|---|---|---|");
+  for (const auto& [name, e] : report.at("engines").items()) {
+    std::string acc = "—";
+    if (e.contains("accuracy") && e["accuracy"].is_object()) {
+      const Json& a = e["accuracy"];
+      acc = a.contains("top1_agreement") ? "top-1 " + fixed(100 * a["top1_agreement"].get<double>(), 1) + " %"
+                                         : "cos " + fixed(a["min_cosine"].get<double>(), 5);
+      std::ostringstream d;
+      d << std::setprecision(2) << a["max_abs_diff"].get<double>();
+      acc += ", max diff " + d.str();
+    }
+    const std::string ratio_key = "ratio_vs_" + name;
+    const std::string ratio = report.contains(ratio_key) ? fixed(report.at(ratio_key).get<double>(), 2) + "×" : "—";
+    rows.push_back("| " + name + " | " + rate_text(e["per_s"].get<double>()) + " | " +
+                   fixed(e["p50_ms"].get<double>(), 2) + " | " + fixed(e["p90_ms"].get<double>(), 2) + " | " +
+                   fixed(e["p99_ms"].get<double>(), 2) + " | " + acc + " | " + ratio + " |");
+  }
+  for (const auto& [name, why] : report.at("skipped").items()) {
+    rows.push_back("| " + name + " | " + why.get<std::string>() + " | | | | | |");
+  }
+  return rows;
+}
+
+Json run_infer_bench(const InferBenchOptions& a, std::ostream* log, std::vector<std::string>* table_rows) {
+  HOTPATH_CHECK(a.batch >= 1, "bench infer: --batch must be >= 1, got ", a.batch);
+  HOTPATH_CHECK(a.threads >= 1, "bench infer: --threads must be >= 1, got ", a.threads);
+  HOTPATH_CHECK(a.repeats >= 1, "bench infer: --repeats must be >= 1, got ", a.repeats);
+  const Scenario scenario = parse_scenario(a.scenario);
+  const std::vector<std::string> peers = peer_engines(a);
+  at::set_num_threads(a.threads);
+
+  const PackageDir pkg = infer::read_package_dir(a.package);
+  const Engine engine = Engine::load(a.package, {.threads = a.threads});
+  const infer::Graph& graph = engine.graph();
+  const bool text = pkg.kind != PackageKind::kImageClassifier;
+  const bool embeddings = pkg.kind == PackageKind::kSentenceEmbedder;
+  const std::int64_t seq_len = text ? (a.seq_len > 0 ? a.seq_len : pkg.text.max_length) : 0;
+  const at::Tensor word = embed_param(graph, "word");
+  const std::int64_t vocab = word.defined() ? word.size(0) : 30522;
+  const std::vector<at::Tensor> inputs = make_inputs(graph, a, seq_len, vocab);
+  const std::int64_t n = a.batch;
+
+  // Batch-1 queries: sample i of the batch, alone.
+  std::vector<std::vector<at::Tensor>> singles;
+  if (scenario != Scenario::kOffline) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::vector<at::Tensor> one;
+      for (const at::Tensor& t : inputs) one.push_back(t.narrow(0, i, 1).contiguous());
+      singles.push_back(std::move(one));
+    }
+  }
+  const auto call = [&](std::int64_t q) {
+    if (scenario == Scenario::kOffline) {
+      (void)engine.run(inputs);
+    } else {
+      (void)engine.run(singles[static_cast<std::size_t>(q % n)]);
+    }
+  };
+  const at::Tensor ours = engine.run(inputs).front().to(at::kFloat).contiguous();
+
+  ScenarioOptions so{.scenario = scenario, .warmup = a.warmup, .min_queries = a.min_queries,
+                     .min_seconds = a.min_seconds, .max_seconds = a.max_seconds, .server_p99_ms = a.server_p99_ms,
+                     .server_queries = a.server_queries, .server_steps = a.server_steps, .seed = a.seed};
+  if (scenario == Scenario::kServer && so.server_p99_ms <= 0) {
+    std::vector<double> probe;
+    for (int i = 0; i < 5; ++i) {
+      const auto t = std::chrono::steady_clock::now();
+      call(i);
+      probe.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count());
+    }
+    so.server_p99_ms = std::ceil(4 * median(probe) * 10) / 10;
+  }
+
+  const ScratchDir scratch("bench-infer", a.keep);
+  std::string peer_weights = a.peer_weights.empty() ? provenance_weights(pkg) : a.peer_weights;
+  std::vector<std::string> argv;
+  if (!peers.empty()) {
+    std::string model = a.peer_model;
+    if (model.empty()) model = embeddings ? "minilm" : text ? "bert" : pkg.architecture;
+    argv = {peer_python(a.python, "bench infer --compare"), peer_script("infer_peers.py"), "--model", model,
+            "--scenario", scenario_name(scenario), "--threads", std::to_string(a.threads), "--warmup",
+            std::to_string(a.warmup), "--min-queries", std::to_string(a.min_queries), "--min-seconds",
+            std::to_string(a.min_seconds), "--max-seconds", std::to_string(a.max_seconds), "--server-p99-ms",
+            std::to_string(so.server_p99_ms), "--server-queries", std::to_string(a.server_queries), "--server-steps",
+            std::to_string(a.server_steps), "--seed", std::to_string(a.seed), "--cache-dir", scratch.file("onnx"),
+            "--reference-out", scratch.file("reference.npy"), "--engines", ""};
+    std::string joined;
+    for (const std::string& e : peers) joined += (joined.empty() ? "" : ",") + e;
+    argv.back() = joined;
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const std::string path = scratch.file(graph.inputs[i].name + ".npy");
+      save_npy(inputs[i], path);
+      argv.insert(argv.end(), {"--input", path});
+    }
+    if (!text) {
+      argv.insert(argv.end(), {"--num-classes", std::to_string(ours.size(1)), "--image-size",
+                               std::to_string(inputs[0].size(-1))});
+    } else if (!a.peer_model_dir.empty()) {
+      argv.insert(argv.end(), {"--model-dir", a.peer_model_dir});
+    } else if (!embeddings) {
+      std::string config = a.peer_config;
+      if (config.empty()) {
+        config = scratch.file("bert_config.json");
+        write_file_atomic(config, bert_config_from_graph(graph).dump(2));
+      }
+      argv.insert(argv.end(), {"--config", config, "--num-classes", std::to_string(ours.size(1))});
+    } else if (std::string m = json_string(pkg.source, "model_dir"); !m.empty()) {
+      argv.insert(argv.end(), {"--model-dir", m});
+    }
+    if (!peer_weights.empty()) argv.insert(argv.end(), {"--weights", peer_weights});
+  }
+  // A minilm peer reads its own directory (its weights): comparable when that is what the package came from.
+  const bool comparable = !peer_weights.empty() || (embeddings && !a.peer_model_dir.empty());
+
+  if (log) {
+    *log << "hotpath bench infer: " << a.package << " (" << infer::package_kind_name(pkg.kind) << " "
+         << pkg.architecture << ", " << infer::precision_name(pkg.precision) << "), " << scenario_name(scenario)
+         << ", batch " << (scenario == Scenario::kOffline ? n : 1)
+         << (text ? ", seq " + std::to_string(seq_len) : "") << ", " << a.threads << " thread(s)"
+         << (peers.empty() ? "" : ", peers " + argv.back()) << "\n";
+    if (scenario == Scenario::kServer) *log << "  server p99 bound " << so.server_p99_ms << " ms\n";
+  }
+
+  std::map<std::string, EngineRuns> runs;
+  Json skipped = Json::object();
+  Json peer_facts = nullptr;
+  Json hotpath_accuracy = nullptr;
+  const double load_before = load_average();
+  for (int r = 0; r < a.repeats; ++r) {
+    Json mine = run_scenario(so, scenario == Scenario::kOffline ? n : 1, call).to_json();
+    if (log) *log << "  run " << r + 1 << ": hotpath " << rate_text(mine["per_s"].get<double>()) << "/s" << std::flush;
+    runs["hotpath"].runs.push_back(std::move(mine));
+    if (peers.empty()) {
+      if (log) *log << "\n";
+      continue;
+    }
+    Json report = run_peer(argv, "bench infer", "seconds");
+    for (const auto& [name, row] : report["engines"].items()) {
+      if (log) *log << ", " << name << " " << rate_text(row["per_s"].get<double>()) << "/s";
+      runs[name].runs.push_back(row);
+    }
+    if (log) *log << "\n";
+    skipped = report["skipped"];
+    if (hotpath_accuracy.is_null() && comparable) {
+      hotpath_accuracy = accuracy(ours, load_npy_f32(scratch.file("reference.npy")), embeddings);
+    }
+    report.erase("engines");
+    peer_facts = std::move(report);
+  }
+  const double load_after = load_average();
+
+  // Each engine's best run by per_s; hotpath first, then the peers in the order they were asked for.
+  Json engines = Json::object();
+  std::vector<std::string> order = {"hotpath"};
+  order.insert(order.end(), peers.begin(), peers.end());
+  for (const std::string& name : order) {
+    const auto it = runs.find(name);
+    if (it == runs.end()) continue;
+    const std::vector<Json>& all = it->second.runs;
+    std::size_t best = 0;
+    std::vector<double> rates;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      rates.push_back(all[i]["per_s"].get<double>());
+      if (rates[i] > rates[best]) best = i;
+    }
+    Json row = all[best];
+    row["median_per_s"] = median(rates);
+    row["runs_per_s"] = rates;
+    if (name == "hotpath") {
+      row["runs"] = std::string("hotpath::infer::Engine::load(PKG) (") + infer::precision_name(pkg.precision) +
+                    " package), " + std::to_string(a.threads) + " threads";
+      row["accuracy"] = hotpath_accuracy;
+    }
+    engines[name] = std::move(row);
+  }
+
+  Json report{{"benchmark", "infer"},
+              {"package", a.package},
+              {"kind", infer::package_kind_name(pkg.kind)},
+              {"architecture", pkg.architecture},
+              {"precision", infer::precision_name(pkg.precision)},
+              {"scenario", scenario_name(scenario)},
+              {"unit", scenario == Scenario::kServer ? "QPS at p99 bound"
+                       : scenario == Scenario::kOffline ? "samples/s" : "queries/s"},
+              {"batch", scenario == Scenario::kOffline ? n : 1},
+              {"samples", n},
+              {"seq_len", text ? Json(seq_len) : Json(nullptr)},
+              {"threads", a.threads},
+              {"repeats", a.repeats},
+              {"server_p99_bound_ms", scenario == Scenario::kServer ? Json(so.server_p99_ms) : Json(nullptr)},
+              {"peer_weights", peer_weights.empty() ? Json("seeded random (not the package's)") : Json(peer_weights)},
+              {"accuracy_comparable", comparable},
+              {"accuracy_reference", "torch_fp32 eager on the same inputs"},
+              {"engines", engines},
+              {"skipped", skipped}};
+  const double ours_rate = engines["hotpath"]["per_s"].get<double>();
+  std::string best_peer;
+  double best_rate = 0;
+  for (const auto& [name, row] : engines.items()) {
+    if (name == "hotpath") continue;
+    const double rate = row["per_s"].get<double>();
+    report["ratio_vs_" + name] = rate > 0 ? ours_rate / rate : 0.0;
+    if (rate > best_rate) {
+      best_rate = rate;
+      best_peer = name;
+    }
+  }
+  report["best_peer"] = best_peer.empty() ? Json(nullptr) : Json(best_peer);
+  report["ratio_vs_best_peer"] = best_rate > 0 ? Json(ours_rate / best_rate) : Json(nullptr);
+  report["engine_describe"] = engine.describe();
+  report["peer_run"] = peer_facts;
+  report["peer_command"] = argv.empty() ? Json(nullptr) : Json(argv);
+  report["load_average_before"] = load_before;
+  report["load_average_after"] = load_after;
+  report["host"] = host_info();
+  report["dispatch"] = dispatch_report();
+  report["command"] = command_line();
+  if (table_rows) {
+    for (std::string& row : infer_table(report)) table_rows->push_back(std::move(row));
+  }
+  return report;
+}
+
+}  // namespace hotpath::bench

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# `hotpath bench infer` end to end on tiny packages made here (`hotpath export --random-init`): each scenario
+# writes valid JSON with a row for hotpath and every requested peer engine (or the reason it was skipped),
+# ratios, percentiles in order, the dispatch report and the engine's description; the peers agree with torch
+# fp32 on the same inputs; a bad --compare is one line. Few iterations: a smoke test, not a measurement.
+# Usage: bench_infer_cli_test.sh HOTPATH PYTHON
+set -uo pipefail
+hp=$1
+py=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+export TMPDIR="$work"
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+cat > tiny_bert.json <<'JSON'
+{"model_type": "bert", "vocab_size": 1200, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+ "intermediate_size": 64, "max_position_embeddings": 64, "type_vocab_size": 2, "hidden_act": "gelu",
+ "layer_norm_eps": 1e-12, "num_labels": 3}
+JSON
+"$hp" export --config tiny_bert.json --random-init --out bert_pkg > export.log 2>&1 \
+  || { echo "FAIL: hotpath export of the tiny BERT: $(tail -3 export.log)" >&2; exit 1; }
+
+quick=(--threads 1 --warmup 1 --min-queries 3 --min-seconds 0 --max-seconds 2)
+
+# Offline, every peer group: a row per engine (or skipped with a reason), ratios, accuracy of the peers.
+"$hp" bench infer bert_pkg --scenario offline --batch 4 --seq-len 16 --compare torch,onnxruntime,openvino \
+  "${quick[@]}" --json offline.json > table.md 2> offline.err || fail "bench infer offline: exit $? $(tail -5 offline.err)"
+"$py" - offline.json table.md <<'PY' || fail "bench infer offline: bad report: $(head -c 3000 offline.json)"
+import json, sys
+r = json.load(open(sys.argv[1]))
+table = open(sys.argv[2]).read()
+assert r["benchmark"] == "infer" and r["scenario"] == "offline" and r["batch"] == 4 and r["seq_len"] == 16, r
+assert r["kind"] == "text_classifier" and r["threads"] == 1, r
+engines, skipped = r["engines"], r["skipped"]
+assert list(engines)[0] == "hotpath", list(engines)
+for name in ("torch_fp32", "torch_bf16", "ort_fp32", "ort_int8", "openvino_fp32", "openvino_default"):
+    assert (name in engines) != (name in skipped), (name, list(engines), skipped)
+    if name in skipped:
+        assert skipped[name].startswith("skipped: "), skipped[name]
+        assert name in table, name
+    else:
+        assert r[f"ratio_vs_{name}"] > 0, name
+        assert engines[name]["accuracy"]["max_abs_diff"] >= 0, engines[name]
+        assert f"| {name} |" in table, (name, table)
+for name in ("torch_fp32", "ort_fp32", "ort_int8", "openvino_fp32"):
+    assert name in engines, name  # these always run
+for name, e in engines.items():
+    assert e["per_s"] > 0 and e["queries"] >= 3 and e["batch"] == 4, (name, e)
+    assert 0 < e["p50_ms"] <= e["p90_ms"] <= e["p99_ms"], (name, e)
+    assert len(e["runs_per_s"]) == 1 and e["runs"], (name, e)
+# torch fp32 is the reference; fp32 peers compute the same logits.
+assert engines["torch_fp32"]["accuracy"]["max_abs_diff"] == 0, engines["torch_fp32"]
+for name in ("ort_fp32", "openvino_fp32"):
+    acc = engines[name]["accuracy"]
+    assert acc["max_abs_diff"] < 1e-3 and acc["top1_agreement"] == 1.0, (name, acc)
+best = max((e["per_s"], n) for n, e in engines.items() if n != "hotpath")
+assert r["best_peer"] == best[1] and abs(r["ratio_vs_best_peer"] - engines["hotpath"]["per_s"] / best[0]) < 1e-9, r
+assert r["dispatch"] and r["engine_describe"] and r["host"]["cores"] >= 1, r
+assert "precision" in r["engine_describe"], r["engine_describe"]
+assert table.startswith("| engine |") and "| hotpath |" in table, table
+PY
+
+# Single-stream: batch-1 queries for every engine; one peer.
+"$hp" bench infer bert_pkg --scenario singlestream --batch 3 --seq-len 8 --engines ort_fp32 "${quick[@]}" \
+  --json single.json > /dev/null 2> single.err || fail "bench infer singlestream: exit $? $(tail -5 single.err)"
+"$py" - single.json <<'PY' || fail "bench infer singlestream: bad report: $(head -c 2000 single.json)"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["scenario"] == "singlestream" and r["batch"] == 1 and r["samples"] == 3, r
+assert set(r["engines"]) == {"hotpath", "ort_fp32"} and r["skipped"] == {}, r
+for e in r["engines"].values():
+    assert e["batch"] == 1 and e["queries"] >= 3 and e["per_s"] > 0, e
+PY
+
+# Server: a QPS search under an explicit bound, hotpath alone (no peer: no python needed).
+"$hp" bench infer bert_pkg --scenario server --batch 2 --seq-len 8 --p99-ms 2000 --server-queries 10 \
+  --server-steps 2 "${quick[@]}" --json server.json > /dev/null 2> server.err \
+  || fail "bench infer server: exit $? $(tail -5 server.err)"
+"$py" - server.json <<'PY' || fail "bench infer server: bad report: $(head -c 2000 server.json)"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["scenario"] == "server" and r["server_p99_bound_ms"] == 2000, r
+h = r["engines"]["hotpath"]
+assert list(r["engines"]) == ["hotpath"] and r["best_peer"] is None, r
+assert h["p99_bound_ms"] == 2000 and 1 <= len(h["trials"]) <= 2 and h["capacity_qps"] > 0, h
+assert h["per_s"] > 0 and h["p99_ms"] <= 2000, h
+PY
+
+# Bad input: one line naming what was wrong.
+out=$("$hp" bench infer bert_pkg --compare tensorflow --json bad.json 2>&1)
+rc=$?
+[ "$rc" -eq 1 ] || fail "bench infer --compare tensorflow: exit $rc, expected 1"
+[ "$(printf '%s\n' "$out" | grep -c .)" -eq 1 ] && printf '%s' "$out" | grep -q "'tensorflow'" \
+  || fail "bench infer --compare tensorflow: expected one line naming it, got: $out"
+[ ! -e bad.json ] || fail "bench infer --compare tensorflow: wrote a report anyway"
+
+[ "$failures" -eq 0 ] && echo "bench infer cli: all checks passed"
+exit "$failures"
