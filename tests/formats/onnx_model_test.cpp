@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <string>
 #include <vector>
@@ -60,6 +61,7 @@ std::string error_of(F&& write) {
   try {
     write();
   } catch (const Error& e) {
+    std::cout << "error: " << e.what() << '\n';
     return e.what();
   }
   ADD_FAILURE() << "no hotpath::Error thrown";

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -307,6 +308,13 @@ TEST(OnnxExport, EveryOpAndActivationMatchesTheEngineInOnnxRuntime) {
 }
 
 TEST(OnnxExport, ExternalDataModelRunsInOnnxRuntime) {
+  {
+    TempDir dir;
+    export_onnx(image_ops_graph(), dir.file("m.onnx"), {.producer_version = "test", .external_data_threshold = 0});
+    // c2's 6x6x3x3 weight (1296 bytes) is over the 1 KiB inline limit: it lives in m.onnx.data.
+    ASSERT_TRUE(std::filesystem::exists(dir.file("m.onnx.data")));
+    EXPECT_GE(std::filesystem::file_size(dir.file("m.onnx.data")), 1296u);
+  }
   Case c{"image_ops_external", image_ops_graph(), {image_inputs(7, 4, 9)}, {.producer_version = "test", .external_data_threshold = 0}};
   std::vector<Case> cases;
   cases.push_back(std::move(c));
@@ -329,6 +337,7 @@ std::string error_of(const Graph& graph, const std::string& path) {
   try {
     export_onnx(graph, path);
   } catch (const Error& e) {
+    std::cout << "error: " << e.what() << '\n';
     return e.what();
   }
   ADD_FAILURE() << "no hotpath::Error";
@@ -372,6 +381,7 @@ TEST(OnnxExport, GraphFailingOnnxChecksNamesTheNode) {
   const std::string msg = error_of(g, path);
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
   EXPECT_NE(msg.find("layer.ff1/MatMul"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("layer.ff2"), std::string::npos) << "only the cause is named: " << msg;
   EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   EXPECT_FALSE(std::filesystem::exists(path));
 }

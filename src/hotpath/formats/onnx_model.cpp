@@ -3,6 +3,12 @@
 // LibTorch's include folder (which ships another copy of google/protobuf).
 #include "hotpath/formats/onnx_model.h"
 
+// LibTorch's include folder ships its own google/protobuf: with it on the include path, protobuf's
+// headers here could silently come from the wheel instead of Debian's libprotobuf that libonnx links.
+#if __has_include(<torch/version.h>) || __has_include(<ATen/ATen.h>)
+#error "onnx_model.cpp must be built without LibTorch's include folder (hotpath_onnx links no torch target)"
+#endif
+
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
@@ -43,6 +49,21 @@ std::string one_line(std::string_view text) {
   }
   while (!out.empty() && out.back() == ' ') out.pop_back();
   return out;
+}
+
+// Strict shape inference reports every node downstream of a bad one ("Input 0 expected to have type but
+// instead is null"): keep the first node's error, which is the cause, and count the others.
+std::string first_node_error(const std::string& message) {
+  constexpr std::string_view kNode = "(op_type:";
+  const std::size_t first = message.find(kNode);
+  if (first == std::string::npos) return message;
+  std::size_t next = message.find(kNode, first + kNode.size());
+  if (next == std::string::npos) return message;
+  std::string out = message.substr(first, next - first);
+  std::size_t more = 0;
+  for (; next != std::string::npos; next = message.find(kNode, next + kNode.size())) ++more;
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out + " (and " + std::to_string(more) + " node(s) after it that lost their input types)";
 }
 
 bool known_dtype(OnnxDtype dtype) {
@@ -220,7 +241,7 @@ void check_and_infer(onnx::ModelProto& proto, const OnnxModel& model, const std:
     const onnx::ShapeInferenceOptions options(/*check_type=*/true, /*strict_mode=*/1, /*data_prop=*/false);
     onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(), options);
   } catch (const std::exception& e) {
-    HOTPATH_CHECK(false, where, ": ONNX shape inference: ", one_line(e.what()));
+    HOTPATH_CHECK(false, where, ": ONNX shape inference: ", first_node_error(one_line(e.what())));
   }
   // Inference skips nodes it cannot handle (an unknown op, a missing input), so an output may stay
   // shapeless; the checker, which names such nodes, would stop at the missing shape first. So it sees a
