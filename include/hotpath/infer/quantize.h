@@ -1,0 +1,74 @@
+// hotpath/infer/quantize.h — post-training INT8 quantization of an inference graph (graph.h), with a
+// per-layer error analysis: every linear becomes dynamic int8, every conv2d static int8 with calibrated
+// input ranges, and any node whose own output error is too large stays float (reported).
+//
+//   std::vector<std::vector<at::Tensor>> batches = ...;            // calibration inputs, graph().inputs order
+//   QuantizeResult q = quantize_graph(fp32_graph, batches, {.max_node_error = 0.05});
+//   write_text("quantization_report.json", q.report.dump(2));      // per node: scheme, error, kept/why
+//
+// How: the fp32 graph runs (through `runner`, by default the Engine) on every calibration batch with each
+// candidate node's inputs and output added to the graph's outputs — no engine hook needed. Pass 1 observes
+// each conv input's range (min/max, and a percentile clip averaged over batches); pass 2 runs each candidate
+// node alone quantized (ops::Int8Linear / ops::Int8Conv2d, the kernels the engine runs) on its recorded fp32
+// inputs and measures ‖y_q − y‖/‖y‖ over all batches; a conv takes the observer with the lower error.
+// Finally the quantized graph runs on the same batches and its outputs are compared with fp32 (relative
+// error; top-1 agreement for [N, classes] outputs). Rewritten nodes follow graph.h's "Quantized forms".
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "hotpath/infer/graph.h"
+
+namespace hotpath::infer {
+
+struct QuantizeOptions {
+  bool linear = true;             // dynamic int8 for linear nodes
+  bool conv = true;               // static int8 for conv2d nodes
+  double max_node_error = 0.05;   // ‖y_q − y‖/‖y‖ of a node alone quantized, past which it stays float
+  double percentile = 99.99;      // the percentile observer's clip (both tails), in (50, 100)
+  std::vector<std::string> keep_float{};  // node names never quantized (each must name a linear or conv2d)
+};
+
+// Runs one prepared graph on a batch: outputs in graph.outputs order, float32.
+using BatchRunner = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>& inputs)>;
+// Prepares a graph once for many batches.
+using GraphRunner = std::function<BatchRunner(const Graph& graph)>;
+// Engine::from_graph(graph, {.threads = threads}), then Engine::run per batch.
+GraphRunner engine_runner(int threads = 0);
+
+struct NodeQuantization {
+  std::string name;
+  std::string op;          // "linear" | "conv2d"
+  std::string scheme;      // "dynamic_int8" | "static_int8"
+  bool quantized = false;
+  std::string reason;      // why it stays float ("" when quantized)
+  double error = 0.0;      // the chosen scheme's relative output error
+  // conv2d only: the chosen observer ("minmax" | "percentile"), each observer's error, the range and params.
+  std::string observer;
+  double error_minmax = 0.0;
+  double error_percentile = 0.0;
+  double range_min = 0.0, range_max = 0.0;
+  double input_scale = 0.0;
+  std::int64_t input_zero_point = 0;
+};
+
+struct QuantizeResult {
+  Graph graph;                          // the rewritten graph (validated)
+  std::vector<NodeQuantization> nodes;  // every candidate node, in graph order
+  std::vector<double> output_error;     // per graph output: ‖y_int8 − y_fp32‖/‖y_fp32‖ over the batches
+  std::vector<double> top1_agreement;   // per graph output: argmax agreement for 2-d outputs, else -1
+  nlohmann::ordered_json report;        // quantization_report.json's content (see quantize.cpp)
+};
+
+// Throws hotpath::Error for: no calibration batches, a batch that does not fit the graph's inputs (naming
+// the batch), a keep_float name that is no linear/conv2d node, a graph that is already quantized.
+QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<at::Tensor>>& calibration,
+                              const QuantizeOptions& options = {}, const GraphRunner& runner = {});
+
+}  // namespace hotpath::infer

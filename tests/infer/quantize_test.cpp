@@ -1,0 +1,275 @@
+// The INT8 quantization pass (infer/quantize.h): hand-built graphs (an MLP with a residual, a small CNN
+// with a fused residual and TF-same padding) and a lowered ResNet-18, quantized on calibration batches and
+// run by the engine; the per-layer error analysis (a layer whose own error is too large stays float, the
+// conv observer with the lower error wins), the report, keep_float, the runner hook, and bad input.
+#include "hotpath/infer/quantize.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "hotpath/core/error.h"
+#include "hotpath/infer/engine.h"
+#include "hotpath/infer/lower.h"
+#include "hotpath/models/registry.h"
+
+namespace hotpath::infer {
+namespace {
+
+void add_linear(Graph& g, const std::string& name, const std::string& in, const std::string& out, std::int64_t i,
+                std::int64_t o, const std::string& act, const std::string& residual = "") {
+  Node n;
+  n.op = "linear";
+  n.name = name;
+  n.inputs = residual.empty() ? std::vector<std::string>{in} : std::vector<std::string>{in, residual};
+  n.output = out;
+  n.params = {{"weight", name + ".weight"}, {"bias", name + ".bias"}};
+  n.attrs["act"] = act;
+  g.params[name + ".weight"] = at::randn({o, i}) / std::sqrt(static_cast<double>(i));
+  g.params[name + ".bias"] = at::randn({o}) * 0.1;
+  g.nodes.push_back(std::move(n));
+}
+
+void add_conv(Graph& g, const std::string& name, const std::string& in, const std::string& out, std::int64_t i,
+              std::int64_t o, std::int64_t stride, std::vector<std::int64_t> padding, const std::string& residual = "") {
+  Node n;
+  n.op = "conv2d";
+  n.name = name;
+  n.inputs = residual.empty() ? std::vector<std::string>{in} : std::vector<std::string>{in, residual};
+  n.output = out;
+  n.params = {{"weight", name + ".weight"}, {"bias", name + ".bias"}};
+  n.attrs = {{"stride", std::vector<std::int64_t>{stride, stride}},
+             {"padding", std::move(padding)},
+             {"dilation", std::vector<std::int64_t>{1, 1}},
+             {"groups", std::int64_t{1}},
+             {"act", std::string("relu")}};
+  g.params[name + ".weight"] = at::randn({o, i, 3, 3}) / std::sqrt(9.0 * static_cast<double>(i));
+  g.params[name + ".bias"] = at::randn({o}) * 0.1;
+  g.nodes.push_back(std::move(n));
+}
+
+// x [B, 64] → fc1 (gelu) → fc2 (+ x) → head [B, 10].
+Graph mlp() {
+  at::manual_seed(3);
+  Graph g;
+  g.inputs = {{"x", at::kFloat, {-1, 64}, {"batch", "features"}}};
+  add_linear(g, "fc1", "x", "h1", 64, 128, "gelu");
+  add_linear(g, "fc2", "h1", "h2", 128, 64, "none", "x");
+  add_linear(g, "head", "h2", "logits", 64, 10, "none");
+  g.outputs = {"logits"};
+  return g;
+}
+
+// images [B, 3, 16, 16] → stem (relu) → block (+ stem, relu) → down (stride 2, TF-same padding) → pool → fc.
+Graph cnn() {
+  at::manual_seed(4);
+  Graph g;
+  g.inputs = {{"images", at::kFloat, {-1, 3, 16, 16}, {"batch", "channels", "height", "width"}}};
+  add_conv(g, "stem", "images", "c1", 3, 8, 1, {1, 1, 1, 1});
+  add_conv(g, "block", "c1", "c2", 8, 8, 1, {1, 1, 1, 1}, "c1");
+  add_conv(g, "down", "c2", "c3", 8, 16, 2, {0, 0, 1, 1});
+  Node pool;
+  pool.op = "global_avg_pool";
+  pool.name = "pool";
+  pool.inputs = {"c3"};
+  pool.output = "p";
+  pool.attrs["keepdims"] = std::int64_t{0};
+  g.nodes.push_back(pool);
+  add_linear(g, "fc", "p", "logits", 16, 10, "none");
+  g.outputs = {"logits"};
+  return g;
+}
+
+std::vector<std::vector<at::Tensor>> batches(std::vector<std::int64_t> shape, int count) {
+  std::vector<std::vector<at::Tensor>> out;
+  for (int i = 0; i < count; ++i) out.push_back({at::randn(shape)});
+  return out;
+}
+
+const NodeQuantization& node(const QuantizeResult& r, const std::string& name) {
+  for (const NodeQuantization& n : r.nodes) {
+    if (n.name == name) return n;
+  }
+  throw Error("no node " + name);
+}
+
+double rel_norm_error(const at::Tensor& y, const at::Tensor& ref) { return (y - ref).norm().item<double>() / ref.norm().item<double>(); }
+
+TEST(QuantizeGraph, QuantizesEveryLinearDynamicallyAndTheEngineRunsIt) {
+  const Graph g = mlp();
+  const auto calib = batches({16, 64}, 3);
+  const QuantizeResult r = quantize_graph(g, calib, {}, engine_runner(1));
+  ASSERT_EQ(r.nodes.size(), 3U);
+  for (const NodeQuantization& n : r.nodes) {
+    EXPECT_TRUE(n.quantized) << n.name << ": " << n.reason;
+    EXPECT_EQ(n.scheme, "dynamic_int8");
+    EXPECT_GT(n.error, 0.0);  // int8 is not exact...
+    EXPECT_LT(n.error, 0.02);  // ...but close: ~1 % per layer
+  }
+  for (const Node& n : r.graph.nodes) {
+    EXPECT_EQ(n.attr_str("quant", ""), "dynamic_int8");
+    EXPECT_EQ(r.graph.params.at(n.params.at("weight")).scalar_type(), at::kChar);
+    EXPECT_EQ(r.graph.params.at(n.params.at("weight_scale")).sizes(),
+              (std::vector<std::int64_t>{r.graph.params.at(n.params.at("weight")).size(0)}));
+  }
+  const at::Tensor x = at::randn({8, 64});
+  const at::Tensor fp32 = Engine::from_graph(g).run({x}).front();
+  const at::Tensor int8 = Engine::from_graph(r.graph).run({x}).front();
+  EXPECT_LT(rel_norm_error(int8, fp32), 0.03);
+  ASSERT_EQ(r.output_error.size(), 1U);
+  EXPECT_GT(r.output_error[0], 0.0);
+  EXPECT_LT(r.output_error[0], 0.03);
+  EXPECT_GE(r.top1_agreement[0], 0.8);
+}
+
+TEST(QuantizeGraph, CalibratesEveryConvAndPicksTheObserverWithTheLowerError) {
+  const Graph g = cnn();
+  const auto calib = batches({4, 3, 16, 16}, 3);
+  const QuantizeResult r = quantize_graph(g, calib, {}, engine_runner(1));
+  ASSERT_EQ(r.nodes.size(), 4U);
+  for (const NodeQuantization& n : r.nodes) {
+    EXPECT_TRUE(n.quantized) << n.name << ": " << n.reason;
+    if (n.op != "conv2d") continue;
+    EXPECT_EQ(n.scheme, "static_int8");
+    EXPECT_DOUBLE_EQ(n.error, std::min(n.error_minmax, n.error_percentile)) << n.name;
+    EXPECT_EQ(n.observer, n.error_percentile < n.error_minmax ? "percentile" : "minmax");
+    EXPECT_LT(n.error, 0.03) << n.name;
+    EXPECT_GT(n.input_scale, 0.0);
+    const Node* q = r.graph.find_node(n.name);
+    ASSERT_NE(q, nullptr);
+    EXPECT_EQ(q->attr_str("quant", ""), "static_int8");
+    EXPECT_DOUBLE_EQ(q->attr_float("input_scale", 0.0), n.input_scale);
+    EXPECT_EQ(q->attr_int("input_zero_point", -1), n.input_zero_point);
+  }
+  // The stem sees raw N(0, 1) pixels: a zero point in the middle; the block sees post-ReLU values: zero point 0.
+  EXPECT_GT(node(r, "stem").input_zero_point, 64);
+  EXPECT_EQ(node(r, "block").input_zero_point, 0);
+  EXPECT_LT(r.output_error[0], 0.05);
+  const at::Tensor x = at::randn({4, 3, 16, 16});
+  EXPECT_LT(rel_norm_error(Engine::from_graph(r.graph).run({x}).front(), Engine::from_graph(g).run({x}).front()), 0.05);
+}
+
+TEST(QuantizeGraph, PercentileObserverWinsOnALargeHeavyTailedInput) {
+  // Laplace-distributed pixels, 2 × 3 × 512 × 512 = 1.6 M values: min/max stretches the u8 grid to the
+  // largest of them (~14); the 99.99th percentile (~9.2) clips 157 values by ~1 each and halves the grid
+  // noise of all the others. (A single huge outlier goes the other way: it dominates the output's norm, and
+  // clipping it costs more than any grid; small tensors have no values past the percentile at all.)
+  at::manual_seed(6);
+  Graph g;
+  g.inputs = {{"images", at::kFloat, {-1, 3, 512, 512}, {"batch", "channels", "height", "width"}}};
+  add_conv(g, "stem", "images", "c1", 3, 4, 4, {1, 1, 1, 1});
+  g.outputs = {"c1"};
+  const at::Tensor laplace = at::empty({2, 3, 512, 512}).exponential_() * (at::randint(0, 2, {2, 3, 512, 512}) * 2 - 1);
+  const QuantizeResult r = quantize_graph(g, {{laplace}}, {}, engine_runner(1));
+  const NodeQuantization& stem = node(r, "stem");
+  EXPECT_EQ(stem.observer, "percentile");
+  EXPECT_LT(stem.error_percentile, stem.error_minmax);
+  EXPECT_LT(stem.range_max, 0.8 * laplace.max().item<double>());
+  EXPECT_DOUBLE_EQ(r.report["nodes"][0]["range"][1].get<double>(), stem.range_max);
+  EXPECT_EQ(r.report["nodes"][0]["observer"], "percentile");
+  // The small CNN's 3 k-value inputs have nothing past the 99.99th percentile: both observers agree.
+  const QuantizeResult small = quantize_graph(cnn(), batches({4, 3, 16, 16}, 1), {}, engine_runner(1));
+  EXPECT_EQ(node(small, "stem").observer, "minmax");
+  EXPECT_DOUBLE_EQ(node(small, "stem").error_percentile, node(small, "stem").error_minmax);
+}
+
+TEST(QuantizeGraph, LayerWhoseOwnErrorIsTooLargeStaysFloatAndIsReported) {
+  Graph g = mlp();
+  auto calib = batches({16, 64}, 2);
+  // One huge feature per row that fc1 ignores (BERT has such outlier dimensions): per-row int8 scales by it
+  // and rounds every other feature of fc1's input to 0, so fc1's output is lost.
+  for (auto& b : calib) b[0].select(1, 0).fill_(1000.0);
+  g.params.at("fc1.weight").select(1, 0).zero_();
+  const QuantizeResult r = quantize_graph(g, calib, {.max_node_error = 0.05}, engine_runner(1));
+  const NodeQuantization& fc1 = node(r, "fc1");
+  EXPECT_FALSE(fc1.quantized);
+  EXPECT_GT(fc1.error, 0.05);
+  EXPECT_NE(fc1.reason.find("max_node_error 0.05"), std::string::npos) << fc1.reason;
+  EXPECT_EQ(r.graph.find_node("fc1")->attr_str("quant", ""), "");
+  EXPECT_EQ(r.graph.params.at("fc1.weight").scalar_type(), at::kFloat);
+  EXPECT_TRUE(node(r, "head").quantized);
+  // The report says the same.
+  const auto& j = r.report;
+  EXPECT_EQ(j["format"], "hotpath-quantization-report");
+  EXPECT_EQ(j["totals"]["candidates"], 3);
+  EXPECT_EQ(j["totals"]["kept_float"].get<int>(), 3 - j["totals"]["quantized"].get<int>());
+  EXPECT_EQ(j["nodes"][0]["name"], "fc1");
+  EXPECT_EQ(j["nodes"][0]["quantized"], false);
+  EXPECT_EQ(j["nodes"][0]["reason"], fc1.reason);
+  EXPECT_EQ(j["totals"]["by_op"]["linear"]["kept_float"].get<int>(), j["totals"]["kept_float"].get<int>());
+  EXPECT_EQ(j["totals"]["outputs"][0]["name"], "logits");
+  EXPECT_TRUE(j["totals"]["outputs"][0].contains("top1_agreement"));
+}
+
+TEST(QuantizeGraph, KeepFloatAndSchemeSwitchesAreHonoured) {
+  const Graph g = cnn();
+  const auto calib = batches({2, 3, 16, 16}, 1);
+  const QuantizeResult r = quantize_graph(g, calib, {.linear = false, .keep_float = {"stem"}}, engine_runner(1));
+  EXPECT_FALSE(node(r, "stem").quantized);
+  EXPECT_EQ(node(r, "stem").reason, "kept float by keep_float");
+  EXPECT_TRUE(node(r, "block").quantized);
+  EXPECT_THROW((void)node(r, "fc"), Error);  // linear switched off: not even a candidate
+  EXPECT_EQ(r.graph.find_node("fc")->attr_str("quant", ""), "");
+}
+
+TEST(QuantizeGraph, RunsTheGraphThroughTheGivenRunner) {
+  int prepared = 0;
+  int batches_run = 0;
+  const GraphRunner engine = engine_runner(1);
+  const GraphRunner counting = [&](const Graph& graph) -> BatchRunner {
+    ++prepared;
+    BatchRunner run = engine(graph);
+    return [&batches_run, run](const std::vector<at::Tensor>& inputs) {
+      ++batches_run;
+      return run(inputs);
+    };
+  };
+  (void)quantize_graph(cnn(), batches({2, 3, 16, 16}, 2), {}, counting);
+  EXPECT_EQ(prepared, 3);  // ranges, conv errors, the quantized graph
+  EXPECT_EQ(batches_run, 6);
+  prepared = batches_run = 0;
+  (void)quantize_graph(mlp(), batches({2, 64}, 2), {}, counting);
+  EXPECT_EQ(prepared, 2);  // no conv: no second observation pass
+}
+
+TEST(QuantizeGraph, QuantizesALoweredResNet) {
+  at::manual_seed(5);
+  auto model = models::create_model("resnet18_small", {.num_classes = 10, .in_channels = 3});
+  model->eval();
+  const Graph g = lower_image_model(*model, {.channels = 3, .image_size = 32});
+  const QuantizeResult r = quantize_graph(g, batches({4, 3, 32, 32}, 2), {}, engine_runner(1));
+  int convs = 0;
+  for (const NodeQuantization& n : r.nodes) {
+    convs += n.op == "conv2d" ? 1 : 0;
+    EXPECT_TRUE(n.quantized) << n.name << ": " << n.reason;
+  }
+  EXPECT_GE(convs, 17);
+  EXPECT_LT(r.output_error[0], 0.1);
+}
+
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(QuantizeGraph, RefusesBadInputNamingIt) {
+  const Graph g = mlp();
+  const auto has = [](const std::string& what, const char* part) { return what.find(part) != std::string::npos; };
+  EXPECT_TRUE(has(error_of([&] { (void)quantize_graph(g, {}); }), "no calibration batches"));
+  EXPECT_TRUE(has(error_of([&] { (void)quantize_graph(g, batches({2, 64}, 1), {.keep_float = {"fc9"}}); }),
+                  "keep_float names 'fc9'"));
+  EXPECT_TRUE(has(error_of([&] { (void)quantize_graph(g, batches({2, 65}, 1)); }), "calibration batch 0"));
+  const QuantizeResult r = quantize_graph(g, batches({2, 64}, 1));
+  EXPECT_TRUE(has(error_of([&] { (void)quantize_graph(r.graph, batches({2, 64}, 1)); }), "already quantized"));
+  EXPECT_TRUE(has(error_of([&] { (void)quantize_graph(g, batches({2, 64}, 1), {.percentile = 40.0}); }), "percentile"));
+}
+
+}  // namespace
+}  // namespace hotpath::infer
