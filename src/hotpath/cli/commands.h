@@ -16,6 +16,7 @@ void add_data_text(CLI::App& data);  // `data pack-text`, `data text-stats`
 void add_train(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_predict(CLI::App& app);
+void add_export(CLI::App& app);  // `export`: a model package (or ONNX file) for the engine and the server
 void add_bench(CLI::App& app);  // `bench train`, and `bench text` through add_bench_text
 void add_bench_text(CLI::App& bench);
 void add_bench_data(CLI::App& bench);  // `bench data`: `data bench` under the bench command

@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
   hotpath::cli::add_train(app);
   hotpath::cli::add_eval(app);
   hotpath::cli::add_predict(app);
+  hotpath::cli::add_export(app);
   hotpath::cli::add_bench(app);
   hotpath::cli::add_bench_infer(*app.get_subcommand("bench"));
   hotpath::cli::add_tokenize(app);

@@ -1,0 +1,73 @@
+// hotpath/infer/export.h — what `hotpath export` does: a model (a run directory, a Hugging Face /
+// sentence-transformers directory, or a registry model) → a model package (package_dir.h), with an
+// accuracy report comparing the package against the model it came from.
+//
+//   ExportSource src{.model_dir = "runs/fashion_mnist"};
+//   ExportReport r = export_package(src, {.out = "pkg/fmnist-int8", .precision = Precision::kInt8,
+//                                         .calibration = {"data/val-{000..001}.tar"}});
+//   std::cout << r.summary << "\n";   // "top-1 agreement 99.6 % with fp32 on 512 samples ..."
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "hotpath/infer/engine.h"
+#include "hotpath/infer/graph.h"
+#include "hotpath/infer/package_dir.h"
+
+namespace hotpath::infer {
+
+// Exactly one of model_dir, model (a registry name) or bert_config names the model.
+struct ExportSource {
+  // An image run (model.json), a text run (model/config.json), a Hugging Face BERT/DistilBERT
+  // directory or a sentence-transformers directory.
+  std::string model_dir;
+  std::string model;  // registry name: with `pretrained` (efficientnet_lite0) or `random_init`
+  bool pretrained = false;
+  bool random_init = false;
+  std::int64_t num_classes = 1000;  // registry models with random_init
+  std::int64_t channels = 3;
+  std::int64_t image_size = 224;
+  std::string bert_config;  // a BERT-shape config.json with random_init (benchmark shapes)
+  std::string task = "auto";  // text: "classify" | "embed" | "auto" (modules.json → embed)
+  std::int64_t max_length = 0;  // text packages: 0 = min(128, the model's positions)
+};
+
+struct ExportOptions {
+  std::filesystem::path out;
+  Precision precision = Precision::kFp32;
+  // Real samples for calibration (int8 convs) and for the accuracy report: image shards (the package's
+  // eval transform) or, for text, a file of lines. Empty: the report uses random inputs and says so.
+  std::vector<std::string> calibration;
+  std::int64_t calibration_samples = 256;
+  std::int64_t max_bad_samples = 100;  // corrupt calibration samples skipped and counted, beyond: error
+  double min_agreement = 0.97;          // top-1 agreement with fp32 below this refuses the export ...
+  bool allow_accuracy_loss = false;     // ... unless this is set (the report still says so)
+  bool overwrite = false;
+  int threads = 0;
+};
+
+struct ExportReport {
+  nlohmann::ordered_json json;  // what quantization_report.json holds
+  std::string summary;          // one line for the terminal
+};
+
+// Builds, lowers, converts (bf16 / int8), checks against the source model and writes the package.
+// Throws hotpath::Error (one line naming the input) on any bad input or a refused accuracy loss;
+// nothing is left at `out` then.
+ExportReport export_package(const ExportSource& source, const ExportOptions& options);
+
+// The model of `source`, lowered to an fp32 graph, with the package metadata (no weights written).
+// For `hotpath export --format onnx` and tests.
+struct LoweredModel {
+  PackageDir package;  // kind, architecture, labels, preprocessing, source
+  Graph graph;
+  std::vector<std::filesystem::path> tokenizer_files;  // text: to copy beside the package
+};
+LoweredModel lower_export_source(const ExportSource& source);
+
+}  // namespace hotpath::infer

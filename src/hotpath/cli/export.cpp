@@ -1,0 +1,107 @@
+// `hotpath export`: a trained model (run directory, Hugging Face / sentence-transformers directory, or a
+// registry model) → a model package for the engine, `predict`, `eval`, `embed`, `serve` — or an ONNX file.
+//   hotpath export --model-dir runs/fmnist --out pkg/fmnist-int8 --precision int8 --calibration 'val-*.tar'
+//   hotpath export --model efficientnet_lite0 --pretrained --out pkg/lite0
+//   hotpath export --model resnet50 --num-classes 1000 --random-init --out pkg/r50 --precision bf16
+//   hotpath export --config bert-base.json --random-init --out pkg/bert-base --precision int8
+//   hotpath export --model-dir runs/fmnist --format onnx --out fmnist.onnx
+#include <CLI/CLI.hpp>
+
+#include <ATen/Parallel.h>
+
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "hotpath/core/error.h"
+#include "hotpath/infer/export.h"
+#include "hotpath/infer/onnx_export.h"
+
+namespace hotpath::cli {
+namespace {
+
+struct ExportArgs {
+  infer::ExportSource source;
+  std::string out;
+  std::string precision = "fp32";
+  std::string format = "package";
+  std::vector<std::string> calibration;
+  std::int64_t calibration_samples = 256;
+  std::int64_t max_bad_samples = 100;
+  double min_agreement = 0.97;
+  bool allow_accuracy_loss = false;
+  bool overwrite = false;
+  int threads = 0;
+};
+
+void run(const ExportArgs& a) {
+  if (a.threads > 0) at::set_num_threads(a.threads);
+  if (a.format == "onnx") {
+    HOTPATH_CHECK(a.precision == "fp32", "export: --format onnx writes the fp32 graph; drop --precision ",
+                  a.precision, " (quantize in ONNX Runtime, or export a hotpath package for int8)");
+    const infer::LoweredModel m = infer::lower_export_source(a.source);
+    HOTPATH_CHECK(a.overwrite || !std::filesystem::exists(a.out), "export: ", a.out,
+                  " exists (pass --overwrite to replace it)");
+    infer::export_onnx(m.graph, a.out);
+    std::cout << "wrote " << a.out << " (opset 17, " << m.graph.nodes.size() << " graph nodes, dynamic axes: ";
+    for (std::size_t i = 0; i < m.graph.inputs.size(); ++i) {
+      std::cout << (i ? "; " : "") << m.graph.inputs[i].name << " batch"
+                << (m.graph.inputs[i].shape.size() == 2 ? " sequence" : "");
+    }
+    std::cout << ")\n";
+    return;
+  }
+  const infer::ExportReport r = infer::export_package(
+      a.source, {.out = a.out,
+                 .precision = infer::parse_precision(a.precision, "export: --precision"),
+                 .calibration = a.calibration,
+                 .calibration_samples = a.calibration_samples,
+                 .max_bad_samples = a.max_bad_samples,
+                 .min_agreement = a.min_agreement,
+                 .allow_accuracy_loss = a.allow_accuracy_loss,
+                 .overwrite = a.overwrite,
+                 .threads = a.threads});
+  std::cout << "wrote " << a.out << ": " << r.summary << "\n";
+}
+
+}  // namespace
+
+void add_export(CLI::App& app) {
+  auto a = std::make_shared<ExportArgs>();
+  CLI::App* cmd = app.add_subcommand("export", "Write a model package (or ONNX file) for inference and serving");
+  cmd->add_option("--model-dir", a->source.model_dir,
+                  "Image run (model.json), text run, Hugging Face or sentence-transformers directory");
+  cmd->add_option("--model", a->source.model, "A registry model name (with --pretrained or --random-init)");
+  cmd->add_option("--config", a->source.bert_config, "A BERT-shape config.json (with --random-init)");
+  cmd->add_flag("--pretrained", a->source.pretrained, "The registry model's real pretrained weights");
+  cmd->add_flag("--random-init", a->source.random_init, "Random weights (seed 0): benchmark shapes");
+  cmd->add_option("--num-classes", a->source.num_classes, "Classes of a --random-init image model")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--channels", a->source.channels, "Input channels of a --random-init image model")
+      ->check(CLI::Range(1, 4));
+  cmd->add_option("--image-size", a->source.image_size, "Input size of a --random-init image model")
+      ->check(CLI::Range(8, 4096));
+  cmd->add_option("--task", a->source.task, "Text models: classify, embed or auto (modules.json → embed)")
+      ->check(CLI::IsMember({"auto", "classify", "embed"}));
+  cmd->add_option("--max-length", a->source.max_length, "Text packages: tokens per sequence (0 = min(128, positions))")
+      ->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("--out", a->out, "Package directory (or .onnx file) to write")->required();
+  cmd->add_option("--precision", a->precision, "fp32, bf16 or int8")->check(CLI::IsMember({"fp32", "bf16", "int8"}));
+  cmd->add_option("--format", a->format, "package (default) or onnx")->check(CLI::IsMember({"package", "onnx"}));
+  cmd->add_option("--calibration", a->calibration,
+                  "Real data for int8 calibration and the accuracy report: image shards, or a text file of lines");
+  cmd->add_option("--calibration-samples", a->calibration_samples)->check(CLI::Range(1, 1000000));
+  cmd->add_option("--max-bad-samples", a->max_bad_samples, "Corrupt calibration samples skipped before failing")
+      ->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("--min-agreement", a->min_agreement, "Refuse below this top-1 agreement with fp32 (real data)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_flag("--allow-accuracy-loss", a->allow_accuracy_loss, "Write the package even below --min-agreement");
+  cmd->add_flag("--overwrite", a->overwrite, "Replace an existing package");
+  cmd->add_option("--threads", a->threads, "LibTorch intra-op threads (0 = default)")->check(CLI::Range(0, 1024));
+  cmd->callback([a] { run(*a); });
+}
+
+}  // namespace hotpath::cli

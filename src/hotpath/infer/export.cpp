@@ -1,0 +1,446 @@
+#include "hotpath/infer/export.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <sstream>
+
+#include "hotpath/core/error.h"
+#include "hotpath/core/mapped_file.h"
+#include "hotpath/data/loader.h"
+#include "hotpath/data/shard_list.h"
+#include "hotpath/formats/bert_config.h"
+#include "hotpath/infer/lower.h"
+#include "hotpath/infer/package.h"
+#include "hotpath/infer/quantize.h"
+#include "hotpath/models/registry.h"
+#include "hotpath/models/text/bert.h"
+#include "hotpath/models/vision/pretrained.h"
+#include "hotpath/text/tokenizer.h"
+
+namespace fs = std::filesystem;
+
+namespace hotpath::infer {
+namespace {
+
+// The model a package came from, kept to run the reference in the accuracy report.
+using Reference = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
+
+struct Source {
+  LoweredModel lowered;
+  Reference reference;
+};
+
+EvalPreprocess imagenet_preprocess(std::int64_t channels, std::int64_t image_size) {
+  EvalPreprocess p;
+  p.channels = channels;
+  p.image_size = image_size;
+  p.crop = EvalCrop::kResizeCenterCrop;
+  p.resize_shorter = image_size * 256 / 224;
+  p.mean = channels == 3 ? std::vector<double>{0.485, 0.456, 0.406} : std::vector<double>(channels, 0.5);
+  p.std = channels == 3 ? std::vector<double>{0.229, 0.224, 0.225} : std::vector<double>(channels, 0.5);
+  return p;
+}
+
+Reference image_reference(models::ModelHandle model) {
+  model->eval();
+  return [model](const std::vector<at::Tensor>& in) {
+    const at::NoGradGuard no_grad;
+    return model->forward(in.at(0)).to(at::kFloat);
+  };
+}
+
+Source from_image_model(models::ModelHandle model, PackageDir package) {
+  Source s;
+  s.lowered.graph = lower_image_model(*model, {.channels = package.image.channels,
+                                               .image_size = package.image.image_size});
+  s.lowered.package = std::move(package);
+  s.reference = image_reference(std::move(model));
+  return s;
+}
+
+std::vector<fs::path> tokenizer_files(const fs::path& dir) {
+  std::vector<fs::path> files;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
+                           "sentence_bert_config.json"}) {
+    if (fs::is_regular_file(dir / name)) files.push_back(dir / name);
+  }
+  return files;
+}
+
+bool has_classifier_head(const fs::path& config_path) {
+  const nlohmann::json j = nlohmann::json::parse(read_file(config_path.string()), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return false;
+  if (auto it = j.find("architectures"); it != j.end() && it->is_array()) {
+    for (const auto& a : *it) {
+      if (a.is_string() && a.get<std::string>().find("ForSequenceClassification") != std::string::npos) return true;
+    }
+  }
+  return false;
+}
+
+Source from_text_dir(const fs::path& dir, const ExportSource& src) {
+  std::string task = src.task;
+  if (task == "auto") {
+    task = fs::exists(dir / "modules.json") || !has_classifier_head(dir / "config.json") ? "embed" : "classify";
+  }
+  Source s;
+  PackageDir& p = s.lowered.package;
+  s.lowered.tokenizer_files = tokenizer_files(dir);
+  HOTPATH_CHECK(!s.lowered.tokenizer_files.empty(), dir.string(),
+                ": no tokenizer files (tokenizer.json or vocab.txt) to put in the package");
+  std::int64_t positions = 0;
+  if (task == "classify") {
+    auto model = models::load_bert_classifier(dir);
+    model->eval();
+    const formats::BertConfig& c = model->config();
+    positions = c.max_position_embeddings;
+    p.kind = PackageKind::kTextClassifier;
+    p.architecture = c.arch == formats::BertArch::kBert ? "bert" : "distilbert";
+    for (std::int64_t i = 0; i < c.num_labels; ++i) {
+      p.labels.push_back(i < static_cast<std::int64_t>(c.id2label.size()) ? c.id2label[static_cast<std::size_t>(i)]
+                                                                         : "LABEL_" + std::to_string(i));
+    }
+    s.lowered.graph = lower_text_classifier(*model);
+    s.reference = [model](const std::vector<at::Tensor>& in) {
+      const at::NoGradGuard no_grad;
+      return model->forward(in.at(0), in.at(1), in.at(2));
+    };
+  } else {
+    HOTPATH_CHECK(task == "embed", "export: --task is '", task, "', expected classify, embed or auto");
+    auto embedder = std::make_shared<models::SentenceEmbedder>(models::load_sentence_embedder(dir));
+    embedder->model->eval();
+    const formats::BertConfig& c = embedder->model->config();
+    positions = c.max_position_embeddings;
+    p.kind = PackageKind::kSentenceEmbedder;
+    p.architecture = c.arch == formats::BertArch::kBert ? "bert" : "distilbert";
+    s.lowered.graph = lower_sentence_embedder(*embedder);
+    s.reference = [embedder](const std::vector<at::Tensor>& in) {
+      const at::NoGradGuard no_grad;
+      return embedder->forward(in.at(0), in.at(1), in.at(2));
+    };
+  }
+  p.text.max_length = src.max_length > 0 ? src.max_length : std::min<std::int64_t>(128, positions);
+  HOTPATH_CHECK(p.text.max_length >= 2 && p.text.max_length <= positions, "export: --max-length ", p.text.max_length,
+                " outside [2, ", positions, "] (the model's position embeddings)");
+  p.source = {{"model_dir", dir.string()}, {"task", task}};
+  return s;
+}
+
+Source load_source(const ExportSource& src) {
+  const int given = static_cast<int>(!src.model_dir.empty()) + static_cast<int>(!src.model.empty()) +
+                    static_cast<int>(!src.bert_config.empty());
+  HOTPATH_CHECK(given == 1, "export: give exactly one of --model-dir DIR, --model NAME (with --pretrained or "
+                            "--random-init) or --config BERT_CONFIG.json --random-init");
+  if (!src.model_dir.empty()) {
+    const fs::path dir = src.model_dir;
+    HOTPATH_CHECK(fs::is_directory(dir), "export: --model-dir ", dir.string(), " is not a directory");
+    if (fs::exists(dir / "model.json")) {  // an image run
+      const ModelPackage run = read_package(dir.string());
+      PackageDir p;
+      p.kind = PackageKind::kImageClassifier;
+      p.architecture = run.model;
+      p.image = run.preprocess;
+      p.image.channels_last = false;  // the engine chooses its own layout
+      for (std::int64_t i = 0; i < run.num_classes; ++i) {
+        p.labels.push_back(i < static_cast<std::int64_t>(run.class_names.size())
+                               ? run.class_names[static_cast<std::size_t>(i)]
+                               : std::to_string(i));
+      }
+      p.source = {{"model_dir", dir.string()}, {"model", run.model}};
+      return from_image_model(load_package_model(run), std::move(p));
+    }
+    if (fs::exists(dir / "model" / "config.json")) return from_text_dir(dir / "model", src);  // a text run
+    HOTPATH_CHECK(fs::exists(dir / "config.json"), "export: ", dir.string(),
+                  " holds neither model.json (an image run), model/config.json (a text run) nor config.json "
+                  "(a Hugging Face or sentence-transformers directory)");
+    return from_text_dir(dir, src);
+  }
+  if (!src.model.empty()) {
+    HOTPATH_CHECK(src.pretrained != src.random_init, "export: --model ", src.model,
+                  " needs exactly one of --pretrained or --random-init");
+    PackageDir p;
+    p.kind = PackageKind::kImageClassifier;
+    p.architecture = src.model;
+    if (src.pretrained) {
+      const models::Preprocessing& pre = models::pretrained_preprocessing(src.model);
+      p.image = {.image_size = pre.crop, .channels = 3, .crop = EvalCrop::kResizeCenterCrop,
+                 .resize_shorter = pre.resize_shorter, .mean = {pre.mean.begin(), pre.mean.end()},
+                 .std = {pre.std.begin(), pre.std.end()}};
+      p.labels = models::pretrained_class_names(src.model);
+      p.source = {{"model", src.model}, {"weights", "pretrained"}};
+      return from_image_model(models::load_pretrained_model(src.model), std::move(p));
+    }
+    HOTPATH_CHECK(src.num_classes >= 1 && src.num_classes <= (1 << 20), "export: --num-classes ", src.num_classes,
+                  " outside [1, 1048576]");
+    HOTPATH_CHECK(src.channels >= 1 && src.channels <= 4, "export: --channels ", src.channels, " outside [1, 4]");
+    HOTPATH_CHECK(src.image_size >= 8 && src.image_size <= 4096, "export: --image-size ", src.image_size,
+                  " outside [8, 4096]");
+    p.image = imagenet_preprocess(src.channels, src.image_size);
+    for (std::int64_t i = 0; i < src.num_classes; ++i) p.labels.push_back(std::to_string(i));
+    p.source = {{"model", src.model}, {"weights", "random-init"}, {"seed", 0}};
+    at::manual_seed(0);
+    return from_image_model(models::create_model(src.model, {.num_classes = src.num_classes,
+                                                             .in_channels = src.channels}),
+                            std::move(p));
+  }
+  HOTPATH_CHECK(src.random_init, "export: --config ", src.bert_config,
+                " builds a randomly initialised BERT-shape model: add --random-init");
+  const formats::BertConfig config = formats::BertConfig::from_file(src.bert_config);
+  at::manual_seed(0);
+  Source s;
+  PackageDir& p = s.lowered.package;
+  p.architecture = config.arch == formats::BertArch::kBert ? "bert" : "distilbert";
+  p.text.max_length = src.max_length > 0 ? src.max_length : std::min<std::int64_t>(128, config.max_position_embeddings);
+  HOTPATH_CHECK(p.text.max_length >= 2 && p.text.max_length <= config.max_position_embeddings, "export: --max-length ",
+                p.text.max_length, " outside [2, ", config.max_position_embeddings, "]");
+  p.source = {{"config", src.bert_config}, {"weights", "random-init"}, {"seed", 0}};
+  if (src.task == "embed") {
+    auto embedder = std::make_shared<models::SentenceEmbedder>(
+        std::make_shared<models::BertModel>(config, models::BertOptions{.add_pooling_layer = false}));
+    embedder->model->eval();
+    p.kind = PackageKind::kSentenceEmbedder;
+    s.lowered.graph = lower_sentence_embedder(*embedder);
+    s.reference = [embedder](const std::vector<at::Tensor>& in) {
+      const at::NoGradGuard no_grad;
+      return embedder->forward(in.at(0), in.at(1), in.at(2));
+    };
+  } else {
+    auto model = std::make_shared<models::BertForSequenceClassification>(config);
+    model->eval();
+    p.kind = PackageKind::kTextClassifier;
+    for (std::int64_t i = 0; i < config.num_labels; ++i) p.labels.push_back("LABEL_" + std::to_string(i));
+    s.lowered.graph = lower_text_classifier(*model);
+    s.reference = [model](const std::vector<at::Tensor>& in) {
+      const at::NoGradGuard no_grad;
+      return model->forward(in.at(0), in.at(1), in.at(2));
+    };
+  }
+  return s;
+}
+
+// ---- the data the report (and int8 calibration) runs on -------------------------------------------
+
+struct ReportData {
+  std::vector<std::vector<at::Tensor>> batches;  // each: the graph's inputs
+  std::string source;                            // "shards", "text lines", "random inputs"
+  std::int64_t samples = 0;
+  std::int64_t bad_samples = 0;
+  std::vector<std::string> bad_examples;
+};
+
+ReportData image_data(const PackageDir& p, const ExportOptions& o) {
+  ReportData d;
+  if (o.calibration.empty()) {
+    at::manual_seed(1);
+    for (std::int64_t n = 0; n < std::min<std::int64_t>(o.calibration_samples, 64); n += 8) {
+      d.batches.push_back({at::randn({8, p.image.channels, p.image.image_size, p.image.image_size})});
+      d.samples += 8;
+    }
+    d.source = "random inputs (pass --calibration SHARDS for real data)";
+    return d;
+  }
+  data::LoaderOptions lo = p.image.loader_options(data::resolve_shards(o.calibration));
+  HOTPATH_CHECK(!lo.shards.empty(), "export: no calibration shard matches ", o.calibration.front());
+  lo.batch_size = 32;
+  lo.workers = 2;
+  lo.max_bad_samples = o.max_bad_samples;
+  data::Loader loader(lo);
+  while (d.samples < o.calibration_samples) {
+    auto batch = loader.next();
+    if (!batch) break;
+    at::Tensor images = batch->images;
+    const std::int64_t take = std::min<std::int64_t>(images.size(0), o.calibration_samples - d.samples);
+    d.batches.push_back({images.narrow(0, 0, take).contiguous()});
+    d.samples += take;
+  }
+  d.bad_samples = loader.stats().bad_samples;
+  d.bad_examples = loader.bad_samples();
+  if (d.bad_examples.size() > 5) d.bad_examples.resize(5);
+  HOTPATH_CHECK(d.samples > 0, "export: the calibration shards yielded no samples (", d.bad_samples,
+                " bad samples skipped)");
+  d.source = "shards";
+  return d;
+}
+
+ReportData text_data(const LoweredModel& m, const ExportOptions& o) {
+  ReportData d;
+  const std::int64_t len = m.package.text.max_length;
+  if (o.calibration.empty()) {
+    at::manual_seed(1);
+    std::int64_t words = 2;
+    for (const Node& n : m.graph.nodes) {
+      if (n.op == "bert_embed") words = m.graph.params.at(n.params.at("word")).size(0);
+    }
+    for (std::int64_t n = 0; n < std::min<std::int64_t>(o.calibration_samples, 64); n += 8) {
+      const at::Tensor ids = at::randint(1, words, {8, len}, at::kLong);
+      at::Tensor mask = at::ones({8, len}, at::kLong);
+      for (std::int64_t r = 0; r < 8; ++r) mask[r].narrow(0, len / 2 + r * (len / 16), len - len / 2 - r * (len / 16)).zero_();
+      d.batches.push_back({ids, mask, at::zeros({8, len}, at::kLong)});
+      d.samples += 8;
+    }
+    d.source = "random token ids (pass --calibration FILE, one text per line, for real data)";
+    return d;
+  }
+  HOTPATH_CHECK(o.calibration.size() == 1, "export: a text model takes one --calibration file of lines, got ",
+                o.calibration.size());
+  HOTPATH_CHECK(!m.tokenizer_files.empty(), "export: this text model has no tokenizer to read --calibration with");
+  const text::Tokenizer tok = text::Tokenizer::from_directory(m.tokenizer_files.front().parent_path());
+  std::istringstream in(read_file(o.calibration.front()));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line) && static_cast<std::int64_t>(lines.size()) < o.calibration_samples;) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    lines.push_back(line);
+  }
+  HOTPATH_CHECK(!lines.empty(), "export: ", o.calibration.front(), " holds no text lines");
+  for (std::size_t i = 0; i < lines.size(); i += 16) {
+    const std::size_t n = std::min<std::size_t>(16, lines.size() - i);
+    std::vector<text::Encoding> enc;
+    std::int64_t longest = 1;
+    for (std::size_t j = 0; j < n; ++j) {
+      text::EncodeOptions eo;
+      eo.max_length = static_cast<std::size_t>(len);
+      enc.push_back(tok.encode(lines[i + j], eo));
+      longest = std::max<std::int64_t>(longest, static_cast<std::int64_t>(enc.back().ids.size()));
+    }
+    at::Tensor ids = at::zeros({static_cast<std::int64_t>(n), longest}, at::kLong);
+    at::Tensor mask = at::zeros_like(ids);
+    at::Tensor types = at::zeros_like(ids);
+    for (std::size_t j = 0; j < n; ++j) {
+      for (std::size_t k = 0; k < enc[j].ids.size(); ++k) {
+        ids[static_cast<std::int64_t>(j)][static_cast<std::int64_t>(k)] = static_cast<std::int64_t>(enc[j].ids[k]);
+        mask[static_cast<std::int64_t>(j)][static_cast<std::int64_t>(k)] = 1;
+        types[static_cast<std::int64_t>(j)][static_cast<std::int64_t>(k)] = static_cast<std::int64_t>(enc[j].type_ids[k]);
+      }
+    }
+    d.batches.push_back({ids, mask, types});
+    d.samples += static_cast<std::int64_t>(n);
+  }
+  d.source = "text lines";
+  return d;
+}
+
+// How far `got` is from `want` over the data: top-1 agreement (classifiers) or the lowest cosine
+// similarity (embedders), and logit/embedding errors.
+nlohmann::ordered_json compare(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want, bool embedder) {
+  std::int64_t n = 0, agree = 0;
+  double max_abs = 0, sum_abs = 0, min_cos = 1.0;
+  std::int64_t elems = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const at::Tensor a = got[i].to(at::kFloat), b = want[i].to(at::kFloat);
+    const at::Tensor diff = (a - b).abs();
+    max_abs = std::max(max_abs, diff.max().item<double>());
+    sum_abs += diff.sum().item<double>();
+    elems += diff.numel();
+    n += a.size(0);
+    if (embedder) {
+      min_cos = std::min(min_cos, at::cosine_similarity(a, b, 1).min().item<double>());
+    } else {
+      agree += a.argmax(1).eq(b.argmax(1)).sum().item<std::int64_t>();
+    }
+  }
+  nlohmann::ordered_json j;
+  j["samples"] = n;
+  if (embedder) {
+    j["min_cosine"] = min_cos;
+  } else {
+    j["top1_agreement"] = n > 0 ? static_cast<double>(agree) / static_cast<double>(n) : 0.0;
+  }
+  j["max_abs_error"] = max_abs;
+  j["mean_abs_error"] = elems > 0 ? sum_abs / static_cast<double>(elems) : 0.0;
+  return j;
+}
+
+std::vector<at::Tensor> run_all(const Engine& e, const ReportData& d) {
+  std::vector<at::Tensor> out;
+  for (const auto& b : d.batches) out.push_back(e.run(b).front());
+  return out;
+}
+
+}  // namespace
+
+LoweredModel lower_export_source(const ExportSource& source) { return load_source(source).lowered; }
+
+ExportReport export_package(const ExportSource& source, const ExportOptions& options) {
+  HOTPATH_CHECK(!options.out.empty(), "export: --out PKG is required");
+  HOTPATH_CHECK(options.calibration_samples >= 1 && options.calibration_samples <= 1000000,
+                "export: --calibration-samples ", options.calibration_samples, " outside [1, 1000000]");
+  HOTPATH_CHECK(options.min_agreement >= 0.0 && options.min_agreement <= 1.0, "export: --min-agreement ",
+                options.min_agreement, " outside [0, 1]");
+  if (fs::exists(options.out)) {
+    HOTPATH_CHECK(fs::is_directory(options.out) && (options.overwrite || fs::is_empty(options.out)), "export: ",
+                  options.out.string(), " exists", fs::is_directory(options.out) ? " and is not empty" : "",
+                  " (pass --overwrite to replace it)");
+  }
+  Source src = load_source(source);
+  PackageDir& package = src.lowered.package;
+  package.precision = options.precision;
+  const bool embedder = package.kind == PackageKind::kSentenceEmbedder;
+  const ReportData data = package.kind == PackageKind::kImageClassifier ? image_data(package, options)
+                                                                       : text_data(src.lowered, options);
+  const c10::InferenceMode inference;
+  const Engine fp32 = Engine::from_graph(src.lowered.graph, {.threads = options.threads});
+  const std::vector<at::Tensor> fp32_out = run_all(fp32, data);
+  std::vector<at::Tensor> model_out;
+  for (const auto& b : data.batches) model_out.push_back(src.reference(b));
+
+  nlohmann::ordered_json report;
+  report["precision"] = precision_name(options.precision);
+  report["data"] = {{"source", data.source}, {"samples", data.samples}, {"bad_samples", data.bad_samples},
+                    {"bad_examples", data.bad_examples}};
+  report["lowering_vs_model"] = compare(fp32_out, model_out, embedder);
+
+  Graph graph = src.lowered.graph;
+  if (options.precision == Precision::kInt8) {
+    QuantizeOptions qo;
+    QuantizeResult q = quantize_graph(graph, data.batches, qo);
+    graph = std::move(q.graph);
+    report["quantization"] = std::move(q.report);
+  }
+  // bf16 packages store their float weights as bf16 (half the size); int8 ones keep float scales/biases.
+  if (options.precision == Precision::kBf16) {
+    for (auto& [key, t] : graph.params) {
+      if (t.scalar_type() == at::kFloat) t = t.to(at::kBFloat16);
+    }
+  }
+  Graph exported = graph;
+  for (auto& [key, t] : exported.params) {
+    if (t.scalar_type() == at::kBFloat16) t = t.to(at::kFloat);
+  }
+  const Engine engine = Engine::from_graph(exported, {.threads = options.threads, .precision = options.precision});
+  report["engine"] = engine.describe();
+  nlohmann::ordered_json vs = compare(run_all(engine, data), fp32_out, embedder);
+  report["vs_fp32"] = vs;
+
+  const bool synthetic = data.source.rfind("random", 0) == 0;
+  std::ostringstream summary;
+  summary << precision_name(options.precision) << " package of " << package.architecture << ": ";
+  bool refused = false;
+  if (embedder) {
+    const double c = vs["min_cosine"].get<double>();
+    summary << "min cosine " << c << " with fp32";
+    refused = !synthetic && c < 0.99;
+  } else {
+    const double a = vs["top1_agreement"].get<double>();
+    summary << "top-1 agreement " << 100.0 * a << " % with fp32";
+    refused = !synthetic && a < options.min_agreement;
+  }
+  summary << " on " << data.samples << " samples of " << (synthetic ? "random inputs" : data.source)
+          << ", max abs error " << vs["max_abs_error"].get<double>();
+  if (data.bad_samples > 0) summary << " (" << data.bad_samples << " bad samples skipped)";
+  report["status"] = refused ? (options.allow_accuracy_loss ? "accepted-with-loss" : "refused") : "ok";
+  HOTPATH_CHECK(!refused || options.allow_accuracy_loss, "export: ", summary.str(), " — below the threshold (",
+                embedder ? "min cosine 0.99" : "--min-agreement " + std::to_string(options.min_agreement),
+                "); no package written. Pass --allow-accuracy-loss to write it anyway");
+  package.source["exported_with"] = {{"precision", precision_name(options.precision)},
+                                     {"calibration", options.calibration},
+                                     {"calibration_samples", data.samples}};
+  write_package_dir(options.out, package, graph, report, src.lowered.tokenizer_files, options.overwrite);
+  return {std::move(report), summary.str()};
+}
+
+}  // namespace hotpath::infer
