@@ -188,12 +188,13 @@ class Exporter {
       const std::string e = emit("Erf", {emit("Div", {x, const_float(static_cast<float>(std::sqrt(2.0)))}, {}, s)}, {}, s);
       return emit("Mul", {emit("Mul", {x, emit("Add", {e, const_float(1.0f)}, {}, s)}, {}, s), const_float(0.5f)}, {}, s);
     }
-    if (a == "gelu_tanh") {  // ½x(1 + tanh(√(2/π)(x + 0.044715x³)))
+    if (a == "gelu_tanh") {  // (½x)(1 + tanh(√(2/π)(x + 0.044715x³))): HF gelu_new's order, which ORT fuses
+      const std::string half = emit("Mul", {x, const_float(0.5f)}, {}, s);
       const std::string cube = emit("Pow", {x, const_float(3.0f)}, {}, s);
       const std::string inner = emit("Add", {x, emit("Mul", {cube, const_float(0.044715f)}, {}, s)}, {}, s);
       const auto k = static_cast<float>(std::sqrt(2.0 / 3.14159265358979323846));
       const std::string t = emit("Tanh", {emit("Mul", {inner, const_float(k)}, {}, s)}, {}, s);
-      return emit("Mul", {emit("Mul", {x, emit("Add", {t, const_float(1.0f)}, {}, s)}, {}, s), const_float(0.5f)}, {}, s);
+      return emit("Mul", {half, emit("Add", {t, const_float(1.0f)}, {}, s)}, {}, s);
     }
     throw Error(where() + ": activation '" + a + "' has no ONNX mapping");
   }
