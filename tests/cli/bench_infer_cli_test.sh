@@ -60,6 +60,26 @@ assert r["best_peer"] == best[1] and abs(r["ratio_vs_best_peer"] - engines["hotp
 assert r["dispatch"] and r["engine_describe"] and r["host"]["cores"] >= 1, r
 assert "precision" in r["engine_describe"], r["engine_describe"]
 assert table.startswith("| engine |") and "| hotpath |" in table, table
+# A --random-init package: the peers get the same weights (rebuilt as export builds them), so hotpath's fp32
+# logits are torch's.
+assert r["accuracy_comparable"] is True and "random-init" in r["peer_weights"], r["peer_weights"]
+acc = engines["hotpath"]["accuracy"]
+assert acc["top1_agreement"] == 1.0 and acc["max_abs_diff"] < 1e-4, acc
+PY
+
+# An int8 package against ONNX Runtime's int8: the package's precision in the report, hotpath's accuracy too.
+"$hp" export --config tiny_bert.json --random-init --precision int8 --out bert_int8 > export8.log 2>&1 \
+  || fail "hotpath export --precision int8: $(tail -3 export8.log)"
+"$hp" bench infer bert_int8 --batch 4 --seq-len 16 --engines ort_int8 "${quick[@]}" --json int8.json > /dev/null \
+  2> int8.err || fail "bench infer int8: exit $? $(tail -5 int8.err)"
+"$py" - int8.json <<'PY' || fail "bench infer int8: bad report: $(head -c 2000 int8.json)"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["precision"] == "int8" and set(r["engines"]) == {"hotpath", "ort_int8"}, r
+assert r["ratio_vs_ort_int8"] > 0 and r["best_peer"] == "ort_int8", r
+acc = r["engines"]["hotpath"]["accuracy"]
+assert 0 <= acc["top1_agreement"] <= 1 and acc["max_abs_diff"] >= 0, acc
+assert "int8" in r["engine_describe"], r["engine_describe"]
 PY
 
 # Single-stream: batch-1 queries for every engine; one peer.

