@@ -13,7 +13,9 @@
 // Add, bert_embed → Gather ×3 (positions from Range over Shape: the sequence axis stays dynamic) +
 // LayerNormalization, select → Gather, mean_pool → masked ReduceSum / Max(ReduceSum(mask), 1e-9),
 // l2_normalize → ReduceL2 + Max(·, 1e-12) + Div. Activations: Relu, Clip(0, 6), Sigmoid, Tanh,
-// x·Sigmoid(x) for silu, gelu as its Erf form and gelu_tanh as its tanh form (ONNX Runtime fuses both back).
+// x·Sigmoid(x) for silu, gelu as its Erf form and gelu_tanh as its tanh form (ONNX Runtime fuses all three
+// back: QuickGelu, Gelu/BiasGelu, FastGelu). Graph inputs and outputs keep their names, except a graph
+// output that is also a graph input: ONNX needs a node to write it, so it is NAME/output (a float32 Cast).
 //
 // Quantized graphs (attr "quant") are refused naming the node: hotpath's int8 is per-row dynamic
 // symmetric, which opset 17's DynamicQuantizeLinear (per-tensor, uint8) cannot express; export the

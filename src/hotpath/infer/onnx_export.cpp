@@ -88,9 +88,9 @@ class Exporter {
     }
     for (const std::string& out : graph_.outputs) {
       std::string value = out;
-      if (is_graph_input(out)) {  // an ONNX graph output must be written by a node
+      if (is_graph_input(out)) {  // an ONNX graph output must be written by a node; outputs are float32
         value = out + "/output";
-        model_.nodes.push_back({"Identity", out + "/Identity", {out}, {value}, {}});
+        model_.nodes.push_back({"Cast", out + "/Cast", {out}, {value}, {{"to", static_cast<std::int64_t>(OnnxDtype::kFloat)}}});
       }
       model_.outputs.push_back({value, OnnxDtype::kFloat, std::nullopt});
     }
