@@ -21,6 +21,7 @@
 #include <ATen/ops/sigmoid.h>
 #include <ATen/ops/silu.h>
 #include <ATen/ops/tanh.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/InferenceMode.h>
 
 #include <sstream>
@@ -95,6 +96,66 @@ void activate_(at::Tensor& x, Act act) {
   }
 }
 
+bool native_bf16() { return cpu::max_isa() >= cpu::Isa::kAvx512Bf16; }
+
+// oneDNN's fused convolution (what PyTorch's Inductor freezes convs into): the weight reordered once
+// into oneDNN's blocked layout, bias + activation (+ residual add) as post-ops of the conv itself. Eager
+// at::conv2d reorders the weight on every call and runs add and activation as separate passes over memory.
+// Looked up once through the dispatcher; missing ops (a LibTorch without mkldnn) leave the ATen path.
+struct MkldnnConvOps {
+  std::optional<c10::OperatorHandle> reorder, unary, binary;
+  std::string missing;
+};
+
+const MkldnnConvOps& mkldnn_conv_ops() {
+  static const MkldnnConvOps ops = [] {
+    MkldnnConvOps o;
+    auto& d = c10::Dispatcher::singleton();
+    o.reorder = d.findSchema({"mkldnn::_reorder_convolution_weight", ""});
+    o.unary = d.findSchema({"mkldnn::_convolution_pointwise", ""});
+    o.binary = d.findSchema({"mkldnn::_convolution_pointwise", "binary"});
+    if (!o.reorder || !o.unary || !o.binary) {
+      o.missing = "this LibTorch lacks mkldnn::_convolution_pointwise; convs run at::conv2d";
+      o.reorder.reset();
+    }
+    return o;
+  }();
+  return ops;
+}
+
+// oneDNN's post-op name and arguments for an activation.
+struct PostOp {
+  std::string attr = "none";
+  std::vector<double> scalars;
+  std::string algorithm;
+};
+
+PostOp post_op(Act act) {
+  switch (act) {
+    case Act::kNone: return {};
+    case Act::kRelu: return {"relu", {}, ""};
+    case Act::kRelu6: return {"hardtanh", {0.0, 6.0}, ""};
+    case Act::kGelu: return {"gelu", {}, "none"};
+    case Act::kGeluTanh: return {"gelu", {}, "tanh"};
+    case Act::kSilu: return {"swish", {}, ""};
+    case Act::kSigmoid: return {"sigmoid", {}, ""};
+    case Act::kTanh: return {"tanh", {}, ""};
+  }
+  return {};
+}
+
+c10::List<std::optional<at::Scalar>> scalar_list(const std::vector<double>& v) {
+  c10::List<std::optional<at::Scalar>> out;
+  for (double x : v) out.push_back(at::Scalar(x));
+  return out;
+}
+
+at::Tensor call(const c10::OperatorHandle& op, torch::jit::Stack stack) {
+  op.callBoxed(&stack);
+  return stack.front().toTensor();
+}
+
+
 // One node, prepared: slots instead of names, weights in the compute dtype and layout.
 struct Step {
   const Node* node = nullptr;
@@ -110,9 +171,9 @@ struct Step {
   double eps = 1e-5;
   at::Tensor word, position, token_type, ln_weight, ln_bias;  // bert_embed; vit_embed uses word/position
   std::shared_ptr<const detail::Int8Node> int8;                 // quantized linear / conv
+  bool packed = false;                                          // weight in oneDNN's layout (mkldnn_conv_ops)
+  PostOp post;
 };
-
-bool native_bf16() { return cpu::max_isa() >= cpu::Isa::kAvx512Bf16; }
 
 }  // namespace
 
@@ -125,6 +186,7 @@ struct Engine::Impl {
   std::vector<int> input_slots, output_slots;
   int num_slots = 0;
   std::map<std::string, int> int8_counts;
+  std::string conv_note;  // why convs do not run oneDNN's prepacked fused kernel ("" when they do)
 
   void prepare();
   at::Tensor cast(const at::Tensor& t, bool conv_weight = false) const {
@@ -191,6 +253,14 @@ void Engine::Impl::prepare() {
         } else {
           s.weight = cast(param(n, "weight"), true);
           if (n.has_param("bias")) s.bias = cast(param(n, "bias"));
+          const MkldnnConvOps& mk = mkldnn_conv_ops();
+          if (options.channels_last && mk.reorder) {
+            s.weight = call(*mk.reorder, {s.weight, s.padding, s.stride, s.dilation, s.groups, c10::IValue()});
+            s.packed = true;
+            s.post = post_op(s.act);
+          } else {
+            conv_note = options.channels_last ? mk.missing : "contiguous layout asked: convs run at::conv2d";
+          }
         }
         break;
       }
@@ -259,6 +329,23 @@ void Engine::Impl::run_step(const Step& s, std::vector<at::Tensor>& v) const {
         break;
       }
       const at::Tensor xp = s.pre_pad.empty() ? x : at::constant_pad_nd(x, s.pre_pad, 0.0);
+      if (s.packed) {
+        const MkldnnConvOps& mk = mkldnn_conv_ops();
+        const c10::IValue bias = s.bias.defined() ? c10::IValue(s.bias) : c10::IValue();
+        const c10::IValue algorithm = s.post.algorithm.empty() ? c10::IValue() : c10::IValue(s.post.algorithm);
+        // oneDNN wants the activation in the input's memory format; channels-last it is.
+        const at::Tensor xc = xp.contiguous(at::MemoryFormat::ChannelsLast);
+        if (in(1).defined()) {
+          const at::Tensor res = in(1).contiguous(at::MemoryFormat::ChannelsLast);
+          y = call(*mk.binary, {xc, res, s.weight, bias, s.padding, s.stride, s.dilation, s.groups, std::string("add"),
+                                c10::IValue(), s.act == Act::kNone ? c10::IValue() : c10::IValue(s.post.attr),
+                                scalar_list(s.post.scalars), algorithm});
+        } else {
+          y = call(*mk.unary, {xc, s.weight, bias, s.padding, s.stride, s.dilation, s.groups, s.post.attr,
+                               scalar_list(s.post.scalars), algorithm});
+        }
+        break;
+      }
       y = at::conv2d(xp, s.weight, s.bias, s.stride, s.padding, s.dilation, s.groups);
       if (in(1).defined()) y.add_(in(1));
       activate_(y, s.act);
@@ -447,6 +534,8 @@ std::string Engine::describe() const {
   if (!m.precision_note.empty()) os << " (" << m.precision_note << ")";
   os << "\n";
   os << "layout: " << (m.options.channels_last ? "channels-last" : "contiguous") << " image activations\n";
+  os << "conv: " << (m.conv_note.empty() ? "oneDNN, weights prepacked, bias/activation/residual fused"
+                                         : m.conv_note) << "\n";
   os << "nodes: " << m.steps.size();
   for (const auto& [op, count] : m.int8_counts) os << ", int8 " << op << " " << count;
   os << "\n";
