@@ -164,7 +164,6 @@ void fill_attribute(const OnnxAttribute& attr, onnx::AttributeProto* proto, cons
 struct ExternalPlan {
   std::string location;                 // file name relative to the model's folder; "" = all inline
   std::vector<std::uint64_t> offsets;   // per initializer; kInline for those that stay inline
-  std::uint64_t total_bytes = 0;        // size of the data file
   static constexpr std::uint64_t kInline = std::numeric_limits<std::uint64_t>::max();
 };
 
@@ -281,7 +280,6 @@ ExternalPlan plan_external(const OnnxModel& model, const std::string& path, cons
     plan.offsets[i] = offset;
     offset += n;
   }
-  plan.total_bytes = offset;
   return plan;
 }
 
@@ -323,7 +321,7 @@ const char* onnx_dtype_name(OnnxDtype dtype) {
 }
 
 void check_onnx(const OnnxModel& model, const std::string& where) {
-  onnx::ModelProto proto = build_proto(model, ExternalPlan{{}, {}, 0}, LargeTensors::kInline, where);
+  onnx::ModelProto proto = build_proto(model, ExternalPlan{}, LargeTensors::kInline, where);
   check_and_infer(proto, model, where);
 }
 

@@ -206,8 +206,9 @@ class Exporter {
     if (n.op == "conv2d") return conv2d();
     if (n.op == "max_pool2d") return max_pool2d();
     if (n.op == "global_avg_pool") return global_avg_pool();
-    if (n.op == "add") return act(emit("Add", {n.input(0), n.input(1)}, {}, broadcast(n.input(0), n.input(1))));
-    if (n.op == "mul") return emit("Mul", {n.input(0), n.input(1)}, {}, broadcast(n.input(0), n.input(1)));
+    // add: same shapes; mul: b broadcast to a (graph.h) — so both have a's shape.
+    if (n.op == "add") return act(emit("Add", {n.input(0), n.input(1)}, {}, shape_of(n.input(0))));
+    if (n.op == "mul") return emit("Mul", {n.input(0), n.input(1)}, {}, shape_of(n.input(0)));
     if (n.op == "linear") return linear();
     if (n.op == "layer_norm") return layer_norm();
     if (n.op == "attention") return attention();
@@ -217,16 +218,6 @@ class Exporter {
     if (n.op == "mean_pool") return mean_pool();
     if (n.op == "l2_normalize") return l2_normalize();
     throw Error("ONNX export: node " + n.name + " has op '" + n.op + "', which has no ONNX mapping");
-  }
-
-  Shape broadcast(const std::string& a, const std::string& b) const {
-    Shape x = shape_of(a), y = shape_of(b);
-    if (x.size() < y.size()) std::swap(x, y);
-    const std::size_t off = x.size() - y.size();
-    for (std::size_t i = 0; i < y.size(); ++i) {
-      if (x[off + i] == 1 || x[off + i] < 0) x[off + i] = y[i] == 1 && x[off + i] < 0 ? -1 : y[i];
-    }
-    return x;
   }
 
   // y = act(conv(x) + residual); padding is (top, left, bottom, right) = ONNX's (x1_begin, x2_begin, x1_end, x2_end).
