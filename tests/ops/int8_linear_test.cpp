@@ -44,8 +44,9 @@ struct Layer {
   Int8Linear op;
 };
 
+// kAuto: the weights the engine would run here (7-bit where oneDNN lacks VNNI).
 Layer make_layer(std::int64_t in, std::int64_t out, bool with_bias, std::uint64_t seed,
-                 Int8MatmulMode mode = Int8MatmulMode::kEightBit) {
+                 Int8MatmulMode mode = Int8MatmulMode::kAuto) {
   at::manual_seed(seed);
   at::Tensor w = at::randn({out, in}) * (1.0 / std::sqrt(static_cast<double>(in)));
   at::Tensor b = with_bias ? at::randn({out}) * 0.1 : at::Tensor();
@@ -118,11 +119,12 @@ TEST(Int8Linear, StaysCloseToFp32Linear) {
     const Layer layer = make_layer(k, n, true, 7);
     const at::Tensor x = at::randn({32, k});
     const at::Tensor fp32 = at::linear(x, layer.weight, layer.bias);
-    // Two 8-bit roundings: ~1 % of the output's norm on Gaussian data.
-    EXPECT_LT(rel_norm_error(layer.op.forward(x), fp32), 0.02) << k << "x" << n;
+    // Two 8-bit roundings: ~1 % of the output's norm on Gaussian data (~2 % with 7-bit weights).
+    const double bound = layer.op.weight_bits() == 8 ? 0.02 : 0.03;
+    EXPECT_LT(rel_norm_error(layer.op.forward(x), fp32), bound) << k << "x" << n;
     const at::Tensor fp32_gelu = at::gelu(fp32 + 0.5);
     const at::Tensor residual = at::full({32, n}, 0.5);
-    EXPECT_LT(rel_norm_error(layer.op.forward(x, "gelu", residual), fp32_gelu), 0.02);
+    EXPECT_LT(rel_norm_error(layer.op.forward(x, "gelu", residual), fp32_gelu), bound);
   }
 }
 
@@ -154,7 +156,17 @@ TEST(Int8Linear, SevenBitWeightsStayExactAndCloseToFp32) {
   const double e8 = rel_norm_error(eight.op.forward(x), fp32);
   const double e7 = rel_norm_error(seven.op.forward(x), fp32);
   EXPECT_LT(e7, 0.03);
-  EXPECT_GT(e7, e8);  // a coarser weight grid
+  if (int8_matmul_has_vnni()) {
+    EXPECT_GT(e7, e8);  // a coarser weight grid
+  }
+  // The int32 sums themselves: exact with 7-bit weights everywhere, with 8-bit ones only where oneDNN has
+  // VNNI (elsewhere its u8·s8 pairs saturate int16: why kAuto picks 7 bits there).
+  const at::Tensor q = int8_quantize_rows(x).first;
+  const auto exact = [&](const at::Tensor& w_kn) {
+    return at::equal(at::_int_mm(q, w_kn).to(at::kDouble), q.to(at::kDouble).mm(w_kn.to(at::kDouble)));
+  };
+  EXPECT_TRUE(exact(seven.op.weight_kn()));
+  EXPECT_EQ(exact(eight.op.weight_kn()), int8_matmul_has_vnni());
   EXPECT_TRUE(at::equal(seven.op.forward(x, "relu"), seven.op.forward_reference(x, "relu")));
   // kAuto picks by the CPU: 8-bit weights exactly where oneDNN has VNNI.
   const Layer autod = make_layer(768, 256, true, 3, Int8MatmulMode::kAuto);

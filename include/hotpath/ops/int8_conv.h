@@ -22,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include "hotpath/ops/int8_kernels.h"
+
 namespace hotpath::ops {
 
 // Affine u8 quantization of a conv input: real = (q − zero_point)·scale.
@@ -45,9 +47,11 @@ class Int8Conv2d {
   // Per-output-channel symmetric quantization of a float weight [O, I/g, kh, kw]: (int8, f32 scale [O]).
   static std::pair<at::Tensor, at::Tensor> quantize_weight(const at::Tensor& weight);
 
-  // Prepacks the weight for oneDNN once. Throws hotpath::Error naming the argument and what was expected.
+  // Prepacks the weight for oneDNN once; without VNNI (kAuto) the weight is requantized to 7 bits first, as
+  // Int8Linear does. Throws hotpath::Error naming the argument and what was expected.
   static Int8Conv2d prepare(const at::Tensor& weight_int8, const at::Tensor& weight_scale, const at::Tensor& bias,
-                            Int8InputQuant input, Int8ConvGeometry geometry);
+                            Int8InputQuant input, Int8ConvGeometry geometry,
+                            Int8MatmulMode mode = Int8MatmulMode::kAuto);
 
   // x [N, C, H, W] f32/bf16 → [N, O, H', W'] channels-last in x's dtype; act one of infer::kActivations,
   // residual (optional, the output's shape) added before it.
@@ -59,6 +63,7 @@ class Int8Conv2d {
 
   [[nodiscard]] const Int8InputQuant& input_quant() const { return input_; }
   [[nodiscard]] const Int8ConvGeometry& geometry() const { return geometry_; }
+  [[nodiscard]] int weight_bits() const { return weight_bits_; }
 
  private:
   Int8Conv2d() = default;
@@ -70,6 +75,7 @@ class Int8Conv2d {
   Int8InputQuant input_;
   Int8ConvGeometry geometry_;
   bool symmetric_padding_ = true;
+  int weight_bits_ = 8;
 };
 
 }  // namespace hotpath::ops

@@ -20,6 +20,14 @@
 
 namespace hotpath::ops {
 
+// The int8 weights a matmul or convolution runs with (oneDNN's u8·s8 pairs saturate int16 without VNNI).
+enum class Int8MatmulMode {
+  kAuto,          // 8-bit weights where the CPU has VNNI, else 7-bit
+  kEightBit,      // keep the 8-bit weights (wrong sums on non-VNNI CPUs: tests and benchmarks only)
+  kSevenBitWeights  // requantize the weights to [-63, 63] (twice the scale)
+};
+
+
 // Row-wise symmetric quantization of x [M, K] (f32 or bf16): (int8 [M, K], f32 scale [M]),
 // scale = max|row|/qmax (1 for an all-zero row), q = round_half_even(x · (qmax/max|row|)).
 std::pair<at::Tensor, at::Tensor> int8_quantize_rows(const at::Tensor& x, int qmax = 127);
@@ -39,9 +47,12 @@ at::Tensor apply_activation_reference(const at::Tensor& x, std::string_view act)
 // Throws hotpath::Error unless act is one of infer::kActivations.
 void check_activation(std::string_view act, std::string_view where);
 
-// Whether oneDNN's int8 matmul has VNNI here (AVX512_VNNI or AVX_VNNI), and the matmul's line in reports:
-// "at::_int_mm (oneDNN, VNNI): 8-bit weights" or "... no VNNI: 7-bit weights (u8*s8 pairs saturate int16)".
+// Whether oneDNN's int8 matmul has VNNI here: the CPU has AVX512_VNNI or AVX_VNNI and ONEDNN_MAX_CPU_ISA
+// (read once) does not cap oneDNN below it. And the matmul's line in reports: "... VNNI ...: 8-bit weights",
+// or "... without VNNI: <why>): 7-bit weights ...".
 bool int8_matmul_has_vnni();
 const char* int8_linear_matmul_note();
+// The convolution's line: "convolution onednn::qconv_pointwise (u8 x s8, VNNI): 8-bit weights" or the 7-bit one.
+const char* int8_conv_note();
 
 }  // namespace hotpath::ops

@@ -31,12 +31,6 @@
 
 namespace hotpath::ops {
 
-enum class Int8MatmulMode {
-  kAuto,          // 8-bit weights where the CPU has VNNI, else 7-bit
-  kEightBit,      // keep the 8-bit weights (wrong sums on non-VNNI CPUs: tests and benchmarks only)
-  kSevenBitWeights  // requantize the weights to [-63, 63] (twice the scale)
-};
-
 class Int8Linear {
  public:
   // Per-output-channel symmetric quantization of a float weight [O, I]: (int8 [O, I] in [-127, 127],

@@ -5,7 +5,9 @@
 #include <c10/util/BFloat16.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -115,7 +117,7 @@ const char* linear_note() {
   return note.c_str();
 }
 const char* conv_note() {
-  static const std::string note = with_serial_note("convolution onednn::qconv_pointwise (oneDNN, u8 x s8)");
+  static const std::string note = with_serial_note(int8_conv_note());
   return note.c_str();
 }
 
@@ -147,22 +149,56 @@ std::int64_t row_grain(std::int64_t row_len) { return std::max<std::int64_t>(1, 
 
 }  // namespace
 
-bool int8_matmul_has_vnni() {
-#ifdef HOTPATH_X86_KERNELS
-  static const bool vnni = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
-  }();
-  return vnni;
-#else
-  return false;
-#endif
+namespace {
+
+// The oneDNN ISA cap from the environment (ONEDNN_MAX_CPU_ISA, or its old name DNNL_MAX_CPU_ISA) when it
+// names a level without VNNI (SSE41, AVX, AVX2, AVX512_CORE), else "".
+std::string onednn_cap_without_vnni() {
+  for (const char* name : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
+    const char* value = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): read once, at the first call
+    if (value == nullptr) continue;
+    std::string v(value);
+    for (char& c : v) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (v == "SSE41" || v == "AVX" || v == "AVX2" || v == "AVX512_CORE") return std::string(name) + "=" + value;
+    return "";
+  }
+  return "";
 }
 
-const char* int8_linear_matmul_note() {
-  return int8_matmul_has_vnni() ? "matmul at::_int_mm (oneDNN, VNNI): 8-bit weights"
-                                : "matmul at::_int_mm (oneDNN, no VNNI): 7-bit weights (u8*s8 pairs saturate int16)";
+struct MatmulIsa {
+  bool vnni = false;
+  std::string note;
+  std::string conv_note;
+};
+
+const MatmulIsa& matmul_isa() {
+  static const MatmulIsa isa = [] {
+    MatmulIsa m;
+    bool cpu_vnni = false;
+#ifdef HOTPATH_X86_KERNELS
+    __builtin_cpu_init();
+    cpu_vnni = __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
+#endif
+    const std::string cap = onednn_cap_without_vnni();
+    m.vnni = cpu_vnni && cap.empty();
+    const std::string why = !cpu_vnni ? "this CPU lacks VNNI" : cap;
+    m.note = m.vnni ? "matmul at::_int_mm (oneDNN, VNNI; not capped by HOTPATH_MAX_ISA): 8-bit weights"
+                    : "matmul at::_int_mm (oneDNN without VNNI: " + why +
+                          "): 7-bit weights (its u8*s8 pairs saturate int16 with 8-bit ones)";
+    m.conv_note = m.vnni ? "convolution onednn::qconv_pointwise (u8 x s8, VNNI): 8-bit weights"
+                         : "convolution onednn::qconv_pointwise (u8 x s8 without VNNI: " + why + "): 7-bit weights";
+    return m;
+  }();
+  return isa;
 }
+
+}  // namespace
+
+bool int8_matmul_has_vnni() { return matmul_isa().vnni; }
+
+const char* int8_linear_matmul_note() { return matmul_isa().note.c_str(); }
+
+const char* int8_conv_note() { return matmul_isa().conv_note.c_str(); }
 
 void check_activation(std::string_view act, std::string_view where) {
   for (const std::string_view name : kActNames) {
