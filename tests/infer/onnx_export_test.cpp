@@ -450,7 +450,9 @@ std::vector<Tensors> text_runs(std::int64_t vocab) {
   return {text_inputs(1, 6, vocab), text_inputs(7, 13, vocab), text_inputs(7, 6, vocab), text_inputs(1, 13, vocab)};
 }
 
-TEST(OnnxExport, LoweredRealModelsMatchTheEngineInOnnxRuntime) {
+// cnn, ResNet-18, EfficientNet-Lite0, ViT-Tiny (random weights, batch norms with real statistics), tiny
+// BERT and DistilBERT classifiers and a tiny sentence embedder, lowered by lower.h.
+std::vector<Case> lowered_cases() {
   std::vector<Case> cases;
   cases.push_back(image_model_case("cnn_small", 1, 28));
   cases.push_back(image_model_case("resnet18", 3, 64));
@@ -467,13 +469,22 @@ TEST(OnnxExport, LoweredRealModelsMatchTheEngineInOnnxRuntime) {
   encoder->eval();
   const models::SentenceEmbedder embedder(encoder, {.normalize = true});
   cases.push_back({"sentence_embedder", lower_sentence_embedder(embedder), text_runs(64)});
+  return cases;
+}
 
+TEST(OnnxExport, LoweredRealModelsMatchTheEngineInOnnxRuntime) {
+  const std::vector<Case> cases = lowered_cases();
   const Report report = expect_runtime_matches_engine(cases, "onnxruntime", kTolerance);
   std::cout << "lowered models: max |onnxruntime - engine| / scale = " << report.max_relative_diff << '\n';
   EXPECT_EQ(report.models.at("resnet18")["inputs"]["images"], nlohmann::json::parse(R"(["batch", 3, 64, 64])"));
   EXPECT_EQ(report.models.at("bert_classifier")["inputs"]["input_ids"], nlohmann::json::parse(R"(["batch", "sequence"])"));
   const std::string embedding = cases.back().graph.outputs.front();
   EXPECT_EQ(report.models.at("sentence_embedder")["outputs"][embedding], nlohmann::json::parse(R"(["batch", 16])"));
+}
+
+TEST(OnnxExport, LoweredRealModelsMatchTheEngineInOpenVino) {
+  const Report report = expect_runtime_matches_engine(lowered_cases(), "openvino", kTolerance);
+  std::cout << "lowered models: max |openvino - engine| / scale = " << report.max_relative_diff << '\n';
 }
 
 }  // namespace
