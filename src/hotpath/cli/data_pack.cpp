@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "hotpath/core/error.h"
+#include "hotpath/core/input_file.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/data/pack.h"
 
@@ -21,7 +22,7 @@ constexpr std::size_t kMaxSkippedShown = 20;
 // classes.txt-style file: one name per line; trailing blank lines ignored, inner ones are errors
 // (they would silently shift every later index).
 std::vector<std::string> read_class_names(const std::string& path) {
-  const std::string text = read_file(path);
+  const std::string text = read_file(path, read_limit::kClasses, "classes file");
   std::vector<std::string> names;
   std::size_t start = 0;
   while (start < text.size()) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "hotpath/core/bounded.h"
 #include "hotpath/data/shard_list.h"
 #include "hotpath/text/text_data.h"
 #include "hotpath/text/text_loader.h"
@@ -112,10 +113,10 @@ void add_data_text(CLI::App& data) {
   cmd->add_option("-o,--output", args->options.output_prefix, "output prefix, e.g. out/train")->required();
   cmd->add_option("--tokenizer", args->options.tokenizer_dir, "tokenizer directory: store token ids (KEY.ids)");
   cmd->add_option("--max-length", args->options.max_length, "with --tokenizer: truncate to this many tokens (0: none)")
-      ->capture_default_str();
+      ->capture_default_str()->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--max-samples-per-shard", args->options.max_samples_per_shard, "samples per shard (0 = no limit)")
       ->capture_default_str();
-  cmd->add_option("--threads", args->options.threads, "tokenizer threads")->capture_default_str();
+  cmd->add_option("--threads", args->options.threads, "tokenizer threads")->capture_default_str()->check(CLI::Range(std::int64_t{0}, hotpath::max_threads()));
   cmd->add_option("--labels", args->options.source.labels_path, "txt: a file with one label per input line");
   cmd->add_option("--text-field", args->options.source.text_field, "jsonl: text field")->capture_default_str();
   cmd->add_option("--pair-field", args->options.source.pair_field, "jsonl: second-sequence field")->capture_default_str();
@@ -138,12 +139,12 @@ void add_data_text(CLI::App& data) {
                     "vs a token budget");
   st->add_option("SHARDS", stats->shards, "shard paths, brace ranges or globs")->required();
   st->add_option("--tokenizer", stats->tokenizer, "tokenizer directory (needed for KEY.txt shards)");
-  st->add_option("--max-length", stats->max_length, "truncation length")->capture_default_str();
+  st->add_option("--max-length", stats->max_length, "truncation length")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   st->add_option("--batch-size", stats->batch_size, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
-  st->add_option("--bucket-batches", stats->bucket_batches, "bucketing window, in batches")->capture_default_str();
+  st->add_option("--bucket-batches", stats->bucket_batches, "bucketing window, in batches")->capture_default_str()->check(CLI::Range(0, 1 << 20));
   st->add_option("--max-tokens", stats->max_tokens, "token budget (default: batch size × max length)");
   st->add_option("--pad-to-multiple-of", stats->pad_to_multiple_of, "")->capture_default_str();
-  st->add_option("--workers", stats->workers, "tokenizer threads")->capture_default_str();
+  st->add_option("--workers", stats->workers, "tokenizer threads")->capture_default_str()->check(CLI::Range(std::int64_t{0}, hotpath::max_threads()));
   st->add_option("--seed", stats->seed, "shuffle seed")->capture_default_str();
   st->add_flag("--json", stats->json, "print JSON");
   st->callback([stats] { run_text_stats(*stats); });

@@ -18,7 +18,9 @@
 
 #include "cli/commands.h"
 #include "hotpath/core/atomic_file.h"
+#include "hotpath/core/bounded.h"
 #include "hotpath/core/error.h"
+#include "hotpath/core/input_file.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/formats/npy.h"
 #include "hotpath/infer/sentence_embed.h"
@@ -37,10 +39,8 @@ struct EmbedArgs {
 };
 
 std::string read_input(const std::string& path) {
-  if (path != "-") return read_file(path);
-  std::string text(std::istreambuf_iterator<char>(std::cin), {});
-  HOTPATH_CHECK(!std::cin.bad(), "embed: cannot read stdin");
-  return text;
+  if (path != "-") return read_file(path, read_limit::kList, "input");
+  return read_stream(std::cin, read_limit::kList, "embed: stdin");
 }
 
 void append_row(std::string& out, const float* row, std::int64_t n) {
@@ -100,7 +100,7 @@ void add_embed(CLI::App& app) {
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
   cmd->add_option("--max-length", args->max_length,
                   "Truncate to this many tokens (0: sentence_bert_config.json's max_seq_length, else the model's)");
-  cmd->add_option("--threads", args->threads, "LibTorch intra-op threads (0: its default)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--threads", args->threads, "LibTorch intra-op threads (0: its default)")->check(CLI::Range(std::int64_t{0}, hotpath::max_threads()));
   cmd->callback([args] { run(*args); });
 }
 

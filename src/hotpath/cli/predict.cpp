@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "hotpath/core/bounded.h"
 #include "hotpath/core/error.h"
 #include "hotpath/infer/classifier.h"
 
@@ -62,7 +63,7 @@ void add_predict(CLI::App& app) {
   cmd->add_flag("--pretrained", args->pretrained, "Use the model's pretrained ImageNet weights");
   cmd->add_option("images", args->images, "Image files")->required()->check(CLI::ExistingFile);
   cmd->add_option("--top-k,-k", args->top_k)->check(CLI::Range(1, 1000));
-  cmd->add_option("--threads", args->threads, "LibTorch intra-op threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--threads", args->threads, "LibTorch intra-op threads (0 = all cores)")->check(CLI::Range(std::int64_t{0}, hotpath::max_threads()));
   cmd->add_flag("--json", args->json, "One JSON object per image");
   cmd->callback([args] { run(*args); });
 }

@@ -17,7 +17,9 @@
 
 #include "cli/commands.h"
 #include "hotpath/bench/tokenize_bench.h"
+#include "hotpath/core/bounded.h"
 #include "hotpath/core/error.h"
+#include "hotpath/core/input_file.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/text/lines.h"
 #include "hotpath/text/tokenizer.h"
@@ -48,10 +50,8 @@ struct TokenizeArgs {
 };
 
 std::string read_input(const std::string& path) {
-  if (path != "-") return read_file(path);
-  std::string text(std::istreambuf_iterator<char>(std::cin), {});
-  HOTPATH_CHECK(!std::cin.bad(), "tokenize: cannot read stdin");
-  return text;
+  if (path != "-") return read_file(path, read_limit::kList, "input");
+  return read_stream(std::cin, read_limit::kList, "tokenize: stdin");
 }
 
 void run(const TokenizeArgs& a) {
@@ -170,7 +170,8 @@ void add_tokenize(CLI::App& app) {
   cmd->add_flag("--offsets", args->offsets, "Add offset_mapping: byte offsets into each line");
   cmd->add_flag("--char-offsets", args->char_offsets, "Add offset_mapping in code points (what HF's python API gives)");
   cmd->add_flag("--no-special-tokens", args->no_special_tokens, "No [CLS]/[SEP]");
-  cmd->add_option("--threads", args->threads, "Encoding threads (0: all cores); the output does not depend on it");
+  cmd->add_option("--threads", args->threads, "Encoding threads (0: all cores); the output does not depend on it")
+      ->check(CLI::Range(std::int64_t{0}, hotpath::max_threads()));
   cmd->add_option("--batch-size", args->batch_size, "Lines per batch")->check(CLI::Range(std::size_t{1}, std::size_t{1} << 24));
   cmd->add_flag("--bench", args->bench, "Print throughput (lines/s, tokens/s) as JSON instead of the encodings");
   cmd->add_option("--repeats", args->repeats, "--bench: passes, the fastest counts")->check(CLI::Range(1, 100));

@@ -10,6 +10,8 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/core/mapped_file.h"
+#include "hotpath/core/input_file.h"
+#include "hotpath/core/json.h"
 
 namespace hotpath::formats {
 namespace {
@@ -26,14 +28,7 @@ std::string brief(const Json& v) {
   return s;
 }
 
-Json parse(std::string_view text, std::string_view name) {
-  try {
-    return Json::parse(text);
-  } catch (const Json::exception& e) {
-    HOTPATH_CHECK(false, name, ": invalid JSON: ", e.what());
-  }
-  return {};
-}
+Json parse(std::string_view text, std::string_view name) { return parse_json(text, name); }
 
 struct ConfigReader {
   const Json& json;
@@ -82,6 +77,13 @@ struct ConfigReader {
     return v.get<bool>();
   }
 };
+
+// Bounds far above any BERT (large: 1024 hidden, 24 layers, 16 heads), far below an allocation that
+// cannot succeed.
+constexpr std::int64_t kMaxHidden = 65536;
+constexpr std::int64_t kMaxLayers = 1024;
+constexpr std::int64_t kMaxHeads = 1024;
+constexpr double kMaxParams = 4e9;
 
 BertActivation parse_activation(const std::string& act, std::string_view name, const char* key) {
   if (act == "gelu") return BertActivation::kGelu;
@@ -148,12 +150,12 @@ BertConfig BertConfig::from_json(std::string_view json_text, std::string_view na
   if (type == "bert") {
     c.arch = BertArch::kBert;
     c.vocab_size = r.integer("vocab_size", {});
-    c.hidden_size = r.integer("hidden_size", {});
-    c.num_hidden_layers = r.integer("num_hidden_layers", {});
-    c.num_attention_heads = r.integer("num_attention_heads", {});
-    c.intermediate_size = r.integer("intermediate_size", {});
+    c.hidden_size = r.integer("hidden_size", {}, 1, kMaxHidden);
+    c.num_hidden_layers = r.integer("num_hidden_layers", {}, 1, kMaxLayers);
+    c.num_attention_heads = r.integer("num_attention_heads", {}, 1, kMaxHeads);
+    c.intermediate_size = r.integer("intermediate_size", {}, 1, 4 * kMaxHidden);
     c.max_position_embeddings = r.integer("max_position_embeddings", 512);
-    c.type_vocab_size = r.integer("type_vocab_size", 2);
+    c.type_vocab_size = r.integer("type_vocab_size", 2, 1, 1024);
     c.layer_norm_eps = r.real("layer_norm_eps", 1e-12);
     c.hidden_dropout_prob = r.real("hidden_dropout_prob", 0.1);
     c.attention_probs_dropout_prob = r.real("attention_probs_dropout_prob", 0.1);
@@ -165,10 +167,10 @@ BertConfig BertConfig::from_json(std::string_view json_text, std::string_view na
   } else if (type == "distilbert") {
     c.arch = BertArch::kDistilBert;
     c.vocab_size = r.integer("vocab_size", {});
-    c.hidden_size = r.integer("dim", {});
-    c.num_hidden_layers = r.integer("n_layers", {});
-    c.num_attention_heads = r.integer("n_heads", {});
-    c.intermediate_size = r.integer("hidden_dim", {});
+    c.hidden_size = r.integer("dim", {}, 1, kMaxHidden);
+    c.num_hidden_layers = r.integer("n_layers", {}, 1, kMaxLayers);
+    c.num_attention_heads = r.integer("n_heads", {}, 1, kMaxHeads);
+    c.intermediate_size = r.integer("hidden_dim", {}, 1, 4 * kMaxHidden);
     c.max_position_embeddings = r.integer("max_position_embeddings", 512);
     c.type_vocab_size = 0;
     c.layer_norm_eps = 1e-12;  // DistilBERT hard-codes it
@@ -185,6 +187,14 @@ BertConfig BertConfig::from_json(std::string_view json_text, std::string_view na
                                std::pair{"classifier_dropout", c.classifier_dropout}}) {
     HOTPATH_CHECK(p < 1.0, name, ": dropout probability \"", key, "\" must be below 1, found ", p);
   }
+  // Parameters the config asks for, before anything is allocated: a typo (num_hidden_layers: 100000)
+  // must be one line, not minutes of allocation and then a mismatch with the weights.
+  const double h = static_cast<double>(c.hidden_size);
+  const double params = h * static_cast<double>(c.vocab_size + c.max_position_embeddings + c.type_vocab_size) +
+                        static_cast<double>(c.num_hidden_layers) *
+                            (4 * h * h + 2 * h * static_cast<double>(c.intermediate_size));
+  HOTPATH_CHECK(params <= kMaxParams, name, ": the sizes ask for ~", params, " parameters, more than the ", kMaxParams,
+                " hotpath builds (check hidden_size, num_hidden_layers, intermediate_size, vocab_size)");
   c.pad_token_id = r.integer("pad_token_id", 0, 0);
   c.initializer_range = r.real("initializer_range", 0.02);
   HOTPATH_CHECK(c.hidden_size % c.num_attention_heads == 0, name, ": hidden size ", c.hidden_size,
@@ -196,7 +206,7 @@ BertConfig BertConfig::from_json(std::string_view json_text, std::string_view na
 }
 
 BertConfig BertConfig::from_file(const std::filesystem::path& path) {
-  return from_json(read_file(path.string()), path.string());  // read_file's error names the path
+  return from_json(read_file(path.string(), read_limit::kConfig, "config"), path.string());  // read_file's error names the path
 }
 
 // ---- sentence-transformers -------------------------------------------------------------------------
@@ -245,7 +255,7 @@ SentencePipeline read_sentence_pipeline(const std::filesystem::path& dir) {
   for (const auto& [file, parse_one] : {std::pair{dir / "modules.json", &parse_sentence_modules},
                                         std::pair{dir / "1_Pooling" / "config.json", &parse_sentence_pooling}}) {
     if (!std::filesystem::exists(file)) continue;
-    parse_one(read_file(file.string()), file.string(), pipeline);
+    parse_one(read_file(file.string(), read_limit::kConfig, "config"), file.string(), pipeline);
   }
   return pipeline;
 }

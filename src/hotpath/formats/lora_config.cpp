@@ -11,6 +11,8 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/core/mapped_file.h"
+#include "hotpath/core/input_file.h"
+#include "hotpath/core/json.h"
 
 namespace hotpath::formats {
 namespace {
@@ -136,12 +138,7 @@ double LoraConfig::scaling() const {
 }
 
 LoraConfig LoraConfig::from_json(std::string_view json_text, std::string_view source) {
-  Json j;
-  try {
-    j = Json::parse(json_text);
-  } catch (const Json::exception& e) {
-    HOTPATH_CHECK(false, source, ": not valid JSON: ", e.what());
-  }
+  const Json j = parse_json(json_text, source);
   HOTPATH_CHECK(j.is_object(), source, ": expected a JSON object");
   const std::string peft_type = string_field(j, "peft_type", source);
   HOTPATH_CHECK(!peft_type.empty(), source, ": missing \"peft_type\" (expected \"LORA\")");
@@ -203,7 +200,7 @@ LoraConfig LoraConfig::from_json(std::string_view json_text, std::string_view so
 }
 
 LoraConfig LoraConfig::from_file(const std::filesystem::path& path) {
-  return from_json(read_file(path.string()), path.string());  // read_file's error names the path
+  return from_json(read_file(path.string(), read_limit::kConfig, "config"), path.string());  // read_file's error names the path
 }
 
 std::string LoraConfig::to_json() const {

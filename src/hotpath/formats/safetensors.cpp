@@ -18,6 +18,7 @@
 
 #include "hotpath/core/atomic_file.h"
 #include "hotpath/core/error.h"
+#include "hotpath/core/json.h"
 
 namespace hotpath::formats {
 namespace {
@@ -118,29 +119,9 @@ const Json& json_field(const Json& entry, std::string_view field, const std::str
 }
 
 // Parses the header JSON, rejecting duplicate keys (nlohmann, like serde, would keep the last one
-// silently; a header that says two things about one tensor is corrupt).
+// silently; a header that says two things about one tensor is corrupt), nesting bounded (core/json.h).
 Json parse_header_json(std::string_view text, const std::string& source) {
-  std::vector<std::set<std::string>> open_objects;
-  const auto callback = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
-    switch (event) {
-      case Json::parse_event_t::object_start: open_objects.emplace_back(); break;
-      case Json::parse_event_t::object_end: open_objects.pop_back(); break;
-      case Json::parse_event_t::key: {
-        const auto& key = parsed.get_ref<const std::string&>();
-        HOTPATH_CHECK(open_objects.back().insert(key).second, source, ": header: duplicate key '", key,
-                      "'");
-        break;
-      }
-      default: break;
-    }
-    return true;
-  };
-  try {
-    return Json::parse(text.begin(), text.end(), callback);
-  } catch (const Json::exception& e) {
-    HOTPATH_CHECK(false, source, ": header is not valid JSON: ", e.what());
-  }
-  return {};  // unreachable: HOTPATH_CHECK(false) throws
+  return parse_json(text, source + ": header", DuplicateKeys::kReject);
 }
 
 struct Entry {

@@ -5,6 +5,8 @@
 #include <filesystem>
 
 #include "hotpath/core/error.h"
+#include "hotpath/core/input_file.h"
+#include "hotpath/core/json.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/models/weights.h"
 #include "internal/preprocess_json.h"
@@ -34,12 +36,7 @@ ModelPackage read_package(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / "model.json").string();
   HOTPATH_CHECK(std::filesystem::exists(path), path,
                 ": not found; --model-dir must name a run directory written by `hotpath train`");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    HOTPATH_CHECK(false, path, ": invalid JSON: ", e.what());
-  }
+  const nlohmann::json j = parse_json(read_file(path, read_limit::kConfig, "model.json"), path);
   HOTPATH_CHECK(j.is_object(), path, ": expected a JSON object");
   ModelPackage p;
   p.dir = dir;
@@ -55,10 +52,16 @@ ModelPackage read_package(const std::string& dir) {
     }
   };
   get("model", p.model, true);
+  HOTPATH_CHECK(!j.contains("num_classes") || j.at("num_classes").is_number_integer(), path,
+                ": field 'num_classes' must be an integer, got ", j.contains("num_classes") ? j.at("num_classes").type_name() : "");
+  HOTPATH_CHECK(!j.contains("num_classes") || !j.at("num_classes").is_number_unsigned() ||
+                    j.at("num_classes").get<std::uint64_t>() <= 1'000'000,
+                path, ": num_classes is outside [1, 1000000]");
   get("num_classes", p.num_classes, true);
   get("class_names", p.class_names, false);
   get("weights", p.weights, false);
-  HOTPATH_CHECK(p.num_classes >= 1, path, ": num_classes is ", p.num_classes, ", expected at least 1");
+  HOTPATH_CHECK(p.num_classes >= 1 && p.num_classes <= 1'000'000, path, ": num_classes is ", p.num_classes,
+                ", expected an integer in [1, 1000000]");
   HOTPATH_CHECK(p.class_names.empty() || p.class_names.size() == static_cast<std::size_t>(p.num_classes), path,
                 ": class_names has ", p.class_names.size(), " names for ", p.num_classes, " classes");
   // The preprocessing fields sit flat beside the others; the same checks as any EvalPreprocess.

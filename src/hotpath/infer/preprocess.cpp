@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "hotpath/core/error.h"
+#include "hotpath/core/input_file.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/data/kernels/image.h"
 #include "hotpath/data/transforms.h"
@@ -86,7 +87,7 @@ at::Tensor EvalPreprocess::apply(std::span<const std::byte> encoded) const {
 }
 
 at::Tensor EvalPreprocess::load_image(const std::string& path) const {
-  const std::string bytes = read_file(path);
+  const std::string bytes = read_file(path, read_limit::kImage, "image");
   try {
     return apply(std::as_bytes(std::span(bytes.data(), bytes.size())));
   } catch (const Error& e) {

@@ -17,6 +17,8 @@
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/ops/attention.h"
 #include "hotpath/text/bert_normalizer.h"
+#include "hotpath/core/input_file.h"
+#include "hotpath/core/json.h"
 
 namespace hotpath::infer {
 using namespace hotpath::formats;  // BertConfig
@@ -28,12 +30,7 @@ namespace {
 std::size_t default_max_length(const std::filesystem::path& dir, const BertConfig& config) {
   const std::filesystem::path path = dir / "sentence_bert_config.json";
   if (std::filesystem::exists(path)) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(read_file(path.string()));
-    } catch (const nlohmann::json::exception& e) {
-      HOTPATH_CHECK(false, path.string(), ": invalid JSON: ", e.what());
-    }
+    const nlohmann::json j = parse_json(read_file(path.string(), read_limit::kConfig, "config"), path.string());
     if (j.is_object() && j.contains("max_seq_length") && j.at("max_seq_length").is_number_integer()) {
       const auto n = j.at("max_seq_length").get<std::int64_t>();
       HOTPATH_CHECK(n > 0, path.string(), ": \"max_seq_length\" must be positive, found ", n);

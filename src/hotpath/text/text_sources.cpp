@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "hotpath/core/error.h"
+#include "hotpath/core/input_file.h"
+#include "hotpath/core/json.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/text/bert_normalizer.h"
 #include "hotpath/text/text_data.h"
@@ -237,7 +239,7 @@ std::string inflate_gzip(std::string_view data, const std::string& path) {
 }
 
 std::string read_maybe_gzip(const std::string& path) {
-  std::string data = read_file(path);
+  std::string data = read_file(path, read_limit::kList, "text input");
   if (data.size() >= 2 && static_cast<unsigned char>(data[0]) == 0x1f && static_cast<unsigned char>(data[1]) == 0x8b) {
     return inflate_gzip(data, path);
   }
@@ -332,12 +334,7 @@ TextSource parse_jsonl(std::string_view content, std::string_view name, const Te
   for (std::size_t i = 0; i < lines.size(); ++i) {
     const std::size_t line = i + 1;
     if (trim(lines[i]).empty()) continue;
-    nlohmann::json record;
-    try {
-      record = nlohmann::json::parse(lines[i]);
-    } catch (const nlohmann::json::exception& e) {
-      HOTPATH_CHECK(false, name, ":", line, ": invalid JSON: ", e.what());
-    }
+    const nlohmann::json record = parse_json(lines[i], detail::concat(name, ":", line));
     HOTPATH_CHECK(record.is_object(), name, ":", line, ": expected a JSON object {\"", options.text_field,
                   "\": ..., \"", options.label_field, "\": ...}");
     const auto text = record.find(options.text_field);

@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "hotpath/core/error.h"
+#include "hotpath/core/input_file.h"
+#include "hotpath/core/json.h"
 #include "hotpath/core/mapped_file.h"
 #include "tokenizer_impl.h"
 
@@ -52,13 +54,8 @@ std::int64_t get_int(const json& j, const std::string& where, std::int64_t lo, s
 constexpr std::int64_t kMaxId = std::numeric_limits<std::int32_t>::max() - 1;
 constexpr std::int64_t kMaxLength = std::numeric_limits<std::uint32_t>::max();
 
-json parse_json(std::string_view text, std::string_view name) {
-  try {
-    return json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    throw Error(detail::concat(name, ": not valid JSON: ", e.what()));
-  }
-}
+// Depth-bounded, linear-log in the keys (core/json.h).
+json parse_json(std::string_view text, std::string_view name) { return hotpath::parse_json(text, name); }
 
 // A special token in tokenizer_config.json: "[CLS]" or {"content": "[CLS]", ...}.
 std::string token_name(const json& j, const std::string& where) {
@@ -490,13 +487,13 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, std::string_view name
 }
 
 Tokenizer Tokenizer::from_json_file(const std::filesystem::path& path) {
-  return from_json(read_file(path.string()), path.string());
+  return from_json(read_file(path.string(), read_limit::kTokenizer, "tokenizer file"), path.string());
 }
 
 Tokenizer Tokenizer::from_vocab_file(const std::filesystem::path& vocab, const std::filesystem::path& config) {
   VocabConfig c;
-  if (!config.empty()) c = VocabConfig::from_config_json(read_file(config.string()), config.string());
-  return from_vocab(read_file(vocab.string()), c, vocab.string());
+  if (!config.empty()) c = VocabConfig::from_config_json(read_file(config.string(), read_limit::kConfig, "config"), config.string());
+  return from_vocab(read_file(vocab.string(), read_limit::kTokenizer, "vocabulary"), c, vocab.string());
 }
 
 Tokenizer Tokenizer::from_directory(const std::filesystem::path& dir) {
@@ -504,10 +501,10 @@ Tokenizer Tokenizer::from_directory(const std::filesystem::path& dir) {
   HOTPATH_CHECK(fs::is_directory(dir), dir.string(), ": not a directory (expected tokenizer.json or vocab.txt inside)");
   if (fs::exists(dir / "tokenizer.json")) {
     const fs::path file = dir / "tokenizer.json";
-    std::shared_ptr<Impl> impl = json_impl(read_file(file.string()), file.string());
+    std::shared_ptr<Impl> impl = json_impl(read_file(file.string(), read_limit::kTokenizer, "tokenizer file"), file.string());
     if (fs::exists(dir / "tokenizer_config.json")) {  // only model_max_length: tokenizer.json rules the rest
       const fs::path config = dir / "tokenizer_config.json";
-      impl->model_max_length = VocabConfig::from_config_json(read_file(config.string()), config.string()).model_max_length;
+      impl->model_max_length = VocabConfig::from_config_json(read_file(config.string(), read_limit::kConfig, "config"), config.string()).model_max_length;
     }
     return Tokenizer(std::move(impl));
   }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hotpath/core/error.h"
+#include "hotpath/core/json.h"
 
 namespace hotpath::train {
 
@@ -21,12 +22,7 @@ std::string to_json(const GradScalerState& state) {
 }
 
 GradScalerState grad_scaler_state_from_json(std::string_view json) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(json);
-  } catch (const nlohmann::json::exception& e) {
-    HOTPATH_CHECK(false, "grad scaler state: not valid JSON: ", e.what());
-  }
+  const nlohmann::json j = parse_json(json, "grad scaler state");
   HOTPATH_CHECK(j.is_object(), "grad scaler state: expected a JSON object, got ", j.type_name());
   const auto number = [&](const char* key) {
     HOTPATH_CHECK(j.contains(key), "grad scaler state: missing key '", key, "'");

@@ -10,6 +10,8 @@
 #include "hotpath/core/error.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/data/shard_list.h"
+#include "hotpath/core/input_file.h"
+#include "hotpath/core/json.h"
 
 namespace hotpath::train {
 namespace fs = std::filesystem;
@@ -26,7 +28,7 @@ std::vector<std::string> class_names_for(const Recipe& recipe) {
   const fs::path report = first.parent_path() / (stem + ".json");
   if (!fs::exists(report)) return {};
   try {
-    const auto j = nlohmann::json::parse(read_file(report.string()));
+    const auto j = parse_json(read_file(report.string(), read_limit::kConfig, "pack report"), report.string());
     if (j.contains("classes") && j["classes"].is_array()) return j["classes"].get<std::vector<std::string>>();
   } catch (const std::exception&) {
     // A report we cannot read only costs the class names.
