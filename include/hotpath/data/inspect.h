@@ -28,9 +28,10 @@ struct InspectSummary {
 
 // Calls `visit` for each sample (and each structural problem, as a sample with bad_reason set)
 // of each shard, in archive order. Checks that each sample has a .cls holding a decimal integer
-// and an image member (jpg/jpeg/png/webp) whose header probes. Throws hotpath::Error only when a
+// and an image member (jpg/jpeg/png/webp) whose header probes, and that the label is in
+// [0, num_classes) (num_classes 0: only that it is not negative). Throws hotpath::Error only when a
 // shard cannot be opened.
 InspectSummary inspect_shards(const std::vector<std::string>& shards,
-                              const std::function<void(const InspectedSample&)>& visit);
+                              const std::function<void(const InspectedSample&)>& visit, std::int64_t num_classes = 0);
 
 }  // namespace hotpath::data

@@ -56,6 +56,7 @@ struct LoaderOptions {
   int rank = 0;                        // data-parallel rank and world size: shard split
   int world_size = 1;
   std::int64_t max_bad_samples = 100;  // stop with an error past this many skipped samples (-1: no limit)
+  std::int64_t num_classes = 0;        // > 0: a label outside [0, num_classes) is a bad sample (negative: always)
   DecodeLimits limits{};
   bool pin_memory = true;              // only takes effect when a CUDA device is present
 };

@@ -17,6 +17,7 @@ namespace {
 struct InspectArgs {
   std::vector<std::string> patterns;
   bool json = false;
+  std::int64_t num_classes = 0;
 };
 
 // "00000001  jpg:1234 cls:1  label=3", bad samples end in "  BAD reason".
@@ -53,6 +54,8 @@ void add_data_inspect(CLI::App& data) {
   cmd->add_option("SHARDS", args->patterns, "shard files, brace patterns (train-{000000..000009}.tar) or globs")
       ->required();
   cmd->add_flag("--json", args->json, "one JSON object per sample, then a summary object");
+  cmd->add_option("--num-classes", args->num_classes, "labels must lie in [0, N): others are bad samples (0: only >= 0)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1'000'000}));
 
   cmd->callback([args] {
     const std::vector<std::string> shards = data::resolve_shards(args->patterns);
@@ -67,7 +70,7 @@ void add_data_inspect(CLI::App& data) {
         std::cout << "# " << current_shard << "\n";
       }
       print_text(x);
-    });
+    }, args->num_classes);
     if (args->json) {
       nlohmann::ordered_json j;
       j["samples"] = summary.samples;

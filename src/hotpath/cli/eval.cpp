@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "hotpath/core/bounded.h"
 #include "hotpath/core/error.h"
 #include "hotpath/data/shard_list.h"
 #include "hotpath/infer/evaluate.h"
@@ -37,6 +38,7 @@ void run(const EvalArgs& a) {
   HOTPATH_CHECK(!lo.shards.empty(), "eval: no shard matches ", a.shards.front());
   lo.batch_size = a.batch_size;
   lo.workers = a.workers;
+  lo.num_classes = package.num_classes;  // a label outside the model's classes is a bad sample, counted
   data::Loader loader(lo);
   const infer::EvalResult r = infer::evaluate(*model, loader, {.precision = a.precision});
   if (a.json) {
@@ -58,7 +60,7 @@ void add_eval(CLI::App& app) {
   cmd->add_option("shards", args->shards, "Shard paths or patterns (brace ranges, globs)")->required();
   cmd->add_option("--batch-size", args->batch_size)->check(CLI::Range(1, 65536));
   cmd->add_option("--workers", args->workers, "Decode threads")->check(CLI::Range(1, 256));
-  cmd->add_option("--threads", args->threads, "LibTorch intra-op threads (0 = all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--threads", args->threads, "LibTorch intra-op threads (0 = all cores)")->check(CLI::Range(std::int64_t{0}, hotpath::max_threads()));
   cmd->add_option("--precision", args->precision)->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   cmd->add_flag("--json", args->json, "One JSON object instead of text");
   cmd->callback([args] { run(*args); });

@@ -72,7 +72,7 @@ void add_problem(std::string& reasons, const BadRecord& record) {
   reasons += record.to_string();
 }
 
-InspectedSample inspect_sample(const ShardReader& reader, const TarSample& sample) {
+InspectedSample inspect_sample(const ShardReader& reader, const TarSample& sample, std::int64_t num_classes) {
   InspectedSample out;
   out.shard = reader.path();
   out.key = sample.key;
@@ -87,6 +87,11 @@ InspectedSample inspect_sample(const ShardReader& reader, const TarSample& sampl
     if (!out.label) {
       add_problem(out.bad_reason, {reader.path(), cls->header_offset, cls->name,
                                    "non-numeric label '" + printable(trim(text)) + "'"});
+    } else if (*out.label < 0 || (num_classes > 0 && *out.label >= num_classes)) {
+      // The loader skips and counts these the same way (data/loader.cpp): the loss must never see them.
+      add_problem(out.bad_reason, {reader.path(), cls->header_offset, cls->name,
+                                   "label " + std::to_string(*out.label) + " outside [0, " +
+                                       (num_classes > 0 ? std::to_string(num_classes) : std::string("inf")) + ")"});
     }
   } else {
     add_problem(out.bad_reason, {reader.path(), sample.offset, sample.key, "missing .cls"});
@@ -120,7 +125,7 @@ InspectedSample structural_problem(const BadRecord& record) {
 }  // namespace
 
 InspectSummary inspect_shards(const std::vector<std::string>& shards,
-                              const std::function<void(const InspectedSample&)>& visit) {
+                              const std::function<void(const InspectedSample&)>& visit, std::int64_t num_classes) {
   InspectSummary summary;
   for (const auto& path : shards) {
     const ShardReader reader(path);
@@ -134,7 +139,7 @@ InspectSummary inspect_shards(const std::vector<std::string>& shards,
         visit(structural_problem(bad[b++]));
         continue;
       }
-      const InspectedSample x = inspect_sample(reader, samples[s++]);
+      const InspectedSample x = inspect_sample(reader, samples[s++], num_classes);
       ++summary.samples;
       if (!x.bad_reason.empty()) ++summary.bad;
       visit(x);

@@ -131,6 +131,14 @@ class EpochPlan {
                     ": label is not a decimal integer");
       return std::nullopt;
     }
+    // Labels are sample data: one outside [0, num_classes) (-100 included, which the loss would silently
+    // ignore) is a bad sample like any other, skipped and counted against max_bad_samples.
+    if (*label < 0 || (options_.num_classes > 0 && *label >= options_.num_classes)) {
+      bad.push_back(shard_->path() + ":" + std::to_string(cls->header_offset) + ":" + cls->name + ": label " +
+                    std::to_string(*label) + " outside [0, " +
+                    (options_.num_classes > 0 ? std::to_string(options_.num_classes) : std::string("inf")) + ")");
+      return std::nullopt;
+    }
     return SampleRef{shard_, &sample, image, *label};
   }
 

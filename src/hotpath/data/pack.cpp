@@ -21,6 +21,8 @@
 #include <utility>
 
 #include "hotpath/core/error.h"
+#include "hotpath/core/input_file.h"
+#include "hotpath/core/json.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/data/idx.h"
 #include "hotpath/data/kernels/image.h"
@@ -77,6 +79,10 @@ Listing list_image_folder(const std::string& root) {
   }
   std::sort(listing.classes.begin(), listing.classes.end());
   HOTPATH_CHECK(!listing.classes.empty(), root, ": ImageFolder has no class subfolders");
+  for (const auto& name : listing.classes) {  // classes.txt holds one name a line
+    HOTPATH_CHECK(name.find_first_of("\n\r") == std::string::npos, root, "/", printable(name),
+                  ": a class folder name with a line break cannot be written to classes.txt");
+  }
   for (std::size_t label = 0; label < listing.classes.size(); ++label) {
     std::vector<std::pair<std::string, std::string>> files;  // (folder, name)
     const fs::path class_dir = fs::path(root) / listing.classes[label];
@@ -113,6 +119,42 @@ std::optional<std::int64_t> parse_index(std::string_view s) {
   return value;
 }
 
+// Class indices hotpath packs: model.num_classes' bound. A label past it is refused before the class
+// list (one name per index) is built: 16,777,215 used to allocate 16 M names.
+constexpr std::int64_t kMaxClasses = 1'000'000;
+
+// True when `s` is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
+bool valid_utf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = 0;
+    std::uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      n = 1, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3, cp = c & 0x07;
+    } else {
+      return false;
+    }
+    for (std::size_t k = 1; k <= n; ++k) {
+      if (i + k >= s.size()) return false;
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    static constexpr std::uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
 // With a class list: a label is a class name or an index into it. Without: all-integer labels
 // are indices (classes "0".."max"); all-name labels become sorted classes like ImageFolder's.
 std::vector<std::int64_t> resolve_labels(const std::string& list_path, const std::vector<RawLabel>& raw,
@@ -123,7 +165,14 @@ std::vector<std::int64_t> resolve_labels(const std::string& list_path, const std
   for (const auto& r : raw) {
     HOTPATH_CHECK(!r.text.empty(), list_path, ":", r.line, ": empty label");
     HOTPATH_CHECK(r.text.front() != '-' || !parse_index(r.text.substr(1)), list_path, ":", r.line,
-                  ": bad label '", r.text, "': labels must be >= 0");
+                  ": bad label '", printable(r.text), "': labels must be >= 0");
+    // Checked before any shard is written: classes.txt and PREFIX.json must be able to hold every name.
+    HOTPATH_CHECK(valid_utf8(r.text), list_path, ":", r.line, ": label '", printable(r.text), "' is not valid UTF-8");
+    HOTPATH_CHECK(std::none_of(r.text.begin(), r.text.end(), [](char c) { return c == '\n' || c == '\r' || c == '\0'; }),
+                  list_path, ":", r.line, ": label '", printable(r.text), "' holds a line break or NUL");
+    if (!r.text.empty() && r.text.size() <= 20 && parse_index(r.text)) continue;
+    HOTPATH_CHECK(!std::all_of(r.text.begin(), r.text.end(), [](char c) { return c >= '0' && c <= '9'; }), list_path,
+                  ":", r.line, ": label ", printable(r.text, 30), " is not a class index below ", kMaxClasses);
   }
   if (!class_names.empty()) {
     std::map<std::string, std::int64_t, std::less<>> index;
@@ -151,8 +200,8 @@ std::vector<std::int64_t> resolve_labels(const std::string& list_path, const std
       out.push_back(*parse_index(r.text));
       max_label = std::max(max_label, out.back());
     }
-    HOTPATH_CHECK(max_label < (std::int64_t{1} << 24), list_path, ": label ", max_label,
-                  " is too large for a class index");
+    HOTPATH_CHECK(max_label < kMaxClasses, list_path, ": label ", max_label, " is outside [0, ", kMaxClasses,
+                  "): too large for a class index (give --class-names/--classes-file for named classes)");
     for (std::int64_t i = 0; i <= max_label; ++i) classes_out.push_back(std::to_string(i));
     return out;
   }
@@ -215,7 +264,7 @@ std::vector<std::string_view> split_lines(std::string_view text) {
 }
 
 Listing list_csv(const std::string& csv_path, const std::vector<std::string>& class_names) {
-  const std::string text = read_file(csv_path);
+  const std::string text = read_file(csv_path, read_limit::kList, "CSV list");
   const fs::path dir = fs::path(csv_path).parent_path();
   const auto lines = split_lines(text);
   std::size_t header_line = 0;
@@ -256,7 +305,7 @@ Listing list_csv(const std::string& csv_path, const std::vector<std::string>& cl
 }
 
 Listing list_jsonl(const std::string& jsonl_path, const std::vector<std::string>& class_names) {
-  const std::string text = read_file(jsonl_path);
+  const std::string text = read_file(jsonl_path, read_limit::kList, "JSONL list");
   const fs::path dir = fs::path(jsonl_path).parent_path();
   Listing listing;
   std::vector<RawLabel> raw;
@@ -264,12 +313,7 @@ Listing list_jsonl(const std::string& jsonl_path, const std::vector<std::string>
   for (std::size_t i = 0; i < lines.size(); ++i) {
     const std::string_view line = trim(lines[i]);
     if (line.empty()) continue;
-    nlohmann::json record;
-    try {
-      record = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      HOTPATH_CHECK(false, jsonl_path, ":", i + 1, ": invalid JSON: ", e.what());
-    }
+    const nlohmann::json record = parse_json(line, detail::concat(jsonl_path, ":", i + 1));
     HOTPATH_CHECK(record.is_object(), jsonl_path, ":", i + 1, ": expected a JSON object {\"path\":..., \"label\":...}");
     const auto path = record.find("path");
     HOTPATH_CHECK(path != record.end() && path->is_string() && !path->get<std::string>().empty(), jsonl_path, ":",
@@ -492,7 +536,9 @@ class Packer {
     opts["max_side"] = options_.max_side ? nlohmann::ordered_json(*options_.max_side) : nullptr;
     opts["limit"] = options_.limit;
     meta["options"] = opts;
-    write_text_atomically(dir / (prefix.filename().string() + ".json"), meta.dump(2) + "\n");
+    // replace: a path that is not UTF-8 must not throw here, after the shards are written.
+    write_text_atomically(dir / (prefix.filename().string() + ".json"),
+                          meta.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
     return std::move(report_);
   }
 

@@ -41,7 +41,14 @@ class ImageTask final : public Task {
     HOTPATH_CHECK(class_names_.empty() || static_cast<std::int64_t>(class_names_.size()) == recipe.model.num_classes,
                   recipe.source, ": model.num_classes is ", recipe.model.num_classes, " but the data has ",
                   class_names_.size(), " class names");
-    if (!recipe.data.eval.empty()) eval_shards_ = resolve_recipe_shards(recipe.data.eval, "data.eval", recipe);
+    if (!recipe.data.eval.empty()) {
+      eval_shards_ = resolve_recipe_shards(recipe.data.eval, "data.eval", recipe);
+      // Every input the run needs is checked before step 1: the eval shards are indexed now, not after
+      // the first epoch.
+      data::LoaderOptions eo = eval_preprocess_for(recipe).loader_options(eval_shards_);
+      eo.num_classes = recipe.model.num_classes;
+      HOTPATH_CHECK(data::count_samples(eo) >= 1, recipe.source, ": data.eval holds no usable sample");
+    }
 
     const models::ModelOptions mo{.num_classes = recipe.model.num_classes,
                                   .in_channels = recipe.data.channels,
@@ -99,6 +106,7 @@ class ImageTask final : public Task {
       o.workers = train_options_.workers;
       o.prefetch = train_options_.prefetch;
       o.max_bad_samples = recipe_.data.max_bad_samples;
+      o.num_classes = recipe_.model.num_classes;
       eval_loader_ = std::make_unique<data::Loader>(o);
     }
     const char* precision = !autocast ? "fp32" : *autocast == at::kHalf ? "fp16" : "bf16";
@@ -111,6 +119,11 @@ class ImageTask final : public Task {
             {"train.batch_size", recipe_.train.batch_size},
             {"train.accum_steps", recipe_.train.accum_steps},
             {"the number of samples in data.train", samples_}};
+  }
+  // Bad samples skipped (and counted against data.max_bad_samples) by this invocation's loaders.
+  void add_profile(nlohmann::ordered_json& profile) const override {
+    profile["bad_samples"] = {{"train", loader_->stats().bad_samples},
+                              {"eval", eval_loader_ ? eval_loader_->stats().bad_samples : 0}};
   }
   [[nodiscard]] Remedies remedies() const override {
     return {"input-bound: raise data.workers, use smaller images or uint8 batches",
@@ -185,6 +198,7 @@ data::LoaderOptions train_loader_options(const Recipe& recipe) {
   o.drop_last = true;
   o.seed = recipe.train.seed;
   o.max_bad_samples = d.max_bad_samples;
+  o.num_classes = recipe.model.num_classes;
   return o;
 }
 

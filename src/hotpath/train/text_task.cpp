@@ -12,6 +12,8 @@
 
 #include "hotpath/core/atomic_file.h"
 #include "hotpath/core/error.h"
+#include "hotpath/core/input_file.h"
+#include "hotpath/core/json.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/formats/bert_config.h"
 #include "hotpath/formats/lora_config.h"
@@ -60,7 +62,9 @@ text::TextLoaderOptions loader_options(const Recipe& recipe, const std::vector<s
 // config.json of the fine-tuned model: the pretrained one with the head's labels, loadable by
 // transformers' BertForSequenceClassification and by hotpath's load_bert_classifier.
 std::string finetuned_config(const Recipe& recipe, const std::vector<std::string>& labels) {
-  json config = json::parse(read_file((fs::path(recipe.model.pretrained) / "config.json").string()));
+  // Parsed std::map-backed (linear-log in the keys: ordered_json's lookup is quadratic), then ordered.
+  const std::string config_path = (fs::path(recipe.model.pretrained) / "config.json").string();
+  json config = parse_json(read_file(config_path, read_limit::kConfig, "config"), config_path);
   const bool distil = config.value("model_type", "bert") == "distilbert";
   config["architectures"] = {distil ? "DistilBertForSequenceClassification" : "BertForSequenceClassification"};
   json id2label = json::object(), label2id = json::object();
@@ -119,6 +123,12 @@ class TextTask final : public Task {
     for (const std::int64_t label : loader_->corpus().labels) {
       HOTPATH_CHECK(label >= 0 && label < num_labels, recipe.source, ": data.train holds label ", label,
                     " outside the ", num_labels, " classes (set data.class_names or model.num_classes)");
+    }
+    if (eval_loader_) {  // checked before step 1 too: the metric must not meet a label the head lacks
+      for (const std::int64_t label : eval_loader_->corpus().labels) {
+        HOTPATH_CHECK(label >= 0 && label < num_labels, recipe.source, ": data.eval holds label ", label,
+                      " outside the ", num_labels, " classes (set data.class_names or model.num_classes)");
+      }
     }
 
     // The pretrained encoder and a new classification head with the data's labels.
