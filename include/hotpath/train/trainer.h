@@ -34,6 +34,7 @@ namespace hotpath::train {
 
 struct TrainOptions {
   bool resume = false;                      // continue from the latest checkpoint in the run directory
+  bool overwrite = false;                   // the run directory holds another run: clear it first
   std::string trace_path;                   // Chrome-trace JSON of `trace_steps` steps ("" = off)
   std::int64_t trace_steps = 5;
   const std::atomic<bool>* stop = nullptr;  // set asynchronously (SIGINT): checkpoint and return

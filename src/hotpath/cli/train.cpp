@@ -45,6 +45,7 @@ struct TrainArgs {
   std::string config;
   std::vector<std::string> overrides;
   bool resume = false;
+  bool overwrite = false;
   bool print_config = false;
   std::string trace;
   std::int64_t trace_steps = 5;
@@ -60,6 +61,7 @@ void run(const TrainArgs& a) {
   StopOnSigint sigint;
   train::TrainOptions options;
   options.resume = a.resume;
+  options.overwrite = a.overwrite;
   options.trace_path = a.trace;
   options.trace_steps = a.trace_steps;
   options.stop = sigint.flag();
@@ -99,6 +101,8 @@ void add_train(CLI::App& app) {
   cmd->add_option("config", args->config, "Recipe file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", args->overrides, "Override a recipe key: --set train.epochs=5 (repeatable)");
   cmd->add_flag("--resume", args->resume, "Continue from the latest checkpoint in the run directory");
+  cmd->add_flag("--overwrite", args->overwrite,
+                "The run directory holds another run: delete its outputs (checkpoints, metrics, model) first");
   cmd->add_option("--trace", args->trace, "Write a Chrome-trace JSON of a few steps (chrome://tracing, Perfetto)");
   cmd->add_option("--trace-steps", args->trace_steps, "Steps to trace")->check(CLI::Range(1, 1000));
   cmd->add_flag("--print-config", args->print_config, "Print the resolved recipe and exit");

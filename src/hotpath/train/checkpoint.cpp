@@ -7,10 +7,13 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 #include <system_error>
 
 #include "hotpath/core/atomic_file.h"
+#include "hotpath/core/bounded.h"
 #include "hotpath/core/error.h"
+#include "hotpath/core/input_file.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/models/weights.h"
 
@@ -20,9 +23,17 @@ namespace {
 
 constexpr const char* kPrefix = "step-";
 
-bool is_checkpoint_name(const std::string& name) {
-  if (name.rfind(kPrefix, 0) != 0 || name.size() <= 5) return false;
-  return std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+// Steps beyond 2^40 are no run's: a name claiming one is corrupt or foreign.
+constexpr std::int64_t kMaxStep = std::int64_t{1} << 40;
+
+// The step of "step-NNNNNNNN"; nullopt for a name that is not a checkpoint's (a ".tmp" leftover, other
+// files); throws for a "step-" name that is malformed or out of range, so that it is reported, never
+// pruned into or resumed from.
+std::optional<std::int64_t> checkpoint_step(const fs::path& path) {
+  const std::string name = path.filename().string();
+  if (name.rfind(kPrefix, 0) != 0 || name.ends_with(".tmp")) return std::nullopt;
+  return parse_int(std::string_view(name).substr(5), 0, kMaxStep,
+                   path.string() + ": not a checkpoint name (step-<digits>); move it out of the run directory");
 }
 
 void write_part(const fs::path& dir, const char* file, const TensorMap& tensors) {
@@ -39,6 +50,7 @@ TensorMap read_part(const fs::path& dir, const char* file) {
 }  // namespace
 
 std::string checkpoint_name(std::int64_t step) {
+  check_int_in(step, 0, kMaxStep, "checkpoint step");
   std::string digits = std::to_string(step);
   if (digits.size() < 8) digits.insert(0, 8 - digits.size(), '0');
   return kPrefix + digits;
@@ -73,22 +85,26 @@ CheckpointData load_checkpoint(const std::string& dir) {
   data.rng = read_part(d, "rng.safetensors");
   const fs::path json = d / "trainer.json";
   HOTPATH_CHECK(fs::exists(json), json.string(), ": missing from the checkpoint");
-  data.trainer_json = read_file(json.string());
+  data.trainer_json = read_file(json.string(), read_limit::kConfig, "trainer state");
   return data;
 }
 
 std::vector<std::string> list_checkpoints(const std::string& root) {
-  std::vector<std::string> out;
+  std::vector<std::pair<std::int64_t, std::string>> found;
   std::error_code ec;
-  if (!fs::is_directory(root, ec)) return out;
+  if (!fs::is_directory(root, ec)) return {};
   for (const auto& entry : fs::directory_iterator(root, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && is_checkpoint_name(name)) out.push_back(entry.path().string());
+    const auto step = checkpoint_step(entry.path());
+    if (!step) continue;
+    HOTPATH_CHECK(entry.is_directory(), entry.path().string(), ": a checkpoint name but not a directory");
+    found.emplace_back(*step, entry.path().string());
   }
-  std::sort(out.begin(), out.end(), [](const std::string& a, const std::string& b) {
-    const auto step = [](const std::string& p) { return std::stoll(fs::path(p).filename().string().substr(5)); };
-    return step(a) < step(b);
-  });
+  std::sort(found.begin(), found.end());
+  for (std::size_t i = 1; i < found.size(); ++i) {
+    HOTPATH_CHECK(found[i].first != found[i - 1].first, found[i].second, ": the same step as ", found[i - 1].second);
+  }
+  std::vector<std::string> out;
+  for (auto& [step, path] : found) out.push_back(std::move(path));
   return out;
 }
 
@@ -136,11 +152,28 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, const NamedParamet
   const bool is_sgd = dynamic_cast<torch::optim::SGD*>(&optimizer) != nullptr;
   const bool is_adamw = dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr;
   HOTPATH_CHECK(is_sgd || is_adamw, "checkpoint: only SGD and AdamW state can be restored");
+  // Every key must be one this optimizer writes for one of these parameters: state of another optimizer
+  // (AdamW moments under an SGD recipe) or of another model is refused, not silently half-restored.
+  std::set<std::string> expected;
+  for (const auto& [name, p] : params) {
+    if (is_sgd) {
+      expected.insert(name + ".momentum_buffer");
+    } else {
+      for (const char* field : {".step", ".exp_avg", ".exp_avg_sq", ".max_exp_avg_sq"}) expected.insert(name + field);
+    }
+  }
+  for (const auto& [key, t] : state) {
+    HOTPATH_CHECK(expected.contains(key), "optimizer.safetensors: ", printable(key), ": not state of this recipe's ",
+                  is_sgd ? "SGD" : "AdamW", " optimizer over the model's trainable parameters (optimizer.name or "
+                  "the model changed since the checkpoint?)");
+  }
   const auto take = [&](const std::string& key, const at::Tensor& like) -> at::Tensor {
     const auto it = state.find(key);
     if (it == state.end()) return {};
     HOTPATH_CHECK(it->second.sizes() == like.sizes(), "optimizer.safetensors: ", key, ": shape ", it->second.sizes(),
                   " does not match the parameter's ", like.sizes());
+    HOTPATH_CHECK(it->second.is_floating_point(), "optimizer.safetensors: ", key, ": dtype ", it->second.scalar_type(),
+                  ", expected a floating-point tensor");
     return it->second.to(like.options()).contiguous(like.suggest_memory_format()).clone();
   };
   for (const auto& [name, p] : params) {
@@ -155,7 +188,12 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, const NamedParamet
       const auto step = state.find(name + ".step");
       if (step == state.end()) continue;
       auto s = std::make_unique<torch::optim::AdamWParamState>();
-      s->step(step->second.item<std::int64_t>());
+      const at::Tensor& st = step->second;
+      HOTPATH_CHECK(st.numel() == 1 && !st.is_floating_point() && !st.is_complex(), "optimizer.safetensors: ", name,
+                    ".step: expected one integer, got a ", st.scalar_type(), " tensor of shape ", st.sizes());
+      const std::int64_t count = st.item<std::int64_t>();
+      check_int_in(count, 0, kMaxStep, "optimizer.safetensors: " + name + ".step");
+      s->step(count);
       at::Tensor m = take(name + ".exp_avg", p);
       at::Tensor v = take(name + ".exp_avg_sq", p);
       HOTPATH_CHECK(m.defined() && v.defined(), "optimizer.safetensors: ", name,

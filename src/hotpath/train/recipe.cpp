@@ -496,9 +496,14 @@ bool quoted_scalar_closed(const std::string& text, std::size_t pos) {
 // both, lookups see the first), an unterminated quoted scalar. Iterative: depth is yaml-cpp's bound.
 void check_strict_yaml(const YAML::Node& root, const std::string& text, const std::string& source) {
   std::vector<YAML::Node> stack{root};
+  // An alias repeats its anchor's node (same mark); `&a [*a]` even makes a cycle: visit each once.
+  std::set<int> visited;
   while (!stack.empty()) {
     const YAML::Node node = stack.back();
     stack.pop_back();
+    if ((node.IsMap() || node.IsSequence()) && !node.Mark().is_null() && !visited.insert(node.Mark().pos).second) {
+      continue;
+    }
     if (node.IsScalar()) {
       const YAML::Mark mark = node.Mark();
       if (node.Tag() == "!" && !mark.is_null() && static_cast<std::size_t>(mark.pos) < text.size() &&

@@ -4,11 +4,19 @@
 #include <ATen/Context.h>
 #include <ATen/core/Generator.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <mutex>
 #include <string>
 
 #include "hotpath/core/atomic_file.h"
 #include "hotpath/core/error.h"
+#include "hotpath/core/input_file.h"
+#include "hotpath/core/json.h"
 
 namespace hotpath::train {
 namespace fs = std::filesystem;
@@ -22,10 +30,11 @@ struct LineKey {
 
 LineKey line_key(const std::string& line) {
   try {
+    check_json_depth(line, "metrics.jsonl");
     const auto j = nlohmann::json::parse(line);
     if (!j.is_object()) return {};
     return {j.value("step", std::int64_t{-1}), j.value("split", std::string()) == "eval", true};
-  } catch (const nlohmann::json::exception&) {
+  } catch (const std::exception&) {  // nlohmann's errors, a too-deep line: torn or foreign
     return {};
   }
 }
@@ -106,6 +115,59 @@ void save_checkpoint_and_prune(const fs::path& root, std::int64_t step, const Ch
                                std::int64_t keep_last) {
   save_checkpoint((root / checkpoint_name(step)).string(), data);
   prune_checkpoints(root.string(), keep_last);
+}
+
+RunDirLock::RunDirLock(const fs::path& run_dir) {
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  HOTPATH_CHECK(!ec, run_dir.string(), ": cannot create the run directory: ", ec.message());
+  const fs::path lock = run_dir / ".lock";
+  fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+  HOTPATH_CHECK(fd_ >= 0, lock.string(), ": cannot open the run directory's lock: ", std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char pid[32] = {};
+    const ssize_t n = ::pread(fd_, pid, sizeof pid - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    HOTPATH_CHECK(err != EWOULDBLOCK, run_dir.string(), ": another `hotpath train` (pid ",
+                  n > 0 ? printable(std::string_view(pid, static_cast<std::size_t>(n)), 20) : std::string("?"),
+                  ") is using this run directory; wait for it or choose another output_dir");
+    HOTPATH_CHECK(false, lock.string(), ": cannot lock: ", std::strerror(err));
+  }
+  const std::string me = std::to_string(::getpid());
+  if (::ftruncate(fd_, 0) == 0) {
+    [[maybe_unused]] const ssize_t w = ::pwrite(fd_, me.data(), me.size(), 0);
+  }
+}
+
+RunDirLock::~RunDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing drops the flock
+}
+
+std::vector<std::string> run_outputs(const fs::path& run_dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  const fs::path metrics = run_dir / "metrics.jsonl";
+  if (fs::exists(metrics, ec) && (!fs::is_regular_file(metrics, ec) || fs::file_size(metrics, ec) > 0)) {
+    found.push_back("metrics.jsonl");
+  }
+  const fs::path ckpt = run_dir / "checkpoints";
+  if (fs::exists(ckpt, ec) && !(fs::is_directory(ckpt, ec) && fs::is_empty(ckpt, ec))) found.push_back("checkpoints/");
+  for (const char* name : {"best", "model.safetensors", "model.json", "model", "adapter"}) {
+    if (fs::exists(run_dir / name, ec)) found.push_back(fs::is_directory(run_dir / name, ec) ? std::string(name) + "/" : name);
+  }
+  return found;
+}
+
+void clear_run_outputs(const fs::path& run_dir) {
+  for (const char* name : {"checkpoints", "best", "best.tmp", "best.old", "model.safetensors", "model.json", "model",
+                           "adapter", "metrics.jsonl", "config.yaml", "tensorboard", "profile.json"}) {
+    std::error_code ec;
+    fs::remove_all(run_dir / name, ec);
+    HOTPATH_CHECK(!ec, (run_dir / name).string(), ": cannot remove it (--overwrite): ", ec.message());
+  }
+  sync_directory(run_dir.string());
 }
 
 }  // namespace hotpath::train

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "hotpath/core/tensorboard.h"
 #include "hotpath/train/checkpoint.h"
@@ -52,5 +53,27 @@ void load_rng_state(const TensorMap& state, const at::Device& device);
 // root/step-NNNNNNNN written atomically, then all but the newest keep_last removed.
 void save_checkpoint_and_prune(const std::filesystem::path& root, std::int64_t step, const CheckpointData& data,
                                std::int64_t keep_last);
+
+// An exclusive flock(2) on <run_dir>/.lock for the object's life (created with the directory): a second
+// `hotpath train` on the same directory is refused at once with one line naming the holder's pid. The
+// kernel drops the lock when the process dies, kill -9 included.
+class RunDirLock {
+ public:
+  explicit RunDirLock(const std::filesystem::path& run_dir);
+  ~RunDirLock();
+  RunDirLock(const RunDirLock&) = delete;
+  RunDirLock& operator=(const RunDirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// What a run leaves behind that a new run must not mix with: a non-empty metrics.jsonl, checkpoints,
+// best/, the exported model. Empty when the directory holds no run (a config.yaml alone is a run that
+// failed before its first step).
+std::vector<std::string> run_outputs(const std::filesystem::path& run_dir);
+// Removes every file and directory a run writes (run_outputs() plus config.yaml, tensorboard/,
+// profile.json, leftovers of an interrupted swap); anything else in the directory is kept.
+void clear_run_outputs(const std::filesystem::path& run_dir);
 
 }  // namespace hotpath::train

@@ -24,7 +24,9 @@
 #include <thread>
 
 #include "hotpath/core/atomic_file.h"
+#include "hotpath/core/bounded.h"
 #include "hotpath/core/error.h"
+#include "hotpath/core/json.h"
 #include "hotpath/core/progress.h"
 #include "hotpath/core/tensorboard.h"
 #include "hotpath/core/trace.h"
@@ -202,22 +204,39 @@ TrainerState trainer_state_from_json(const std::string& text, const std::string&
                                      const Task& task) {
   TrainerState s;
   try {
-    const auto j = nlohmann::json::parse(text);
+    const auto j = parse_json(text, where);
     HOTPATH_CHECK(j.is_object(), where, ": expected a JSON object");
-    const int format = j.value("format", 1);
+    // Integers strictly typed and in range: an edited or overflowing field is named, never wrapped.
+    constexpr std::int64_t kMax = std::int64_t{1} << 40;
+    const auto integer = [&](const char* key, std::int64_t lo, std::int64_t hi) -> std::int64_t {
+      HOTPATH_CHECK(j.contains(key), where, ": ", key, ": missing");
+      const auto& v = j.at(key);
+      HOTPATH_CHECK(v.is_number_integer(), where, ": ", key, ": expected an integer, got ", v.type_name());
+      HOTPATH_CHECK(!v.is_number_unsigned() || v.get<std::uint64_t>() <= static_cast<std::uint64_t>(hi), where, ": ",
+                    key, ": expected an integer in [", lo, ", ", hi, "], got ", v.get<std::uint64_t>());
+      const auto n = v.get<std::int64_t>();
+      check_int_in(n, lo, hi, where + ": " + key);
+      return n;
+    };
+    const auto number = [&](const char* key) {
+      const auto& v = j.at(key);
+      HOTPATH_CHECK(v.is_number(), where, ": ", key, ": expected a number, got ", v.type_name());
+      const double d = v.get<double>();
+      HOTPATH_CHECK(std::isfinite(d), where, ": ", key, ": expected a finite number");
+      return d;
+    };
+    const int format = j.contains("format") ? static_cast<int>(integer("format", 1, kTrainerStateFormat)) : 1;
     HOTPATH_CHECK(format == 1 || format == kTrainerStateFormat, where, ": format ", format,
                   " is not one this hotpath reads (1 or 2)");
     const std::string kind = j.value("kind", std::string("image"));
     HOTPATH_CHECK(kind == recipe.data.kind, where, ": a checkpoint of a ", kind, " run, but the recipe has data.kind ",
                   recipe.data.kind);
-    s.step = j.at("step").get<std::int64_t>();
-    s.position = {j.at("epoch").get<std::int64_t>(), j.at("batch").get<std::int64_t>()};
-    HOTPATH_CHECK(s.step >= 0 && s.position.epoch >= 0 && s.position.batch >= 0, where,
-                  ": negative step, epoch or batch");
-    if (j.contains("best_metric")) s.best_metric = j.at("best_metric").get<double>();
-    s.best_step = j.value("best_step", std::int64_t{-1});
-    s.loss_window = j.value("loss_window", 0.0);
-    s.window = j.value("window", std::int64_t{0});
+    s.step = integer("step", 0, kMax);
+    s.position = {integer("epoch", 0, kMax), integer("batch", 0, kMax)};
+    if (j.contains("best_metric")) s.best_metric = number("best_metric");
+    s.best_step = j.contains("best_step") ? integer("best_step", -1, s.step) : -1;
+    s.loss_window = j.contains("loss_window") ? number("loss_window") : 0.0;
+    s.window = j.contains("window") ? integer("window", 0, std::max<std::int64_t>(s.step, 0) + 1) : 0;
     if (j.contains("scaler")) s.scaler = grad_scaler_state_from_json(j.at("scaler").dump());
     const json key = task.resume_key();
     for (const auto& [name, now] : key.items()) {
@@ -315,8 +334,9 @@ OptimizerConfig optimizer_config_for(const Recipe& recipe) {
 
 ScheduleConfig schedule_config_for(const Recipe& recipe, std::int64_t steps_per_epoch, std::int64_t total_steps) {
   const auto& sc = recipe.schedule;
-  const auto epochs_to_steps = [&](double e) {
-    return static_cast<std::int64_t>(std::llround(e * static_cast<double>(steps_per_epoch)));
+  const auto epochs_to_steps = [&](double e) {  // checked: 1e19 epochs must not wrap to a negative count
+    return double_to_int(e * static_cast<double>(steps_per_epoch), 0, std::int64_t{1} << 62,
+                         recipe.source + ": schedule epochs × " + std::to_string(steps_per_epoch) + " steps/epoch");
   };
   return ScheduleConfig{.kind = parse_schedule_kind(sc.name),
                         .base_lr = recipe.optimizer.lr,
@@ -359,6 +379,18 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
 
   const fs::path run_dir(recipe.output_dir);
   const fs::path ckpt_root = run_dir / "checkpoints";
+  // The run directory is this run's alone: locked for the whole run; one holding another run is only
+  // continued (--resume) or cleared (--overwrite), never mixed into (docs/bad-input.md).
+  HOTPATH_CHECK(!(options.resume && options.overwrite), "--resume and --overwrite exclude each other");
+  const RunDirLock run_lock(run_dir);
+  bool clear_first = false;
+  if (!options.resume && !benchmark) {
+    std::string held;
+    for (const auto& name : run_outputs(run_dir)) held += (held.empty() ? "" : ", ") + name;
+    HOTPATH_CHECK(held.empty() || options.overwrite, run_dir.string(), ": holds another run (", held,
+                  "); pass --resume to continue it or --overwrite to clear it, or choose another output_dir");
+    clear_first = !held.empty();
+  }
   std::optional<std::string> latest;
   if (options.resume) {
     latest = latest_checkpoint(ckpt_root.string());
@@ -403,6 +435,10 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     state = trainer_state_from_json(data.trainer_json, *latest + "/trainer.json", recipe, *task);
     HOTPATH_CHECK(state.step < total_steps, *latest, ": the run already finished (step ", state.step, " of ",
                   total_steps, "); raise train.epochs or train.max_steps to train on, or start a new run");
+    HOTPATH_CHECK(state.position.epoch < tr.epochs &&
+                      state.position.batch <= task->micro_batches_in_epoch(state.position.epoch),
+                  *latest, "/trainer.json: position epoch ", state.position.epoch, " batch ", state.position.batch,
+                  " is outside this recipe's ", tr.epochs, " epochs and their batches");
     restore_tensors(task->checkpoint_tensors(), data.model, *latest + "/model.safetensors");
     load_optimizer_state(*optimizer, trainable, data.optimizer);
     if (ema) {
@@ -418,6 +454,10 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     if (!options.quiet) out << "resuming from " << *latest << " at step " << state.step << "\n";
   }
 
+  if (clear_first) {  // --overwrite: only now that the new run has been built and checked
+    clear_run_outputs(run_dir);
+    if (!options.quiet) out << "--overwrite: cleared the previous run in " << run_dir.string() << "\n";
+  }
   fs::create_directories(ckpt_root);
   if (!benchmark) write_file_atomic((run_dir / "config.yaml").string(), to_yaml(recipe));
   // A metrics line is "regular" at every log_every-th step and at the end of an epoch; a line at a
