@@ -110,6 +110,18 @@ void QuantizeRows(benchmark::State& s) {
   set_items(s);
 }
 
+// The fused dequantize epilogue alone (acc · x_scale · w_scale + bias → f32).
+void Epilogue(benchmark::State& s) {
+  const LinearFixture f(s);
+  const at::Tensor acc = at::randint(-100000, 100000, {s.range(0), s.range(2)}, at::kInt);
+  const at::Tensor x_scale = at::rand({s.range(0)}), w_scale = at::rand({s.range(2)});
+  for (auto _ : s) {
+    benchmark::DoNotOptimize(
+        hotpath::ops::int8_dequantize_epilogue(acc, x_scale, w_scale, f.bias, {}, "none", at::kFloat));
+  }
+  set_items(s);
+}
+
 // onednn::qlinear_pointwise.tensor: per-tensor u8 activation (absmax → scale, zero point 128), prepacked
 // s8 weight, float output with bias; called boxed (the per-call cost is the same for both candidates).
 void QLinearPointwise(benchmark::State& s) {
@@ -144,6 +156,7 @@ BENCHMARK(QLinearPointwise)->Apply(linear_shapes);
 BENCHMARK(IntMmKN)->Apply(linear_shapes);
 BENCHMARK(IntMmNKView)->Apply(linear_shapes);
 BENCHMARK(QuantizeRows)->Apply(linear_shapes);
+BENCHMARK(Epilogue)->Apply(linear_shapes);
 BENCHMARK(LinearFp32Gelu)->Args({128, 768, 3072})->Args({4096, 768, 3072})->ArgNames({"M", "K", "N"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(LinearInt8Gelu)->Args({128, 768, 3072})->Args({4096, 768, 3072})->ArgNames({"M", "K", "N"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 

@@ -37,6 +37,10 @@ std::pair<at::Tensor, at::Tensor> int8_quantize_rows(const at::Tensor& x, int qm
 at::Tensor int8_dequantize_epilogue(const at::Tensor& acc, const at::Tensor& x_scale, const at::Tensor& w_scale,
                                     const at::Tensor& bias, const at::Tensor& residual, std::string_view act,
                                     at::ScalarType out_dtype);
+// The same into `out` (contiguous f32/bf16, M·N elements): a row block of a larger output.
+void int8_dequantize_epilogue_out(const at::Tensor& acc, const at::Tensor& x_scale, const at::Tensor& w_scale,
+                                  const at::Tensor& bias, const at::Tensor& residual, std::string_view act,
+                                  at::Tensor& out);
 
 // Per-tensor affine quantization of an image batch x [N, C, H, W] (f32 or bf16, any memory format):
 // u8 channels-last, q = clamp(round_half_even(x · (1/scale)) + zero_point, 0, 255).

@@ -265,9 +265,9 @@ std::pair<at::Tensor, at::Tensor> int8_quantize_rows(const at::Tensor& x, int qm
   return {q, scale};
 }
 
-at::Tensor int8_dequantize_epilogue(const at::Tensor& acc, const at::Tensor& x_scale, const at::Tensor& w_scale,
-                                    const at::Tensor& bias, const at::Tensor& residual, std::string_view act,
-                                    at::ScalarType out_dtype) {
+void int8_dequantize_epilogue_out(const at::Tensor& acc, const at::Tensor& x_scale, const at::Tensor& w_scale,
+                                  const at::Tensor& bias, const at::Tensor& residual, std::string_view act,
+                                  at::Tensor& out) {
   HOTPATH_CHECK(acc.defined() && acc.dim() == 2 && acc.scalar_type() == at::kInt && acc.device().is_cpu(),
                 "int8_dequantize_epilogue: acc must be a CPU int32 tensor [M, N]");
   const std::int64_t m = acc.size(0);
@@ -280,15 +280,15 @@ at::Tensor int8_dequantize_epilogue(const at::Tensor& acc, const at::Tensor& x_s
                 "int8_dequantize_epilogue: bias must be float32 [", n, "]");
   HOTPATH_CHECK(!residual.defined() || (is_float_or_bf16(residual) && residual.numel() == m * n),
                 "int8_dequantize_epilogue: residual must be float32 or bfloat16 with ", m, " x ", n, " elements");
-  HOTPATH_CHECK(out_dtype == at::kFloat || out_dtype == at::kBFloat16,
-                "int8_dequantize_epilogue: out_dtype must be float32 or bfloat16");
+  HOTPATH_CHECK(out.defined() && is_float_or_bf16(out) && out.is_contiguous() && out.numel() == m * n,
+                "int8_dequantize_epilogue: out must be a contiguous float32 or bfloat16 tensor of ", m, " x ", n,
+                " elements");
   const Act a_kind = parse_act(act);
   const at::Tensor acc_c = acc.contiguous();
   const at::Tensor xs = x_scale.contiguous();
   const at::Tensor ws = w_scale.contiguous();
   const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
   const at::Tensor r = residual.defined() ? residual.contiguous() : residual;
-  at::Tensor out = at::empty({m, n}, acc.options().dtype(out_dtype));
   EpilogueArgs a;
   a.acc = acc_c.const_data_ptr<std::int32_t>();
   a.x_scale = xs.const_data_ptr<float>();
@@ -297,11 +297,21 @@ at::Tensor int8_dequantize_epilogue(const at::Tensor& acc, const at::Tensor& x_s
   a.residual = r.defined() ? r.const_data_ptr() : nullptr;
   a.residual_bf16 = r.defined() && r.scalar_type() == at::kBFloat16;
   a.out = out.data_ptr();
-  a.out_bf16 = out_dtype == at::kBFloat16;
+  a.out_bf16 = out.scalar_type() == at::kBFloat16;
   a.n = n;
   a.act = a_kind;
   const auto run = kernels(kLinearDispatch).epilogue;
   at::parallel_for(0, m, row_grain(n), [&](std::int64_t m0, std::int64_t m1) { run(a, m0, m1); });
+}
+
+at::Tensor int8_dequantize_epilogue(const at::Tensor& acc, const at::Tensor& x_scale, const at::Tensor& w_scale,
+                                    const at::Tensor& bias, const at::Tensor& residual, std::string_view act,
+                                    at::ScalarType out_dtype) {
+  HOTPATH_CHECK(out_dtype == at::kFloat || out_dtype == at::kBFloat16,
+                "int8_dequantize_epilogue: out_dtype must be float32 or bfloat16");
+  HOTPATH_CHECK(acc.defined() && acc.dim() == 2, "int8_dequantize_epilogue: acc must be a CPU int32 tensor [M, N]");
+  at::Tensor out = at::empty({acc.size(0), acc.size(1)}, acc.options().dtype(out_dtype));
+  int8_dequantize_epilogue_out(acc, x_scale, w_scale, bias, residual, act, out);
   return out;
 }
 

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -95,8 +96,24 @@ at::Tensor Int8Linear::forward(const at::Tensor& x, std::string_view act, const 
   check_activation(act, "Int8Linear::forward");
   if (rows.size(0) == 0) return at::empty(shape, x.options());
   const auto [q, x_scale] = int8_quantize_rows(rows);
-  const at::Tensor acc = at::_int_mm(q, weight_kn_);
-  return int8_dequantize_epilogue(acc, x_scale, weight_scale_, bias_, r, act, x.scalar_type()).view(shape);
+  const std::int64_t m = rows.size(0);
+  const std::int64_t n = out_features();
+  at::Tensor out = at::empty({m, n}, rows.options());
+  // Row blocks whose int32 sums (≤ 2 MiB) stay in cache between the matmul and the epilogue: for BERT's
+  // 4096 × 768 → 3072 the whole int32 matrix is 48 MiB, and writing then re-reading it from memory cost as
+  // much as a third of the matmul (measured, bench/int8_bench.cpp Epilogue vs IntMmKN).
+  constexpr std::int64_t kBlockBytes = std::int64_t{2} << 20;
+  const std::int64_t block = std::max<std::int64_t>(64, kBlockBytes / (4 * n) / 16 * 16);
+  at::Tensor acc = at::empty({std::min(block, m), n}, rows.options().dtype(at::kInt));
+  for (std::int64_t m0 = 0; m0 < m; m0 += block) {
+    const std::int64_t len = std::min(block, m - m0);
+    at::Tensor acc_block = acc.narrow(0, 0, len);
+    at::_int_mm_out(acc_block, q.narrow(0, m0, len), weight_kn_);
+    at::Tensor out_block = out.narrow(0, m0, len);
+    int8_dequantize_epilogue_out(acc_block, x_scale.narrow(0, m0, len), weight_scale_, bias_,
+                                 r.defined() ? r.narrow(0, m0, len) : r, act, out_block);
+  }
+  return out.view(shape);
 }
 
 at::Tensor Int8Linear::forward_reference(const at::Tensor& x, std::string_view act, const at::Tensor& residual) const {
