@@ -185,6 +185,39 @@ TEST(EngineText, SentenceEmbedderMatchesMeanPoolAndNormalize) {
   EXPECT_LT(rel_error(engine.run({in.ids}).front(), full), 1e-5);
 }
 
+// A conv with a residual and each activation: oneDNN fuses some after the add, the engine the rest.
+TEST(EngineConv, ResidualThenEveryActivationMatchesATen) {
+  at::manual_seed(8);
+  for (std::string_view act : kActivations) {
+    Graph g;
+    g.inputs = {{"x", at::kFloat, {-1, 4, 6, 6}, {"batch", "channels", "height", "width"}}};
+    g.params["w"] = at::randn({4, 4, 3, 3});
+    g.params["b"] = at::randn({4});
+    Node n;
+    n.op = "conv2d";
+    n.name = n.output = "c";
+    n.inputs = {"x", "x"};
+    n.params = {{"weight", "w"}, {"bias", "b"}};
+    n.attrs = {{"stride", std::vector<std::int64_t>{1, 1}}, {"padding", std::vector<std::int64_t>{1, 1, 1, 1}},
+               {"dilation", std::vector<std::int64_t>{1, 1}}, {"groups", std::int64_t{1}}, {"act", std::string(act)}};
+    g.nodes = {n};
+    g.outputs = {"c"};
+    const at::Tensor x = at::randn({2, 4, 6, 6});
+    at::Tensor want = at::conv2d(x, g.params["w"], g.params["b"], 1, 1) + x;
+    if (act == "relu") want = want.relu();
+    if (act == "relu6") want = want.clamp(0, 6);
+    if (act == "gelu") want = at::gelu(want);
+    if (act == "gelu_tanh") want = at::gelu(want, "tanh");
+    if (act == "silu") want = at::silu(want);
+    if (act == "sigmoid") want = want.sigmoid();
+    if (act == "tanh") want = want.tanh();
+    for (bool channels_last : {true, false}) {
+      const at::Tensor got = Engine::from_graph(g, {.channels_last = channels_last}).run({x}).front();
+      EXPECT_LT(rel_error(got, want), 1e-5) << act << (channels_last ? " channels-last" : " contiguous");
+    }
+  }
+}
+
 TEST(EngineInputs, RefusesWrongShapesDtypesAndIdsWithOneLine) {
   at::manual_seed(1);
   auto model = models::create_model("cnn_small", {.num_classes = 3, .in_channels = 1});

@@ -337,9 +337,13 @@ void Engine::Impl::run_step(const Step& s, std::vector<at::Tensor>& v) const {
         const at::Tensor xc = xp.contiguous(at::MemoryFormat::ChannelsLast);
         if (in(1).defined()) {
           const at::Tensor res = in(1).contiguous(at::MemoryFormat::ChannelsLast);
+          // oneDNN fuses only relu after the add ("Unary Fusion behavior undefined" otherwise): other
+          // activations run in place after the fused conv + add.
+          const bool fuse = s.act == Act::kRelu;
           y = call(*mk.binary, {xc, res, s.weight, bias, s.padding, s.stride, s.dilation, s.groups, std::string("add"),
-                                c10::IValue(), s.act == Act::kNone ? c10::IValue() : c10::IValue(s.post.attr),
-                                scalar_list(s.post.scalars), algorithm});
+                                c10::IValue(), fuse ? c10::IValue(s.post.attr) : c10::IValue(),
+                                c10::List<std::optional<at::Scalar>>(), c10::IValue()});
+          if (!fuse) activate_(y, s.act);
         } else {
           y = call(*mk.unary, {xc, s.weight, bias, s.padding, s.stride, s.dilation, s.groups, s.post.attr,
                                scalar_list(s.post.scalars), algorithm});
