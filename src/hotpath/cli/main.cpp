@@ -102,8 +102,11 @@ int main(int argc, char** argv) {
     std::cerr << "hotpath: error: " << hotpath::printable(e.what(), 4000) << "\n";
     return 1;
   } catch (const std::bad_alloc&) {
-    std::cerr << "hotpath: error: out of memory (an input asked for more memory than this machine has; "
-                 "inputs are size-checked where they are read: see docs/bad-input.md)\n";
+    // The command line names the inputs; no stage got to say which one asked for the memory.
+    std::string command;
+    for (int i = 1; i < argc; ++i) command += std::string(i > 1 ? " " : "") + argv[i];
+    std::cerr << "hotpath: error: out of memory running `hotpath " << hotpath::printable(command, 300)
+              << "`: an input asked for more memory than this machine has (see docs/bad-input.md)\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "hotpath: error: " << hotpath::printable(first_line(e.what()), 2000) << "\n";
