@@ -45,7 +45,7 @@ void run(const ExportArgs& a) {
     const infer::LoweredModel m = infer::lower_export_source(a.source);
     HOTPATH_CHECK(a.overwrite || !std::filesystem::exists(a.out), "export: ", a.out,
                   " exists (pass --overwrite to replace it)");
-    infer::export_onnx(m.graph, a.out);
+    infer::export_onnx(m.graph, a.out, {.producer_version = HOTPATH_VERSION});
     std::cout << "wrote " << a.out << " (opset 17, " << m.graph.nodes.size() << " graph nodes, dynamic axes: ";
     for (std::size_t i = 0; i < m.graph.inputs.size(); ++i) {
       std::cout << (i ? "; " : "") << m.graph.inputs[i].name << " batch"
