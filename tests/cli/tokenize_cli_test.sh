@@ -129,7 +129,7 @@ input=lines.txt expect_error no-tokenizer "has neither tokenizer.json nor vocab.
 mkdir broken && printf '{"model": {"type": "BPE"}}' > broken/tokenizer.json
 input=lines.txt expect_error bpe 'model.type is "BPE"; hotpath supports "WordPiece"' tokenize --tokenizer broken
 printf '{"model": ' > broken/tokenizer.json
-input=lines.txt expect_error truncated-json "tokenizer.json: not valid JSON" tokenize --tokenizer broken
+input=lines.txt expect_error truncated-json "tokenizer.json: invalid JSON" tokenize --tokenizer broken
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)" >&2

@@ -87,7 +87,7 @@ TEST(Json, ManyKeysParse) {
 }
 
 TEST(Json, ParseErrorsNameTheInput) {
-  EXPECT_EQ(error_of([] { (void)parse_json("{\"a\":", "t.json"); }).rfind("t.json: not valid JSON: ", 0), 0U);
+  EXPECT_EQ(error_of([] { (void)parse_json("{\"a\":", "t.json"); }).rfind("t.json: invalid JSON: ", 0), 0U);
 }
 
 TEST(Bounded, ParseIntIsStrictAndOverflowChecked) {

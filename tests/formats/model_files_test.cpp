@@ -313,8 +313,11 @@ TEST(BertConfigFile, RefusesSizesBeyondTheLimitAndHugeNumbers) {
   EXPECT_ERROR(BertConfig::from_json(base + R"(, "layer_norm_eps": 1e999})"), "config.json: invalid JSON");
   EXPECT_ERROR(BertConfig::from_json(base + R"(, "hidden_dropout_prob": 1.5})"),
                "dropout probability \"hidden_dropout_prob\" must be below 1");
-  // A deeply nested value in an error message is named by its type, not dumped.
+  // A deeply nested value is refused before parsing (core/json.h), naming the file.
   EXPECT_ERROR(BertConfig::from_json(base + R"(, "hidden_act": )" + std::string(5000, '[') + std::string(5000, ']') + "}"),
+               "config.json: JSON nested deeper than 100 levels");
+  // An array in an error message is named by its type, not dumped.
+  EXPECT_ERROR(BertConfig::from_json(base + R"(, "hidden_act": )" + std::string(50, '[') + std::string(50, ']') + "}"),
                "field \"hidden_act\" must be a string, found an array");
 }
 
@@ -349,7 +352,7 @@ TEST(LoraConfigFile, RefusesHugeRanksSlowOrLongRegexesAndOverflowingNumbers) {
   const std::string base = R"({"peft_type": "LORA", "target_modules": ["query"], )";
   EXPECT_EQ(LoraConfig::from_json(base + R"("r": 4})").r, 4);
   EXPECT_ERROR(LoraConfig::from_json(base + R"("r": 18446744073709551615})"), "\"r\" must be a positive integer");
-  EXPECT_ERROR(LoraConfig::from_json(base + R"("r": 4, "lora_alpha": 1e999})"), "adapter_config.json: not valid JSON");
+  EXPECT_ERROR(LoraConfig::from_json(base + R"("r": 4, "lora_alpha": 1e999})"), "adapter_config.json: invalid JSON");
   const std::string regex(kLoraMaxRegex + 1, 'a');
   EXPECT_ERROR(LoraConfig::from_json(R"({"peft_type": "LORA", "r": 4, "target_modules": ")" + regex + "\"}"),
                "regex of 1001 characters is longer than the 1000 supported");

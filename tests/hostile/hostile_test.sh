@@ -308,6 +308,14 @@ bad pack-source-fifo "fifo" data pack fifo -o "$work/out/c15"
 ln -s /dev/zero zero.csv
 bad pack-source-dev-zero "zero.csv: is a character device" data pack zero.csv -o "$work/out/c16"
 
+# Text lists for `data pack-text`.
+printf '{"text": "a", "label": 99999999999999999}\n' >hugelabel_text.jsonl
+bad pack-text-huge-label "hugelabel_text.jsonl: label 99999999999999999 is outside" data pack-text hugelabel_text.jsonl --format jsonl -o "$work/out/t1"
+"$py" -c "print('{\"text\": \"a\", \"x\": ' + '[' * 100000 + ']' * 100000 + '}')" >deep_text.jsonl
+bad pack-text-deep "deep_text.jsonl:1: JSON nested deeper" data pack-text deep_text.jsonl --format jsonl -o "$work/out/t2"
+bad pack-text-fifo "fifo: is a FIFO" data pack-text fifo -o "$work/out/t3"
+bad pack-text-dev-zero "/dev/zero" data pack-text /dev/zero -o "$work/out/t4"
+
 # ---- model packages (eval / predict --model-dir) ------------------------------------------------------
 pkg() {  # pkg NAME: a copy of the reference run's model package to break
   rm -rf "$1" && mkdir "$1" && cp run/model.json run/model.safetensors "$1/"
@@ -378,6 +386,11 @@ bad eval-model-dir-missing "nodir/model.json" eval --model-dir nodir good-000000
 skipped eval-label-out-of-range "top-1" eval --model-dir run label7-000000.tar
 
 # ---- tokenizer and text-model files ---------------------------------------------------------------------
+mkdir -p tok-ok && printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n' >tok-ok/vocab.txt
+bad tokenize-max-length-huge "--max-length" tokenize --tokenizer tok-ok --input good.csv --max-length 4000000000 --padding max_length
+bad tokenize-pad-multiple-huge "--pad-to-multiple-of" tokenize --tokenizer tok-ok --input good.csv --pad-to-multiple-of 4294967295 --padding longest
+bad tokenize-pad-length-huge "--pad-length" tokenize --tokenizer tok-ok --input good.csv --pad-length 99999999999 --padding max_length
+bad embed-max-length-huge "--max-length" embed --model adir --input good.csv --max-length 4000000000
 for f in deep deep_obj notobject truncated binary; do
   mkdir -p "tok-$f" && cp "$f.json" "tok-$f/tokenizer.json"
   bad "tokenizer-json-$f" "tok-$f/tokenizer.json" tokenize --tokenizer "tok-$f" --input good.csv
@@ -390,7 +403,6 @@ mkdir -p tok-vfifo && mkfifo tok-vfifo/vocab.txt
 bad tokenizer-vocab-fifo "vocab.txt: is a FIFO" tokenize --tokenizer tok-vfifo --input good.csv
 mkdir -p tok-vdir/vocab.txt
 bad tokenizer-vocab-directory "vocab.txt" tokenize --tokenizer tok-vdir --input good.csv
-mkdir -p tok-ok && printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n' >tok-ok/vocab.txt
 bad tokenize-input-fifo "fifo: is a FIFO" tokenize --tokenizer tok-ok --input fifo
 bad tokenize-input-dev-zero "/dev/zero" tokenize --tokenizer tok-ok --input /dev/zero
 bad tokenize-input-directory "adir" tokenize --tokenizer tok-ok --input adir

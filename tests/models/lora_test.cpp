@@ -190,7 +190,7 @@ TEST(LoraConfig, BadConfigsAreOneLineErrors) {
   expect_error(
       [] { LoraConfig::from_json(R"({"peft_type":"LORA","r":8,"target_modules":["q"],"rank_pattern":{"q":2}})"); },
       "\"rank_pattern\" is not supported");
-  expect_error([] { LoraConfig::from_json("{\"peft_type\":"); }, "not valid JSON");
+  expect_error([] { LoraConfig::from_json("{\"peft_type\":"); }, "invalid JSON");
   expect_error([] { LoraConfig::from_json(R"({"peft_type":"LORA","r":8,"target_modules":"(["})"); }, "does not compile");
 }
 

@@ -276,7 +276,7 @@ TEST(TokenizerJson, ReadsTruncationAndPaddingDefaults) {
 
 TEST(TokenizerJson, MalformedFilesAreOneLineErrors) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"{not json", "tokenizer.json: not valid JSON"},
+      {"{not json", "tokenizer.json: invalid JSON"},
       {"[1,2]", "tokenizer.json: expected a JSON object, got array"},
       {tiny_json({{"model", R"({"type":"BPE","vocab":{},"merges":[]})"}}), R"(model.type is "BPE"; hotpath supports "WordPiece")"},
       {tiny_json({{"model", R"({"type":"WordPiece","unk_token":"[UNK]","vocab":[1,2]})"}}), "model.vocab: expected a non-empty object"},

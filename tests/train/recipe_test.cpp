@@ -143,7 +143,7 @@ TEST(Recipe, MissingFileIsOneClearLine) {
     load_recipe("/nonexistent/recipe.yaml");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), "/nonexistent/recipe.yaml: cannot open the recipe file");
+    EXPECT_EQ(std::string(e.what()), "/nonexistent/recipe.yaml: cannot open: No such file or directory");
   }
 }
 

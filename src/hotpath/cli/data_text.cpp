@@ -140,10 +140,11 @@ void add_data_text(CLI::App& data) {
   st->add_option("SHARDS", stats->shards, "shard paths, brace ranges or globs")->required();
   st->add_option("--tokenizer", stats->tokenizer, "tokenizer directory (needed for KEY.txt shards)");
   st->add_option("--max-length", stats->max_length, "truncation length")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  st->add_option("--batch-size", stats->batch_size, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
+  st->add_option("--batch-size", stats->batch_size, "batch size")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   st->add_option("--bucket-batches", stats->bucket_batches, "bucketing window, in batches")->capture_default_str()->check(CLI::Range(0, 1 << 20));
-  st->add_option("--max-tokens", stats->max_tokens, "token budget (default: batch size × max length)");
-  st->add_option("--pad-to-multiple-of", stats->pad_to_multiple_of, "")->capture_default_str();
+  st->add_option("--max-tokens", stats->max_tokens, "token budget (default: batch size × max length)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
+  st->add_option("--pad-to-multiple-of", stats->pad_to_multiple_of, "")->capture_default_str()->check(CLI::Range(0, 65536));
   st->add_option("--workers", stats->workers, "tokenizer threads")->capture_default_str()->check(CLI::Range(std::int64_t{0}, hotpath::max_threads()));
   st->add_option("--seed", stats->seed, "shuffle seed")->capture_default_str();
   st->add_flag("--json", stats->json, "print JSON");

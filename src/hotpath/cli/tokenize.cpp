@@ -27,6 +27,9 @@
 namespace hotpath::cli {
 namespace {
 
+// Lengths a flag may ask for: far above any model (512, 8192), far below an allocation that fails.
+constexpr std::size_t kMaxTokens = std::size_t{1} << 20;
+
 struct TokenizeArgs {
   std::string tokenizer;
   std::string input = "-";
@@ -152,11 +155,13 @@ void add_tokenize(CLI::App& app) {
       ->required();
   cmd->add_option("--input", args->input, "Text file, one input per line ('-' = stdin)");
   cmd->add_flag("--pair", args->pair, "Each line is first<TAB>second: a pair with token_type_ids 0/1");
-  cmd->add_option("--max-length", args->max_length, "Truncate to this many tokens, special tokens included (0: no)");
+  cmd->add_option("--max-length", args->max_length, "Truncate to this many tokens, special tokens included (0: no)")
+      ->check(CLI::Range(std::size_t{0}, kMaxTokens));
   cmd->add_option("--truncation", args->truncation, "Which text of a pair loses tokens")
       ->check(CLI::IsMember({"longest_first", "only_first", "only_second"}));
   cmd->add_option("--stride", args->stride,
-                  "With --max-length: overlap of consecutive windows, in tokens (HF stride)");
+                  "With --max-length: overlap of consecutive windows, in tokens (HF stride)")
+      ->check(CLI::Range(std::size_t{0}, kMaxTokens));
   cmd->add_flag("--return-overflowing-tokens", args->overflowing,
                 "Also write the windows truncation cuts off, one line each, with \"overflow_to_sample_mapping\" "
                 "(the 0-based input line)");
@@ -165,8 +170,10 @@ void add_tokenize(CLI::App& app) {
   cmd->add_flag("--return-length", args->length, "Add \"length\": the number of tokens, padding included");
   cmd->add_option("--padding", args->padding, "longest: within each batch; max_length: to --pad-length or --max-length")
       ->check(CLI::IsMember({"none", "longest", "max_length"}));
-  cmd->add_option("--pad-length", args->pad_length, "Length for --padding max_length (0: --max-length)");
-  cmd->add_option("--pad-to-multiple-of", args->pad_to_multiple_of, "Round padded lengths up to a multiple of this");
+  cmd->add_option("--pad-length", args->pad_length, "Length for --padding max_length (0: --max-length)")
+      ->check(CLI::Range(std::size_t{0}, kMaxTokens));
+  cmd->add_option("--pad-to-multiple-of", args->pad_to_multiple_of, "Round padded lengths up to a multiple of this")
+      ->check(CLI::Range(std::size_t{0}, kMaxTokens));
   cmd->add_flag("--offsets", args->offsets, "Add offset_mapping: byte offsets into each line");
   cmd->add_flag("--char-offsets", args->char_offsets, "Add offset_mapping in code points (what HF's python API gives)");
   cmd->add_flag("--no-special-tokens", args->no_special_tokens, "No [CLS]/[SEP]");

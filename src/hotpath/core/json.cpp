@@ -88,7 +88,7 @@ nlohmann::json parse_json(std::string_view text, std::string_view where, Duplica
     }
     return Json::parse(text.begin(), text.end());
   } catch (const Json::exception& e) {
-    HOTPATH_CHECK(false, where, ": not valid JSON: ", e.what());
+    HOTPATH_CHECK(false, where, ": invalid JSON: ", e.what());
   }
   return {};  // unreachable: HOTPATH_CHECK(false) throws
 }

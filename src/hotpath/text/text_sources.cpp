@@ -77,6 +77,14 @@ std::vector<std::string> resolve_labels(std::string_view name, const std::vector
     }
   }
   HOTPATH_CHECK(!(any_int && any_name), name, ": labels mix integers and names; use one or the other");
+  // Checked before the class list (one name per id) is built: 10^17 must not mean 10^17 strings.
+  constexpr std::int64_t kMaxClasses = 1'000'000;
+  HOTPATH_CHECK(max_id < kMaxClasses, name, ": label ", max_id, " is outside [0, ", kMaxClasses,
+                "): too large for a class id");
+  for (const std::string& n : names) {
+    HOTPATH_CHECK(n.find_first_of("\n\r") == std::string::npos, name, ": label '", printable(n),
+                  "' holds a line break (class names are one line each)");
+  }
   std::vector<std::string> classes;
   if (any_int) {
     for (std::int64_t i = 0; i <= max_id; ++i) classes.push_back(std::to_string(i));
