@@ -99,7 +99,8 @@ void add_embed(CLI::App& app) {
   cmd->add_option("--batch-size", args->batch_size, "Sentences per forward pass (padded to the batch's longest)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
   cmd->add_option("--max-length", args->max_length,
-                  "Truncate to this many tokens (0: sentence_bert_config.json's max_seq_length, else the model's)");
+                  "Truncate to this many tokens (0: sentence_bert_config.json's max_seq_length, else the model's)")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 20));
   cmd->add_option("--threads", args->threads, "LibTorch intra-op threads (0: its default)")->check(CLI::Range(std::int64_t{0}, hotpath::max_threads()));
   cmd->callback([args] { run(*args); });
 }
