@@ -11,10 +11,14 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "hotpath/infer/engine.h"
 #include "hotpath/infer/package.h"
+#include "hotpath/infer/package_dir.h"
 #include "hotpath/infer/preprocess.h"
 #include "hotpath/models/registry.h"
 
@@ -35,16 +39,26 @@ class Classifier {
   // A registry model with its pretrained weights (models/vision/pretrained.h): its ImageNet
   // preprocessing and class names. Throws for a model without pretrained weights.
   static Classifier from_pretrained(const std::string& model);
+  // An image_classifier model package (package_dir.h) run by the engine at the package's precision.
+  static Classifier from_package_dir(const PackageDir& package, int threads = 0);
+  // A run directory (model.json) or a model package, whichever `dir` holds.
+  static Classifier from_dir(const std::string& dir, int threads = 0);
 
   [[nodiscard]] const EvalPreprocess& preprocess() const { return preprocess_; }
+  // The training model (nullptr for a package, which the engine runs).
   [[nodiscard]] const models::ModelHandle& model() const { return model_; }
+  // Logits [N, classes] float32 of a preprocessed batch, without autograd.
+  [[nodiscard]] at::Tensor logits(const at::Tensor& batch) const;
 
   // batch [N, C, H, W] made by preprocess() → for each image the min(k, classes) most probable
   // classes, most probable first. Runs without autograd.
   [[nodiscard]] std::vector<std::vector<TopK>> classify(const at::Tensor& batch, std::int64_t k) const;
 
  private:
+  Classifier(std::shared_ptr<const Engine> engine, EvalPreprocess preprocess, std::vector<std::string> class_names);
+
   models::ModelHandle model_;
+  std::shared_ptr<const Engine> engine_;
   EvalPreprocess preprocess_;
   std::vector<std::string> class_names_;
 };

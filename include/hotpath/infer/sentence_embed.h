@@ -17,10 +17,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
 
+#include "hotpath/infer/engine.h"
+#include "hotpath/infer/package_dir.h"
 #include "hotpath/models/text/bert.h"
 #include "hotpath/text/tokenizer.h"
 
@@ -43,6 +47,9 @@ class SentenceEncoder {
   // The tokenizer (tokenizer.json or vocab.txt), config.json + weights and the sentence-transformers
   // pipeline files (1_Pooling/config.json, modules.json) of a model directory.
   static SentenceEncoder from_directory(const std::filesystem::path& dir, const SentenceEncoderLoadOptions& options = {});
+  // A sentence_embedder model package (package_dir.h): its tokenizer files, the engine on its graph (fp32,
+  // bf16 or int8 as exported); max_length 0 takes the package's.
+  static SentenceEncoder from_package(const PackageDir& package, const SentenceEncoderLoadOptions& options = {});
   SentenceEncoder(text::Tokenizer tokenizer, models::SentenceEmbedder embedder, std::size_t max_length);
 
   // → float32 [lines.size(), hidden_size], row i the embedding of lines[i] (an inference tensor:
@@ -51,13 +58,19 @@ class SentenceEncoder {
                                   const SentenceEncodeOptions& options = {}) const;
 
   [[nodiscard]] const text::Tokenizer& tokenizer() const { return tokenizer_; }
-  [[nodiscard]] const models::SentenceEmbedder& embedder() const { return embedder_; }
+  // The model of a directory encoder; a package encoder runs the engine and has none (nullptr).
+  [[nodiscard]] const models::SentenceEmbedder* embedder() const { return embedder_ ? &*embedder_ : nullptr; }
   [[nodiscard]] std::size_t max_length() const { return max_length_; }
-  [[nodiscard]] std::int64_t dimension() const { return embedder_.model->config().hidden_size; }
+  [[nodiscard]] std::int64_t dimension() const { return dimension_; }
 
  private:
+  SentenceEncoder(text::Tokenizer tokenizer, std::shared_ptr<const Engine> engine, std::int64_t dimension,
+                  std::size_t max_length);
+
   text::Tokenizer tokenizer_;
-  models::SentenceEmbedder embedder_;
+  std::optional<models::SentenceEmbedder> embedder_;
+  std::shared_ptr<const Engine> engine_;  // set for packages: pooled and normalised inside the graph
+  std::int64_t dimension_ = 0;
   std::size_t max_length_;
 };
 

@@ -58,7 +58,9 @@ void append_row(std::string& out, const float* row, std::int64_t n) {
 void run(const EmbedArgs& a) {
   if (a.threads > 0) at::set_num_threads(a.threads);
   const infer::SentenceEncoder encoder =
-      infer::SentenceEncoder::from_directory(a.model, {.max_length = a.max_length});
+      infer::is_package_dir(a.model)
+          ? infer::SentenceEncoder::from_package(infer::read_package_dir(a.model), {.max_length = a.max_length})
+          : infer::SentenceEncoder::from_directory(a.model, {.max_length = a.max_length});
 
   const std::string source = a.input == "-" ? std::string("stdin") : a.input;
   const std::string input = read_input(a.input);
@@ -93,7 +95,7 @@ void add_embed(CLI::App& app) {
   auto args = std::make_shared<EmbedArgs>();
   CLI::App* cmd = app.add_subcommand(
       "embed", "Sentence embeddings (mean pooling + L2 norm, as sentence-transformers) of text lines");
-  cmd->add_option("--model", args->model, "Hugging Face / sentence-transformers model directory")->required();
+  cmd->add_option("--model", args->model, "sentence-transformers / Hugging Face model directory, or a model package (hotpath export)")->required();
   cmd->add_option("--input", args->input, "Text file, one sentence per line ('-' = stdin)");
   cmd->add_option("--output", args->output, "FILE.npy (float32 [N, H]) or FILE.jsonl; default: JSON lines on stdout");
   cmd->add_option("--batch-size", args->batch_size, "Sentences per forward pass (padded to the batch's longest)")

@@ -1,5 +1,6 @@
-// `hotpath predict --model-dir RUN IMAGE...`: top-k classes of image files with a trained model
-// package (or `--model efficientnet_lite0 --pretrained`: the real ImageNet weights).
+// `hotpath predict --model-dir RUN|PKG IMAGE...`: top-k classes of image files with a trained model (a run
+// directory, or a model package from `hotpath export`, run by the engine) or `--model efficientnet_lite0
+// --pretrained`: the real ImageNet weights.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -36,7 +37,7 @@ void run(const PredictArgs& a) {
                 " needs --pretrained (or use --model-dir RUN)");
   const infer::Classifier classifier = a.model_dir.empty()
                                            ? infer::Classifier::from_pretrained(a.model)
-                                           : infer::Classifier::from_package(infer::read_package(a.model_dir));
+                                           : infer::Classifier::from_dir(a.model_dir, a.threads);
   for (const std::string& image : a.images) {
     const at::Tensor x = classifier.preprocess().load_image(image).unsqueeze(0);  // errors name the file
     const std::vector<infer::TopK> top = classifier.classify(x, a.top_k).front();
@@ -58,7 +59,7 @@ void run(const PredictArgs& a) {
 void add_predict(CLI::App& app) {
   auto args = std::make_shared<PredictArgs>();
   CLI::App* cmd = app.add_subcommand("predict", "Top-k classes of image files (JPEG/PNG) with a trained model");
-  cmd->add_option("--model-dir", args->model_dir, "Run directory with model.json + model.safetensors");
+  cmd->add_option("--model-dir", args->model_dir, "Run directory (model.json) or model package (hotpath export)");
   cmd->add_option("--model", args->model, "A registry model with --pretrained weights (efficientnet_lite0)");
   cmd->add_flag("--pretrained", args->pretrained, "Use the model's pretrained ImageNet weights");
   cmd->add_option("images", args->images, "Image files")->required()->check(CLI::ExistingFile);

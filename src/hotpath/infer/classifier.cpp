@@ -17,6 +17,31 @@ Classifier::Classifier(models::ModelHandle model, EvalPreprocess preprocess, std
   HOTPATH_ASSERT(model_ != nullptr);
 }
 
+Classifier::Classifier(std::shared_ptr<const Engine> engine, EvalPreprocess preprocess,
+                       std::vector<std::string> class_names)
+    : engine_(std::move(engine)), preprocess_(std::move(preprocess)), class_names_(std::move(class_names)) {
+  HOTPATH_ASSERT(engine_ != nullptr);
+}
+
+Classifier Classifier::from_package_dir(const PackageDir& package, int threads) {
+  HOTPATH_CHECK(package.kind == PackageKind::kImageClassifier, package.dir, ": a ", package_kind_name(package.kind),
+                " package, expected an image_classifier");
+  auto engine = std::make_shared<const Engine>(
+      Engine::from_graph(load_package_graph(package), {.threads = threads, .precision = package.precision}));
+  return {std::move(engine), package.image, package.labels};
+}
+
+Classifier Classifier::from_dir(const std::string& dir, int threads) {
+  if (is_package_dir(dir)) return from_package_dir(read_package_dir(dir), threads);
+  return from_package(read_package(dir));
+}
+
+at::Tensor Classifier::logits(const at::Tensor& batch) const {
+  if (engine_) return engine_->run({batch}).front();
+  torch::NoGradGuard no_grad;
+  return model_->forward(batch).to(at::kFloat);
+}
+
 Classifier Classifier::from_package(const ModelPackage& package) {
   return {load_package_model(package), package.preprocess, package.class_names};
 }
@@ -34,8 +59,7 @@ Classifier Classifier::from_pretrained(const std::string& model) {
 
 std::vector<std::vector<TopK>> Classifier::classify(const at::Tensor& batch, std::int64_t k) const {
   HOTPATH_CHECK(k >= 1, "classify: k is ", k, ", expected at least 1");
-  torch::NoGradGuard no_grad;
-  const at::Tensor probs = at::softmax(model_->forward(batch).to(at::kFloat), 1);
+  const at::Tensor probs = at::softmax(logits(batch), 1);
   k = std::min(k, probs.size(1));
   const auto [values, indices] = probs.topk(k, 1);
   const at::Tensor values_cpu = values.to(at::kDouble).cpu().contiguous();

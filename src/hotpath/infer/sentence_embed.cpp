@@ -85,9 +85,41 @@ SentenceEncoder SentenceEncoder::from_directory(const std::filesystem::path& dir
   return SentenceEncoder(std::move(tok), std::move(embedder), max_length);
 }
 
+SentenceEncoder SentenceEncoder::from_package(const PackageDir& package, const SentenceEncoderLoadOptions& options) {
+  HOTPATH_CHECK(package.kind == PackageKind::kSentenceEmbedder, package.dir, ": a ", package_kind_name(package.kind),
+                " package, expected a sentence_embedder (export a sentence-transformers directory)");
+  text::Tokenizer tok = text::Tokenizer::from_directory(package.dir);
+  Graph graph = load_package_graph(package);
+  std::int64_t vocab = 0, dimension = 0;
+  for (const Node& n : graph.nodes) {
+    if (n.op != "bert_embed") continue;
+    const at::Tensor& word = graph.params.at(n.params.at("word"));
+    vocab = word.size(0);
+    dimension = word.size(1);
+  }
+  HOTPATH_CHECK(dimension > 0, package.dir, "/config.json: the graph has no bert_embed node");
+  HOTPATH_CHECK(tok.vocab_size() <= static_cast<std::size_t>(vocab), package.dir, ": the tokenizer has ",
+                tok.vocab_size(), " tokens but the model's word embeddings hold ", vocab);
+  const std::size_t max_length =
+      options.max_length != 0 ? options.max_length : static_cast<std::size_t>(package.text.max_length);
+  auto engine = std::make_shared<const Engine>(Engine::from_graph(std::move(graph), {.precision = package.precision}));
+  return SentenceEncoder(std::move(tok), std::move(engine), dimension, max_length);
+}
+
+SentenceEncoder::SentenceEncoder(text::Tokenizer tokenizer, std::shared_ptr<const Engine> engine,
+                                 std::int64_t dimension, std::size_t max_length)
+    : tokenizer_(std::move(tokenizer)),
+      engine_(std::move(engine)),
+      dimension_(dimension),
+      max_length_(max_length) {
+  HOTPATH_CHECK(max_length_ >= 2 && max_length_ <= (std::size_t{1} << 16), "embed: max length ", max_length_,
+                " outside [2, 65536]");
+}
+
 SentenceEncoder::SentenceEncoder(text::Tokenizer tokenizer, SentenceEmbedder embedder, std::size_t max_length)
     : tokenizer_(std::move(tokenizer)), embedder_(std::move(embedder)), max_length_(max_length) {
-  const std::int64_t positions = embedder_.model->config().max_position_embeddings;
+  dimension_ = embedder_->model->config().hidden_size;
+  const std::int64_t positions = embedder_->model->config().max_position_embeddings;
   HOTPATH_CHECK(max_length_ > 0 && max_length_ <= static_cast<std::size_t>(positions), "embed: max length ",
                 max_length_, " must be in [1, ", positions, "] (the model's max_position_embeddings)");
 }
@@ -150,14 +182,18 @@ at::Tensor SentenceEncoder::encode(std::span<const std::string_view> lines, cons
     const at::Tensor ids = ids_buf.narrow(0, 0, b * l).view({b, l});
     const at::Tensor mask = mask_buf.narrow(0, 0, b * l).view({b, l});
     const at::Tensor types = types_buf.narrow(0, 0, b * l).view({b, l});
-    const at::Tensor hidden = embedder_.model->forward(ids, mask, types);
+    if (engine_) {  // the package's graph pools and normalises itself
+      result.index_copy_(0, rows_buf.narrow(0, 0, b), engine_->run({ids, mask, types}).front());
+      continue;
+    }
+    const at::Tensor hidden = embedder_->model->forward(ids, mask, types);
     if (hidden.scalar_type() == at::kFloat && hidden.is_contiguous()) {
       // Pooling + normalisation straight into the row's place in input order: one pass instead of
       // SentenceEmbedder::forward's ten small ATen ops (each a parallel region) and an index_copy_.
-      pool_into(hidden, pmask, embedder_.options().normalize, prow, result);
+      pool_into(hidden, pmask, embedder_->options().normalize, prow, result);
     } else {
       at::Tensor pooled = masked_mean_pool(hidden, mask);  // as SentenceEmbedder::forward
-      if (embedder_.options().normalize) pooled = pooled / at::clamp_min(pooled.norm(2, {1}, true), 1e-12);
+      if (embedder_->options().normalize) pooled = pooled / at::clamp_min(pooled.norm(2, {1}, true), 1e-12);
       result.index_copy_(0, rows_buf.narrow(0, 0, b), pooled.to(at::kFloat));
     }
   }
