@@ -38,10 +38,10 @@ c10::TypedOperatorHandle<Sig> typed_op(const char* name, const char* overload) {
     return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload).template typed<Sig>();
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
-    HOTPATH_CHECK(false, "int8 conv: this LibTorch's ", name, overload[0] != '\0' ? "." : "", overload,
-                  " does not match the schema hotpath was built for: ", what.substr(0, what.find('\n')));
+    detail::fail_check(detail::concat("int8 conv: this LibTorch's ", name, overload[0] != '\0' ? "." : "", overload,
+                                      " does not match the schema hotpath was built for: ",
+                                      what.substr(0, what.find('\n'))));
   }
-  throw;  // unreachable: HOTPATH_CHECK(false) throws
 }
 
 const c10::OperatorHandle& prepack_op() {
@@ -50,9 +50,9 @@ const c10::OperatorHandle& prepack_op() {
       return c10::Dispatcher::singleton().findSchemaOrThrow("onednn::qconv_prepack", "");
     } catch (const c10::Error& e) {
       const std::string what = e.what_without_backtrace();
-      HOTPATH_CHECK(false, "int8 conv: this LibTorch has no onednn::qconv_prepack: ", what.substr(0, what.find('\n')));
+      detail::fail_check(
+          detail::concat("int8 conv: this LibTorch has no onednn::qconv_prepack: ", what.substr(0, what.find('\n'))));
     }
-    throw;
   }();
   return op;
 }
