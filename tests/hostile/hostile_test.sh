@@ -180,7 +180,7 @@ data.pad_to_multiple_of -1
 optimizer.lr 0
 optimizer.lr -1
 optimizer.lr .inf
-optimizer.lr 1e308
+optimizer.lr 1e31
 optimizer.name lbfgs
 schedule.step_epochs 1e19
 schedule.step_epochs 0

@@ -334,6 +334,27 @@ TEST_F(Trainer, ErrorsNameTheProblem) {
             std::string::npos);
 }
 
+TEST_F(Trainer, ARunDirectoryHoldingAnotherRunIsRefusedUnlessResumeOrOverwrite) {
+  const std::string shards = write_shards(dir_, 32, 16);
+  auto o = base_overrides(shards, dir_.file("r"));
+  o.push_back("train.max_steps=1");
+  train(make_recipe(o), quiet());
+  const std::string metrics = read_file(dir_.file("r/metrics.jsonl"));
+  auto again = o;
+  again.push_back("optimizer.lr=0.01");
+  const std::string e = error_of([&] { train(make_recipe(again), quiet()); });
+  EXPECT_NE(e.find("holds another run"), std::string::npos) << e;
+  EXPECT_EQ(read_file(dir_.file("r/metrics.jsonl")), metrics) << "the refused run changed nothing";
+  TrainOptions both = quiet();
+  both.resume = both.overwrite = true;
+  EXPECT_NE(error_of([&] { train(make_recipe(again), both); }).find("exclude each other"), std::string::npos);
+  TrainOptions overwrite = quiet();
+  overwrite.overwrite = true;
+  EXPECT_EQ(train(make_recipe(again), overwrite).steps, 1);
+  EXPECT_EQ(list_checkpoints(dir_.file("r/checkpoints")).size(), 1u);
+  EXPECT_EQ(read_file(dir_.file("r/metrics.jsonl")).size(), metrics.size()) << "one run's metrics, not two";
+}
+
 TEST_F(Trainer, ResumeRefusesACheckpointOfAnotherShape) {
   const std::string shards = write_shards(dir_, 32, 16);
   auto o = base_overrides(shards, dir_.file("r"));
@@ -369,6 +390,25 @@ TEST(Checkpoint, ListsOnlyCompleteDirectoriesInStepOrderAndPrunes) {
   const CheckpointData back = load_checkpoint(all.back());
   EXPECT_TRUE(back.model.at("w").equal(at::ones({2})));
   EXPECT_TRUE(back.ema.empty());
+}
+
+TEST(Checkpoint, StrayOrOverflowingNamesAreReportedNeverTrustedOrPruned) {
+  TempDir dir;
+  const std::string root = dir.file("ck");
+  CheckpointData data;
+  data.model["w"] = at::ones({2});
+  data.rng["cpu"] = at::zeros({4}, at::kByte);
+  data.trainer_json = "{}";
+  save_checkpoint(root + "/" + checkpoint_name(5), data);
+  for (const char* stray : {"step-99999999999999999999", "step-12abc", "step--5"}) {
+    fs::create_directories(root + "/" + stray);
+    const std::string e = error_of([&] { (void)list_checkpoints(root); });
+    EXPECT_NE(e.find(std::string(stray) + ": not a checkpoint name"), std::string::npos) << e;
+    EXPECT_NE(error_of([&] { prune_checkpoints(root, 1); }), "") << stray;
+    EXPECT_TRUE(fs::exists(root + "/step-00000005")) << "nothing pruned on account of " << stray;
+    fs::remove_all(root + "/" + stray);
+  }
+  EXPECT_NE(error_of([] { (void)checkpoint_name(-1); }).find("checkpoint step"), std::string::npos);
 }
 
 TEST(Checkpoint, MissingPartIsNamed) {

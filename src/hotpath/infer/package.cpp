@@ -53,7 +53,8 @@ ModelPackage read_package(const std::string& dir) {
   };
   get("model", p.model, true);
   HOTPATH_CHECK(!j.contains("num_classes") || j.at("num_classes").is_number_integer(), path,
-                ": field 'num_classes' must be an integer, got ", j.contains("num_classes") ? j.at("num_classes").type_name() : "");
+                ": field 'num_classes' has the wrong type (", j.contains("num_classes") ? j.at("num_classes").type_name() : "",
+                ")");  // 2.5 would otherwise be read as 2
   HOTPATH_CHECK(!j.contains("num_classes") || !j.at("num_classes").is_number_unsigned() ||
                     j.at("num_classes").get<std::uint64_t>() <= 1'000'000,
                 path, ": num_classes is outside [1, 1000000]");

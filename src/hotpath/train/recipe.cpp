@@ -402,7 +402,7 @@ void check_bounds(const Recipe& r) {
   // Epoch counts that the schedule multiplies by steps per epoch: bounded like train.epochs.
   real(r.schedule.warmup_epochs, 0, 1e6, "schedule.warmup_epochs");
   real(r.schedule.step_epochs, 1e-9, 1e6, "schedule.step_epochs");
-  real(r.optimizer.lr, 1e-300, 1e6, "optimizer.lr");
+  real(r.optimizer.lr, 1e-300, 1e30, "optimizer.lr");
   real(t.scaler_init_scale, 1e-30, 1e30, "train.scaler_init_scale");
 }
 
