@@ -1,0 +1,214 @@
+// hotpath export end to end: run directories and Hugging Face directories → packages that reload in the
+// engine with the training model's outputs; calibration shards with corrupt samples; refusals.
+#include "hotpath/infer/export.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "hotpath/core/error.h"
+#include "hotpath/data/kernels/image.h"
+#include "hotpath/data/tar_writer.h"
+#include "hotpath/infer/classifier.h"
+#include "hotpath/infer/lower.h"
+#include "hotpath/infer/package.h"
+#include "hotpath/infer/sentence_embed.h"
+#include "hotpath/models/registry.h"
+#include "hotpath/models/text/bert.h"
+#include "hotpath/models/weights.h"
+#include "support/test_support.h"
+
+namespace hotpath::infer {
+namespace {
+
+namespace fs = std::filesystem;
+using test::TempDir;
+
+// An image run directory as `hotpath train` leaves it: model.json + model.safetensors of a cnn_small.
+fs::path write_image_run(const TempDir& dir, models::ModelHandle& model) {
+  at::manual_seed(21);
+  model = models::create_model("cnn_small", {.num_classes = 3, .in_channels = 1});
+  model->eval();
+  const fs::path run = dir.path() / "run";
+  fs::create_directories(run);
+  ModelPackage p;
+  p.model = "cnn_small";
+  p.num_classes = 3;
+  p.preprocess.channels = 1;
+  p.preprocess.image_size = 12;
+  p.preprocess.crop = EvalCrop::kResize;
+  p.preprocess.resize_shorter = 12;
+  p.preprocess.mean = {0.5};
+  p.preprocess.std = {0.25};
+  p.class_names = {"circle", "square", "line"};
+  test::write_file((run / "model.json").string(), package_to_json(p));
+  models::save_safetensors(*model, (run / "model.safetensors").string());
+  return run;
+}
+
+// `good` 12×12 gray PNG samples with labels 0..2, then `corrupt` samples whose PNG is cut short.
+std::string write_calibration_shard(const TempDir& dir, int good, int corrupt) {
+  data::ShardWriter writer(dir.file("calib-%06d.tar"), {});
+  for (int i = 0; i < good + corrupt; ++i) {
+    std::vector<std::uint8_t> px(144);
+    for (std::size_t j = 0; j < px.size(); ++j) px[j] = static_cast<std::uint8_t>((j * 7 + static_cast<std::size_t>(i) * 13) % 256);
+    auto png = data::encode_png(px.data(), 12, 12, 1);
+    if (i >= good) png.resize(png.size() / 2);
+    const std::string cls = std::to_string(i % 3);
+    writer.write({std::to_string(1000 + i), {{"png", png}, {"cls", test::as_bytes(cls)}}});
+  }
+  writer.close();
+  return dir.file("calib-000000.tar");
+}
+
+TEST(Export, ImageRunToInt8PackageCountsCorruptCalibrationSamples) {
+  const TempDir dir;
+  models::ModelHandle model;
+  const fs::path run = write_image_run(dir, model);
+  const std::string shard = write_calibration_shard(dir, 40, 3);
+  const fs::path pkg = dir.path() / "pkg";
+  const ExportReport r = export_package({.model_dir = run.string()},
+                                        {.out = pkg, .precision = Precision::kInt8, .calibration = {shard},
+                                         .calibration_samples = 64, .allow_accuracy_loss = true});
+  EXPECT_EQ(r.json["data"]["samples"].get<std::int64_t>(), 40);
+  EXPECT_EQ(r.json["data"]["bad_samples"].get<std::int64_t>(), 3);
+  EXPECT_NE(r.summary.find("(3 bad samples skipped)"), std::string::npos) << r.summary;
+  EXPECT_TRUE(r.json.contains("quantization"));
+  const PackageDir p = read_package_dir(pkg);
+  EXPECT_EQ(p.precision, Precision::kInt8);
+  EXPECT_EQ(p.labels, std::vector<std::string>({"circle", "square", "line"}));
+  // The package predicts through the engine with the run's own preprocessing.
+  const Classifier c = Classifier::from_dir(pkg.string());
+  EXPECT_EQ(c.preprocess().image_size, 12);
+  EXPECT_EQ(c.logits(at::randn({2, 1, 12, 12})).sizes(), (std::vector<std::int64_t>{2, 3}));
+}
+
+TEST(Export, Fp32PackageReloadsWithTheRunsOutputs) {
+  const TempDir dir;
+  models::ModelHandle model;
+  const fs::path run = write_image_run(dir, model);
+  const fs::path pkg = dir.path() / "pkg";
+  const ExportReport r = export_package({.model_dir = run.string()}, {.out = pkg});
+  EXPECT_EQ(r.json["status"], "ok");
+  EXPECT_NE(r.json["data"]["source"].get<std::string>().find("random inputs"), std::string::npos);
+  EXPECT_LT(r.json["lowering_vs_model"]["max_abs_error"].get<double>(), 1e-4);
+  const at::Tensor x = at::randn({3, 1, 12, 12});
+  const at::NoGradGuard no_grad;
+  const at::Tensor want = model->forward(x);
+  const at::Tensor got = Classifier::from_dir(pkg.string()).logits(x);
+  EXPECT_LT((got - want).abs().max().item<double>(), 1e-5);
+  // An existing package is not overwritten by accident, and nothing of it changes.
+  const auto before = fs::last_write_time(pkg / "model.safetensors");
+  EXPECT_THROW(export_package({.model_dir = run.string()}, {.out = pkg}), Error);
+  EXPECT_EQ(fs::last_write_time(pkg / "model.safetensors"), before);
+  EXPECT_NO_THROW(export_package({.model_dir = run.string()}, {.out = pkg, .overwrite = true}));
+}
+
+TEST(Export, RefusesAmbiguousOrIncompleteSources) {
+  const auto message = [](const ExportSource& s) {
+    try {
+      (void)lower_export_source(s);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({}).find("give exactly one of"), std::string::npos);
+  EXPECT_NE(message({.model_dir = "a", .model = "resnet18"}).find("give exactly one of"), std::string::npos);
+  EXPECT_NE(message({.model = "resnet18"}).find("needs exactly one of --pretrained or --random-init"),
+            std::string::npos);
+  EXPECT_NE(message({.model = "resnet18", .random_init = true, .num_classes = 0}).find("--num-classes 0"),
+            std::string::npos);
+  const TempDir dir;
+  EXPECT_NE(message({.model_dir = dir.path().string()}).find("holds neither model.json"), std::string::npos);
+}
+
+// A model family the lowering does not know is one line naming it (for the package and ONNX alike).
+class Unknown : public models::ImageClassifier {
+ public:
+  Unknown() : models::ImageClassifier("MysteryNet") {}
+  at::Tensor forward(const at::Tensor& x) override { return x; }
+};
+
+TEST(Export, UnknownModelFamilyIsOneLineNamingIt) {
+  const Unknown m;
+  try {
+    (void)lower_image_model(m, {});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "lowering: no inference lowering for model MysteryNet");
+  }
+}
+
+formats::BertConfig tiny_config() {
+  formats::BertConfig c;
+  c.vocab_size = 30;
+  c.hidden_size = 16;
+  c.num_hidden_layers = 1;
+  c.num_attention_heads = 2;
+  c.intermediate_size = 24;
+  c.max_position_embeddings = 32;
+  c.num_labels = 2;
+  return c;
+}
+
+// A Hugging Face directory: config.json, model.safetensors under HF's key names, vocab.txt.
+fs::path write_hf_dir(const TempDir& dir, bool classifier) {
+  const fs::path hf = dir.path() / (classifier ? "hf-cls" : "hf-emb");
+  fs::create_directories(hf);
+  at::manual_seed(5);
+  const std::string arch = classifier ? R"("architectures": ["BertForSequenceClassification"], )" : "";
+  test::write_file((hf / "config.json").string(),
+                   "{" + arch + R"("model_type": "bert", "vocab_size": 30, "hidden_size": 16, "num_hidden_layers": 1,
+                     "num_attention_heads": 2, "intermediate_size": 24, "max_position_embeddings": 32,
+                     "type_vocab_size": 2, "hidden_act": "gelu", "layer_norm_eps": 1e-12})");
+  if (classifier) {
+    models::BertForSequenceClassification m(tiny_config());
+    models::save_safetensors(m, (hf / "model.safetensors").string());
+  } else {
+    models::BertModel m(tiny_config());
+    models::save_safetensors(m, (hf / "model.safetensors").string());
+  }
+  std::string vocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n";
+  for (const char* w : {"the", "cat", "sat", "on", "mat", "a", "dog", "ran", "far", "away"}) vocab += std::string(w) + "\n";
+  test::write_file((hf / "vocab.txt").string(), vocab);
+  return hf;
+}
+
+TEST(Export, HuggingFaceClassifierAndEmbedderDirectories) {
+  const TempDir dir;
+  {
+    const fs::path hf = write_hf_dir(dir, true);
+    const fs::path pkg = dir.path() / "cls-pkg";
+    test::write_file((dir.path() / "lines.txt").string(), "the cat sat\n\nthe dog ran far away\n");
+    const ExportReport r = export_package({.model_dir = hf.string()},
+                                          {.out = pkg, .precision = Precision::kInt8,
+                                           .calibration = {(dir.path() / "lines.txt").string()},
+                                           .allow_accuracy_loss = true});
+    EXPECT_EQ(r.json["data"]["source"], "text lines");
+    EXPECT_EQ(r.json["data"]["samples"].get<std::int64_t>(), 2);  // the empty line is not a sample
+    const PackageDir p = read_package_dir(pkg);
+    EXPECT_EQ(p.kind, PackageKind::kTextClassifier);
+    EXPECT_EQ(p.labels.size(), 2U);
+    EXPECT_TRUE(fs::exists(pkg / "vocab.txt"));
+  }
+  {
+    const fs::path hf = write_hf_dir(dir, false);
+    const fs::path pkg = dir.path() / "emb-pkg";
+    (void)export_package({.model_dir = hf.string()}, {.out = pkg});
+    const PackageDir p = read_package_dir(pkg);
+    EXPECT_EQ(p.kind, PackageKind::kSentenceEmbedder);
+    // The package encoder gives the directory encoder's embeddings.
+    const std::vector<std::string_view> lines = {"the cat sat on the mat", "a dog", "far away"};
+    const at::Tensor want = SentenceEncoder::from_directory(hf).encode(lines);
+    const at::Tensor got = SentenceEncoder::from_package(p).encode(lines);
+    EXPECT_LT((got - want).abs().max().item<double>(), 1e-5);
+  }
+}
+
+}  // namespace
+}  // namespace hotpath::infer
