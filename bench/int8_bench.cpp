@@ -122,6 +122,19 @@ void Epilogue(benchmark::State& s) {
   set_items(s);
 }
 
+// Int8Linear::forward's three steps without the row blocks: one _int_mm over all rows, one epilogue.
+void LinearInt8Unblocked(benchmark::State& s) {
+  const LinearFixture f(s);
+  const auto [w8, scale] = Int8Linear::quantize_weight(f.w);
+  const Int8Linear op = Int8Linear::prepare(w8, scale, f.bias);
+  for (auto _ : s) {
+    const auto [q, x_scale] = hotpath::ops::int8_quantize_rows(f.x);
+    benchmark::DoNotOptimize(hotpath::ops::int8_dequantize_epilogue(at::_int_mm(q, op.weight_kn()), x_scale,
+                                                                    op.weight_scale(), f.bias, {}, "none", at::kFloat));
+  }
+  set_items(s);
+}
+
 // onednn::qlinear_pointwise.tensor: per-tensor u8 activation (absmax → scale, zero point 128), prepacked
 // s8 weight, float output with bias; called boxed (the per-call cost is the same for both candidates).
 void QLinearPointwise(benchmark::State& s) {
@@ -152,6 +165,7 @@ void QLinearPointwise(benchmark::State& s) {
 BENCHMARK(LinearFp32)->Apply(linear_shapes);
 BENCHMARK(LinearBf16)->Apply(linear_shapes);
 BENCHMARK(LinearInt8)->Apply(linear_shapes);
+BENCHMARK(LinearInt8Unblocked)->Apply(linear_shapes);
 BENCHMARK(QLinearPointwise)->Apply(linear_shapes);
 BENCHMARK(IntMmKN)->Apply(linear_shapes);
 BENCHMARK(IntMmNKView)->Apply(linear_shapes);

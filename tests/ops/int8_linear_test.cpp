@@ -189,14 +189,14 @@ TEST(Int8Linear, HandlesOddShapes) {
   EXPECT_TRUE(at::equal(layer.op.forward(x3), layer.op.forward_reference(x3.contiguous())));
 }
 
-// forward() runs the matmul and the epilogue in row blocks of <= 2 MiB int32 sums (160 rows at N = 3072):
-// 600 rows are 3 full blocks and a partial one, with the residual and bf16 rows sliced to match.
+// Past 16 MiB of int32 sums forward() runs the matmul and the epilogue in row blocks of <= 2 MiB (160 rows
+// at N = 3072): 1400 rows are 8 full blocks and a partial one, residual and bf16 rows sliced to match.
 TEST(Int8Linear, RowBlocksOfLargeBatchesMatchTheTwin) {
   const Layer layer = make_layer(64, 3072, true, 9);
-  const at::Tensor x = at::randn({600, 64});
-  const at::Tensor residual = at::randn({600, 3072});
+  const at::Tensor x = at::randn({1400, 64});
+  const at::Tensor residual = at::randn({1400, 3072});
   EXPECT_TRUE(at::equal(layer.op.forward(x, "relu", residual), layer.op.forward_reference(x, "relu", residual)));
-  const at::Tensor xb = x.to(at::kBFloat16).view({3, 200, 64});
+  const at::Tensor xb = x.to(at::kBFloat16).view({7, 200, 64});
   EXPECT_TRUE(at::equal(layer.op.forward(xb), layer.op.forward_reference(xb)));
 }
 

@@ -99,11 +99,13 @@ at::Tensor Int8Linear::forward(const at::Tensor& x, std::string_view act, const 
   const std::int64_t m = rows.size(0);
   const std::int64_t n = out_features();
   at::Tensor out = at::empty({m, n}, rows.options());
-  // Row blocks whose int32 sums (≤ 2 MiB) stay in cache between the matmul and the epilogue: for BERT's
-  // 4096 × 768 → 3072 the whole int32 matrix is 48 MiB, and writing then re-reading it from memory cost as
-  // much as a third of the matmul (measured, bench/int8_bench.cpp Epilogue vs IntMmKN).
+  // Past 16 MiB of int32 sums, row blocks of ≤ 2 MiB that stay in cache between the matmul and the
+  // epilogue: for BERT's 4096 × 768 → 3072 (48 MiB) that took 220 → 90 ms on one thread; at 4096 × 768 → 768
+  // (12 MiB) blocks were no faster (bench/int8_bench.cpp LinearInt8 vs LinearInt8Unblocked).
+  constexpr std::int64_t kWholeBytes = std::int64_t{16} << 20;
   constexpr std::int64_t kBlockBytes = std::int64_t{2} << 20;
-  const std::int64_t block = std::max<std::int64_t>(64, kBlockBytes / (4 * n) / 16 * 16);
+  const std::int64_t block =
+      4 * m * n <= kWholeBytes ? m : std::max<std::int64_t>(64, kBlockBytes / (4 * n) / 16 * 16);
   at::Tensor acc = at::empty({std::min(block, m), n}, rows.options().dtype(at::kInt));
   for (std::int64_t m0 = 0; m0 < m; m0 += block) {
     const std::int64_t len = std::min(block, m - m0);
