@@ -17,8 +17,12 @@
 // nuances"): 8-bit weights then give wrong sums, 7-bit weights ([-63, 63]) give exact ones, 7-bit
 // activations do not help (oneDNN shifts them to u8). prepare() therefore requantizes the weight to
 // 7 bits there (Int8MatmulMode::kAuto), and int8_linear_matmul_note() says so.
-// onednn::qlinear_pointwise.tensor was measured too and dropped: it takes one activation scale per tensor
-// (10–30 % larger error than per row on BERT shapes) and was no faster than _int_mm + the fused kernels.
+// onednn::qlinear_pointwise.tensor (prepacked weight, oneDNN's own fused epilogue) was measured too
+// (bench/int8_bench.cpp, one thread, busy 2-core AVX-512 VNNI): faster at 768→3072 (~120 vs ~150 ms at
+// M = 4096: no int32 round trip), twice as slow at 3072→768 (~134 vs ~71 ms; part of it the bench's unfused ATen abs().max() for the
+// per-tensor scale), a tie at M = 128; and it takes
+// one activation scale per tensor: 0.013–0.014 relative error vs 0.011 per row. Not kept: per-row accuracy
+// with no loss overall; its per-tensor form would need its own twin and calibration.
 #pragma once
 
 #include <ATen/core/Tensor.h>
