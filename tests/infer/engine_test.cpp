@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -435,6 +436,60 @@ TEST(Package, BadPackagesFailWithOneLineNamingTheFile) {
     write(pkg / "config.json", text);
     EXPECT_NE(load_error(pkg).find("unknown op 'conv9d'"), std::string::npos) << load_error(pkg);
   }
+}
+
+// Random damage to config.json (byte flips, cuts, insertions): every load either works or fails with one
+// hotpath::Error line — never another exception, a crash or a hang.
+TEST(Package, MutatedConfigsFailWithOneLineOrLoad) {
+  at::manual_seed(11);
+  auto model = models::create_model("cnn_small", {.num_classes = 3, .in_channels = 1});
+  model->eval();
+  const Graph g = lower_image_model(*model, {.channels = 1, .image_size = 8});
+  const TempDir dir;
+  const fs::path pkg = dir.path() / "pkg";
+  write_package_dir(pkg, image_package("cnn_small", 1, 8, 3), g, {}, {}, false);
+  std::string original;
+  {
+    std::ifstream in(pkg / "config.json");
+    original.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  std::uint64_t state = 0x9E3779B97F4A7C15ULL;
+  const auto next = [&] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  const std::string digits = "0123456789-.eE\"{}[],:\\ ";
+  int loaded = 0, refused = 0;
+  for (int i = 0; i < 300; ++i) {
+    std::string text = original;
+    const int edits = 1 + static_cast<int>(next() % 3);
+    for (int e = 0; e < edits; ++e) {
+      const std::size_t at = next() % text.size();
+      switch (next() % 4) {
+        case 0: text[at] = digits[next() % digits.size()]; break;
+        case 1: text.erase(at, 1 + next() % 8); break;
+        case 2: text.insert(at, 1, digits[next() % digits.size()]); break;
+        default: text.resize(at); break;
+      }
+      if (text.empty()) text = "{";
+    }
+    std::ofstream(pkg / "config.json", std::ios::binary | std::ios::trunc) << text;
+    try {
+      const Engine e = Engine::load(pkg.string());
+      (void)e.run({at::randn({1, 1, 8, 8})});
+      ++loaded;
+    } catch (const Error& err) {
+      const std::string what = err.what();
+      EXPECT_EQ(what.find('\n'), std::string::npos) << "more than one line: " << what;
+      ++refused;
+    } catch (const std::exception& other) {
+      ADD_FAILURE() << "mutation " << i << " escaped as a non-hotpath error: " << other.what();
+    }
+  }
+  EXPECT_GT(refused, 100);
+  std::cout << loaded << " mutated configs loaded, " << refused << " refused with one line\n";
 }
 
 }  // namespace

@@ -448,7 +448,14 @@ Engine Engine::from_graph(Graph graph, EngineOptions options) {
   auto impl = std::make_unique<Impl>();
   impl->graph = std::move(graph);
   impl->options = options;
-  impl->prepare();
+  try {
+    impl->prepare();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // a LibTorch error while preparing weights: one line, no trace
+    const std::string what = e.what();
+    throw Error("engine: preparing the graph failed: " + what.substr(0, what.find('\n')));
+  }
   return Engine(std::move(impl));
 }
 
@@ -517,8 +524,9 @@ std::vector<at::Tensor> Engine::run(const std::vector<at::Tensor>& inputs, const
       if (observer) observer(*s.node, seen, v[static_cast<std::size_t>(s.out)]);
     } catch (const Error&) {
       throw;
-    } catch (const std::exception& e) {
-      throw Error("engine: node " + s.node->name + " (" + s.node->op + ") failed: " + e.what());
+    } catch (const std::exception& e) {  // LibTorch's messages carry a C++ trace: keep the first line
+      const std::string what = e.what();
+      throw Error("engine: node " + s.node->name + " (" + s.node->op + ") failed: " + what.substr(0, what.find('\n')));
     }
   }
   std::vector<at::Tensor> out;

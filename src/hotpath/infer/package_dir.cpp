@@ -68,8 +68,19 @@ void check_param_shapes(const Node& n, const std::map<std::string, const formats
     if (int8_weight && v->dtype != formats::Dtype::I8) fail(role.c_str(), "I8 (a quantized node's weight)");
     if (!int8_weight && !float_dtype(v->dtype)) fail(role.c_str(), "a floating dtype (F32, F16, BF16)");
   }
-  const auto dims = [&](const char* role) { return static_cast<std::int64_t>(view(role)->shape.size()); };
-  const auto size = [&](const char* role, std::size_t d) { return static_cast<std::int64_t>(view(role)->shape[d]); };
+  // A role the op requires: present (the graph's own validation names it otherwise, but it runs after this).
+  const auto need = [&](const char* role) -> const formats::TensorView& {
+    const formats::TensorView* v = view(role);
+    HOTPATH_CHECK(v != nullptr, file, ": node ", n.name, " (", n.op, ") lacks param '", role, "'");
+    return *v;
+  };
+  const auto dims = [&](const char* role) { return static_cast<std::int64_t>(need(role).shape.size()); };
+  const auto size = [&](const char* role, std::size_t d) -> std::int64_t {
+    const formats::TensorView& v = need(role);
+    HOTPATH_CHECK(d < v.shape.size(), file, ": tensor ", n.params.at(role), " (node ", n.name, " ", role, ") has ",
+                  v.shape.size(), " dims, expected more than ", d);
+    return v.shape[d];
+  };
   const auto vec_of = [&](const char* role, std::int64_t n_out) {
     if (view(role) != nullptr && (dims(role) != 1 || size(role, 0) != n_out)) fail(role, "[" + std::to_string(n_out) + "]");
   };
