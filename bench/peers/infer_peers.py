@@ -118,7 +118,8 @@ def build_model(a):
         raise SystemExit(f"infer_peers: unknown --model {name}")
     if a.weights:
         from safetensors.torch import load_file
-        state = load_file(a.weights)
+        # position_ids: a buffer older transformers saved and newer ones rebuild (not a weight).
+        state = {k: v for k, v in load_file(a.weights).items() if not k.endswith("embeddings.position_ids")}
         target = model.inner if hasattr(model, "inner") else model
         target.load_state_dict(state, strict=True)
     return model.eval()

@@ -203,6 +203,7 @@ Json bert_config_from_graph(const infer::Graph& g) {
 // to `scratch` — hotpath's accuracy against the peers' reference then shows whether it is the same model.
 std::string provenance_weights(const PackageDir& pkg, const infer::Graph& graph, std::int64_t classes,
                                const ScratchDir& scratch, std::string* how) {
+  if (pkg.kind == PackageKind::kSentenceEmbedder) return {};  // the minilm peer reads its model directory itself
   const fs::path dir(pkg.dir);
   if (std::string w = json_string(pkg.source, "unfolded_weights"); !w.empty()) {
     const fs::path p = fs::path(w).is_absolute() ? fs::path(w) : dir / w;
