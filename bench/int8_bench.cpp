@@ -110,14 +110,26 @@ void QuantizeRows(benchmark::State& s) {
   set_items(s);
 }
 
-// The fused dequantize epilogue alone (acc · x_scale · w_scale + bias → f32).
-void Epilogue(benchmark::State& s) {
+// The fused dequantize epilogue alone (acc · x_scale · w_scale + bias → act → f32).
+void epilogue(benchmark::State& s, const char* act) {
   const LinearFixture f(s);
   const at::Tensor acc = at::randint(-100000, 100000, {s.range(0), s.range(2)}, at::kInt);
-  const at::Tensor x_scale = at::rand({s.range(0)}), w_scale = at::rand({s.range(2)});
+  const at::Tensor x_scale = at::rand({s.range(0)}) * 1e-5, w_scale = at::rand({s.range(2)});
   for (auto _ : s) {
-    benchmark::DoNotOptimize(
-        hotpath::ops::int8_dequantize_epilogue(acc, x_scale, w_scale, f.bias, {}, "none", at::kFloat));
+    benchmark::DoNotOptimize(hotpath::ops::int8_dequantize_epilogue(acc, x_scale, w_scale, f.bias, {}, act, at::kFloat));
+  }
+  set_items(s);
+}
+void Epilogue(benchmark::State& s) { epilogue(s, "none"); }
+void EpilogueGelu(benchmark::State& s) { epilogue(s, "gelu"); }
+// The epilogue without activation, then ATen's gelu_ in place (what the engine does for gelu today).
+void EpilogueThenAtenGelu(benchmark::State& s) {
+  const LinearFixture f(s);
+  const at::Tensor acc = at::randint(-100000, 100000, {s.range(0), s.range(2)}, at::kInt);
+  const at::Tensor x_scale = at::rand({s.range(0)}) * 1e-5, w_scale = at::rand({s.range(2)});
+  for (auto _ : s) {
+    at::Tensor y = hotpath::ops::int8_dequantize_epilogue(acc, x_scale, w_scale, f.bias, {}, "none", at::kFloat);
+    benchmark::DoNotOptimize(at::gelu_(y));
   }
   set_items(s);
 }
@@ -171,6 +183,8 @@ BENCHMARK(IntMmKN)->Apply(linear_shapes);
 BENCHMARK(IntMmNKView)->Apply(linear_shapes);
 BENCHMARK(QuantizeRows)->Apply(linear_shapes);
 BENCHMARK(Epilogue)->Apply(linear_shapes);
+BENCHMARK(EpilogueGelu)->Apply(linear_shapes);
+BENCHMARK(EpilogueThenAtenGelu)->Apply(linear_shapes);
 BENCHMARK(LinearFp32Gelu)->Args({128, 768, 3072})->Args({4096, 768, 3072})->ArgNames({"M", "K", "N"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(LinearInt8Gelu)->Args({128, 768, 3072})->Args({4096, 768, 3072})->ArgNames({"M", "K", "N"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
