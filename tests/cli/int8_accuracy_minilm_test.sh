@@ -24,13 +24,11 @@ for f in /usr/share/games/fortunes/computers /usr/share/games/fortunes/science; 
 done
 # One fortune per line (whitespace collapsed), 3..400 characters, the first 256 of each file.
 lines() {
-  "$py" - "$1" <<'PY' | head -n 256
+  "$py" - "$1" <<'PY'
 import sys
 text = open(sys.argv[1], encoding="utf-8", errors="replace").read()
-for entry in text.split("\n%\n"):
-    line = " ".join(entry.split())
-    if 3 <= len(line) <= 400:
-        print(line)
+lines = [" ".join(entry.split()) for entry in text.split("\n%\n")]
+print("\n".join([line for line in lines if 3 <= len(line) <= 400][:256]))
 PY
 }
 lines /usr/share/games/fortunes/computers > calibration.txt
