@@ -14,6 +14,7 @@
 
 #include "hotpath/core/cpu.h"
 #include "hotpath/core/error.h"
+#include "hotpath/infer/int8_chain.h"
 #include "hotpath/infer/lower.h"
 #include "hotpath/infer/package_dir.h"
 #include "hotpath/models/lora.h"
@@ -319,6 +320,36 @@ TEST(EngineInt8, RunsQuantizedConvsAndLinearsCloseToFp32) {
   // 20 int8 convs in a row on random weights: a few percent of the logit range.
   EXPECT_LT(rel_error(got, want), 0.1);
   EXPECT_GT(rel_error(got, want), 0.0) << "the int8 path really ran";
+}
+
+// Chained convs hand each other u8 tensors (int8_chain.h): the same numbers up to oneDNN's requantization
+// rounding, and the u8 values really flow (a chained conv's output is uint8).
+TEST(EngineInt8, ChainedConvsMatchUnchainedAndPassU8) {
+  at::manual_seed(13);
+  auto model = models::create_model("resnet18_small", {.num_classes = 6, .in_channels = 3});
+  randomize_batch_norms(*model);
+  model->eval();
+  const Graph g = lower_image_model(*model, {.channels = 3, .image_size = 16});
+  const at::Tensor x = at::randn({4, 3, 16, 16});
+  const Graph q = quantize_by_hand(g, x);
+  Graph chained = q;
+  // Basic blocks: conv1 (relu) feeds only conv2 → 8 chained; nothing else qualifies (residuals, the stem
+  // feeds a block input that is also a residual).
+  EXPECT_EQ(chain_int8_convs(chained), 8);
+  EXPECT_EQ(chain_int8_convs(chained), 0) << "idempotent";
+  const Engine plain = Engine::from_graph(q, {.threads = 1, .precision = Precision::kInt8});
+  const Engine fast = Engine::from_graph(chained, {.threads = 1, .precision = Precision::kInt8});
+  const at::Tensor a = plain.run({x}).front();
+  const at::Tensor b = fast.run({x}).front();
+  EXPECT_LT(rel_error(b, a), 0.02);
+  int u8_values = 0;
+  (void)fast.run({x}, [&](const Node& n, const std::vector<at::Tensor>&, const at::Tensor& out) {
+    if (n.attrs.count("output_scale") != 0) {
+      EXPECT_EQ(out.scalar_type(), at::kByte) << n.name;
+      ++u8_values;
+    }
+  });
+  EXPECT_EQ(u8_values, 8);
 }
 
 // ---- packages -------------------------------------------------------------------------------------

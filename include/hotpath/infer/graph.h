@@ -34,7 +34,8 @@
 // Quantized forms (written by the quantizer, quantize.h) keep the op name and add params/attrs:
 //   linear  + attrs quant = "dynamic_int8"; params weight int8 [O, I], weight_scale f32 [O]
 //   conv2d  + attrs quant = "static_int8", input_scale, input_zero_point; params weight int8,
-//             weight_scale f32 [O]
+//             weight_scale f32 [O]; optionally output_scale, output_zero_point: the output is u8 for the
+//             next static_int8 convs (int8_chain.h)
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -18,6 +18,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -57,6 +58,14 @@ class Int8Conv2d {
   // residual (optional, the output's shape) added before it.
   [[nodiscard]] at::Tensor forward(const at::Tensor& x, std::string_view act = "none",
                                    const at::Tensor& residual = at::Tensor()) const;
+  // Chained int8 convs: x may be u8 already (quantized with this conv's input params, channels-last: the
+  // output of a producer chained to it), and with `output` the result is u8 quantized with those params
+  // (the next conv's input params) instead of float: no float write and no re-quantization pass between
+  // two convs. A u8 output takes act none/relu/relu6 and no residual; a float output from a u8 x has
+  // dtype `float_dtype`.
+  [[nodiscard]] at::Tensor forward_chained(const at::Tensor& x, std::string_view act, const at::Tensor& residual,
+                                           const std::optional<Int8InputQuant>& output,
+                                           at::ScalarType float_dtype) const;
   // The same quantization, then float ATen ops (dequantize, pad, conv2d, add, activation): the twin.
   [[nodiscard]] at::Tensor forward_reference(const at::Tensor& x, std::string_view act = "none",
                                              const at::Tensor& residual = at::Tensor()) const;

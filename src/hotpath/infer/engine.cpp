@@ -248,7 +248,7 @@ void Engine::Impl::prepare() {
           s.pre_pad = {pad[1], pad[3], pad[0], pad[2]};  // constant_pad_nd: last dim first
         }
         if (quant == "static_int8") {
-          s.int8 = detail::prepare_int8_conv(n, graph);
+          s.int8 = detail::prepare_int8_conv(n, graph, compute);
           ++int8_counts["conv2d"];
         } else {
           s.weight = cast(param(n, "weight"), true);

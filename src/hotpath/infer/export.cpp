@@ -13,6 +13,7 @@
 #include "hotpath/data/loader.h"
 #include "hotpath/data/shard_list.h"
 #include "hotpath/formats/bert_config.h"
+#include "hotpath/infer/int8_chain.h"
 #include "hotpath/infer/lower.h"
 #include "hotpath/infer/package.h"
 #include "hotpath/infer/quantize.h"
@@ -400,6 +401,7 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
     QuantizeResult q = quantize_graph(graph, data.batches, qo);
     graph = std::move(q.graph);
     report["quantization"] = std::move(q.report);
+    report["chained_int8_convs"] = chain_int8_convs(graph);
   }
   // bf16 packages store their float weights as bf16 (half the size); int8 ones keep float scales/biases.
   if (options.precision == Precision::kBf16) {

@@ -5,6 +5,8 @@
 #include <ATen/ops/silu.h>
 #include <ATen/ops/tanh.h>
 
+#include <optional>
+
 #include "hotpath/core/error.h"
 #include "hotpath/ops/int8_conv.h"
 #include "hotpath/ops/int8_linear.h"
@@ -50,26 +52,34 @@ class LinearNode final : public Int8Node {
 
 class ConvNode final : public Int8Node {
  public:
-  ConvNode(const Node& node, const Graph& graph)
+  ConvNode(const Node& node, const Graph& graph, at::ScalarType compute)
       : act_(node.attr_str("act", "none")),
+        compute_(compute),
         op_(ops::Int8Conv2d::prepare(
             param(node, graph, "weight"), param(node, graph, "weight_scale"), param(node, graph, "bias"),
             {.scale = node.attr_float("input_scale", 0.0), .zero_point = node.attr_int("input_zero_point", 0)},
             {.stride = node.attr_ints("stride", {1, 1}), .padding = node.attr_ints("padding", {0, 0, 0, 0}),
-             .dilation = node.attr_ints("dilation", {1, 1}), .groups = node.attr_int("groups", 1)})) {}
+             .dilation = node.attr_ints("dilation", {1, 1}), .groups = node.attr_int("groups", 1)})) {
+    if (node.attrs.count("output_scale") != 0) {
+      output_ = ops::Int8InputQuant{.scale = node.attr_float("output_scale", 0.0),
+                                    .zero_point = node.attr_int("output_zero_point", -1)};
+    }
+  }
   at::Tensor run(const at::Tensor& x, const at::Tensor& residual) const override {
-    return op_.forward(x, act_, residual);
+    return op_.forward_chained(x, act_, residual, output_, compute_);
   }
 
  private:
   std::string act_;
+  at::ScalarType compute_;
   ops::Int8Conv2d op_;
+  std::optional<ops::Int8InputQuant> output_;  // chained (int8_chain.h): u8 out for the next conv
 };
 
-template <typename T>
-std::shared_ptr<const Int8Node> prepare(const Node& node, const Graph& graph) {
+template <typename T, typename... Extra>
+std::shared_ptr<const Int8Node> prepare(const Node& node, const Graph& graph, Extra... extra) {
   try {
-    return std::make_shared<T>(node, graph);
+    return std::make_shared<T>(node, graph, extra...);
   } catch (const Error& e) {
     throw Error("engine: quantized node " + node.name + ": " + e.what());
   }
@@ -81,8 +91,8 @@ std::shared_ptr<const Int8Node> prepare_int8_linear(const Node& node, const Grap
   return prepare<LinearNode>(node, graph);
 }
 
-std::shared_ptr<const Int8Node> prepare_int8_conv(const Node& node, const Graph& graph) {
-  return prepare<ConvNode>(node, graph);
+std::shared_ptr<const Int8Node> prepare_int8_conv(const Node& node, const Graph& graph, at::ScalarType compute) {
+  return prepare<ConvNode>(node, graph, compute);
 }
 
 std::string int8_kernel_description() {

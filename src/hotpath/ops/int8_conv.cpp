@@ -217,11 +217,33 @@ std::vector<std::int64_t> output_shape(const at::Tensor& x, const at::Tensor& w,
 }  // namespace
 
 at::Tensor Int8Conv2d::forward(const at::Tensor& x, std::string_view act, const at::Tensor& residual) const {
-  check_input(x, weight_int8_, geometry_.groups);
+  return forward_chained(x, act, residual, std::nullopt, x.defined() && x.scalar_type() == at::kByte ? at::kFloat : x.scalar_type());
+}
+
+at::Tensor Int8Conv2d::forward_chained(const at::Tensor& x, std::string_view act, const at::Tensor& residual,
+                                       const std::optional<Int8InputQuant>& output, at::ScalarType float_dtype) const {
+  const bool u8_in = x.defined() && x.scalar_type() == at::kByte;
+  if (u8_in) {
+    HOTPATH_CHECK(x.device().is_cpu() && x.dim() == 4 && x.size(1) == weight_int8_.size(1) * geometry_.groups,
+                  "Int8Conv2d::forward: a u8 x must be a CPU tensor [N, ", weight_int8_.size(1) * geometry_.groups,
+                  ", H, W]; got ", describe(x));
+  } else {
+    check_input(x, weight_int8_, geometry_.groups);
+  }
   check_activation(act, "Int8Conv2d::forward");
   const auto shape = output_shape(x, weight_int8_, geometry_);
   check_residual(residual, shape);
-  at::Tensor q = int8_quantize_u8(x, input_.scale, input_.zero_point);
+  if (output) {
+    HOTPATH_CHECK(!residual.defined() && (act == "none" || act == "relu" || act == "relu6"),
+                  "Int8Conv2d::forward: a u8 output takes act none, relu or relu6 and no residual; got ", act,
+                  residual.defined() ? " with a residual" : "");
+    HOTPATH_CHECK(output->scale > 0.0 && std::isfinite(output->scale) && output->zero_point >= 0 &&
+                      output->zero_point <= 255,
+                  "Int8Conv2d::forward: output quantization scale ", output->scale, " zero point ",
+                  output->zero_point, " is not a u8 affine quantization");
+  }
+  at::Tensor q = u8_in ? x.contiguous(at::MemoryFormat::ChannelsLast)
+                       : int8_quantize_u8(x, input_.scale, input_.zero_point);
   const auto& p = geometry_.padding;
   std::vector<std::int64_t> conv_padding{p[0], p[1]};
   if (!symmetric_padding_) {  // pad with the zero point: a real 0, as the float conv pads
@@ -229,17 +251,20 @@ at::Tensor Int8Conv2d::forward(const at::Tensor& x, std::string_view act, const 
             .contiguous(at::MemoryFormat::ChannelsLast);
     conv_padding = {0, 0};
   }
-  const std::optional<c10::ScalarType> out_dtype = x.scalar_type();
+  const at::ScalarType float_out = u8_in ? float_dtype : x.scalar_type();
+  // No output dtype: oneDNN writes u8 requantized with output_scale / output_zero_point.
+  const std::optional<c10::ScalarType> out_dtype = output ? std::nullopt : std::optional<c10::ScalarType>(float_out);
   const std::optional<at::Tensor> bias = bias_.defined() ? std::optional<at::Tensor>(bias_) : std::nullopt;
   const FusedAct f = fused_act(act, residual.defined());
   at::Tensor y;
   if (!residual.defined()) {
     y = pointwise_op().call(q, input_.scale, input_.zero_point, packed_, weight_scale_, weight_zero_point_, bias,
                             int_list(geometry_.stride), int_list(conv_padding), int_list(geometry_.dilation),
-                            geometry_.groups, 1.0, 0, out_dtype, f.fused ? f.attr : "none", f.scalars, std::nullopt);
+                            geometry_.groups, output ? output->scale : 1.0, output ? output->zero_point : 0,
+                            out_dtype, f.fused ? f.attr : "none", f.scalars, std::nullopt);
   } else {
     // The accumulator is written in place: a channels-last copy in the output dtype.
-    at::Tensor accum = at::empty(shape, residual.options().dtype(x.scalar_type()).memory_format(at::MemoryFormat::ChannelsLast));
+    at::Tensor accum = at::empty(shape, residual.options().dtype(float_out).memory_format(at::MemoryFormat::ChannelsLast));
     accum.copy_(residual);
     y = binary_op().call(q, input_.scale, input_.zero_point, packed_, weight_scale_, weight_zero_point_, accum, bias,
                          int_list(geometry_.stride), int_list(conv_padding), int_list(geometry_.dilation),

@@ -21,7 +21,8 @@ class Int8Node {
 };
 
 std::shared_ptr<const Int8Node> prepare_int8_linear(const Node& node, const Graph& graph);
-std::shared_ptr<const Int8Node> prepare_int8_conv(const Node& node, const Graph& graph);
+// `compute`: the engine's float dtype, which a conv fed u8 by a chained producer outputs.
+std::shared_ptr<const Int8Node> prepare_int8_conv(const Node& node, const Graph& graph, at::ScalarType compute);
 // One line for Engine::describe(): which int8 kernels run and why (ISA, VNNI).
 std::string int8_kernel_description();
 
