@@ -24,6 +24,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/InferenceMode.h>
 
+#include <map>
+#include <mutex>
 #include <sstream>
 #include <unordered_map>
 #include <utility>
@@ -171,9 +173,14 @@ struct Step {
   double eps = 1e-5;
   at::Tensor word, position, token_type, ln_weight, ln_bias;  // bert_embed; vit_embed uses word/position
   std::shared_ptr<const detail::Int8Node> int8;                 // quantized linear / conv
-  bool packed = false;                                          // weight in oneDNN's layout (mkldnn_conv_ops)
+  bool packed = false;                                          // run mkldnn_conv_ops with packed weights
   PostOp post;
+  // The weight in oneDNN's layout, per input shape (at most kMaxPackedShapes; guarded by Impl::pack_mutex).
+  mutable std::map<std::vector<std::int64_t>, at::Tensor> packed_by_shape;
 };
+
+// Input shapes (batch sizes, in practice) a conv keeps a packed weight for; past it, the first one serves.
+constexpr std::size_t kMaxPackedShapes = 4;
 
 }  // namespace
 
@@ -187,6 +194,19 @@ struct Engine::Impl {
   int num_slots = 0;
   std::map<std::string, int> int8_counts;
   std::string conv_note;  // why convs do not run oneDNN's prepacked fused kernel ("" when they do)
+  mutable std::mutex pack_mutex;
+
+  // s.weight packed by oneDNN for an input of x's shape (once per shape).
+  const at::Tensor& packed_for(const Step& s, const at::Tensor& x) const {
+    const std::vector<std::int64_t> shape(x.sizes().begin(), x.sizes().end());
+    const std::lock_guard<std::mutex> lock(pack_mutex);
+    auto it = s.packed_by_shape.find(shape);
+    if (it != s.packed_by_shape.end()) return it->second;
+    if (s.packed_by_shape.size() >= kMaxPackedShapes) return s.packed_by_shape.begin()->second;
+    const at::Tensor w = call(*mkldnn_conv_ops().reorder,
+                              {s.weight, s.padding, s.stride, s.dilation, s.groups, c10::IValue(shape)});
+    return s.packed_by_shape.emplace(shape, w).first->second;
+  }
 
   void prepare();
   at::Tensor cast(const at::Tensor& t, bool conv_weight = false) const {
@@ -255,7 +275,8 @@ void Engine::Impl::prepare() {
           if (n.has_param("bias")) s.bias = cast(param(n, "bias"));
           const MkldnnConvOps& mk = mkldnn_conv_ops();
           if (options.channels_last && mk.reorder) {
-            s.weight = call(*mk.reorder, {s.weight, s.padding, s.stride, s.dilation, s.groups, c10::IValue()});
+            // Packed per input shape on first use (packed_for): oneDNN picks the weight's blocked layout
+            // from the input shape, and a weight packed for another shape is reordered again on every call.
             s.packed = true;
             s.post = post_op(s.act);
           } else {
@@ -335,17 +356,18 @@ void Engine::Impl::run_step(const Step& s, std::vector<at::Tensor>& v) const {
         const c10::IValue algorithm = s.post.algorithm.empty() ? c10::IValue() : c10::IValue(s.post.algorithm);
         // oneDNN wants the activation in the input's memory format; channels-last it is.
         const at::Tensor xc = xp.contiguous(at::MemoryFormat::ChannelsLast);
+        const at::Tensor& w = packed_for(s, xc);
         if (in(1).defined()) {
           const at::Tensor res = in(1).contiguous(at::MemoryFormat::ChannelsLast);
           // oneDNN fuses only relu after the add ("Unary Fusion behavior undefined" otherwise): other
           // activations run in place after the fused conv + add.
           const bool fuse = s.act == Act::kRelu;
-          y = call(*mk.binary, {xc, res, s.weight, bias, s.padding, s.stride, s.dilation, s.groups, std::string("add"),
+          y = call(*mk.binary, {xc, res, w, bias, s.padding, s.stride, s.dilation, s.groups, std::string("add"),
                                 c10::IValue(), fuse ? c10::IValue(s.post.attr) : c10::IValue(),
                                 c10::List<std::optional<at::Scalar>>(), c10::IValue()});
           if (!fuse) activate_(y, s.act);
         } else {
-          y = call(*mk.unary, {xc, s.weight, bias, s.padding, s.stride, s.dilation, s.groups, s.post.attr,
+          y = call(*mk.unary, {xc, w, bias, s.padding, s.stride, s.dilation, s.groups, s.post.attr,
                                scalar_list(s.post.scalars), algorithm});
         }
         break;
