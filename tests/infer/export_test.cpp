@@ -125,6 +125,9 @@ TEST(Export, RefusesAmbiguousOrIncompleteSources) {
             std::string::npos);
   const TempDir dir;
   EXPECT_NE(message({.model_dir = dir.path().string()}).find("holds neither model.json"), std::string::npos);
+  EXPECT_NE(message({.model = "vit_tiny", .random_init = true, .num_classes = 3, .image_size = 32})
+                .find("this ViT is built for 224×224 images (its pos_embedding), the input is 32×32"),
+            std::string::npos);
 }
 
 // A model family the lowering does not know is one line naming it (for the package and ONNX alike).

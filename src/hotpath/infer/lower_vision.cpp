@@ -239,6 +239,8 @@ std::string lower_efficientnet(VisionLowering& v, const models::EfficientNet& m,
 
 std::string lower_vit(VisionLowering& v, const models::ViT& m, std::string x) {
   const auto& config = m.config();
+  HOTPATH_CHECK(v.size == config.options.image_size, "lowering: this ViT is built for ", config.options.image_size,
+                "×", config.options.image_size, " images (its pos_embedding), the input is ", v.size, "×", v.size);
   x = v.conv("conv_proj", *m.conv_proj, nullptr, x, "none");
   x = v.b.node("vit_embed", "encoder.embed", {x},
                {{"class_token", v.b.param("class_token", m.class_token)},
