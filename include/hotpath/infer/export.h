@@ -34,7 +34,7 @@ struct ExportSource {
   std::int64_t image_size = 224;
   std::string bert_config;  // a BERT-shape config.json with random_init (benchmark shapes)
   std::string task = "auto";  // text: "classify" | "embed" | "auto" (modules.json → embed)
-  std::int64_t max_length = 0;  // text packages: 0 = min(128, the model's positions)
+  std::int64_t max_length = 0;  // text packages: 0 = sentence_bert_config.json's max_seq_length, else min(128, positions)
 };
 
 struct ExportOptions {

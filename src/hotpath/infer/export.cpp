@@ -124,7 +124,16 @@ Source from_text_dir(const fs::path& dir, const ExportSource& src) {
       return embedder->forward(in.at(0), in.at(1), in.at(2));
     };
   }
-  p.text.max_length = src.max_length > 0 ? src.max_length : std::min<std::int64_t>(128, positions);
+  // Default: sentence-transformers' max_seq_length when the directory says it (what `embed --model DIR`
+  // truncates to), else min(128, positions).
+  std::int64_t fallback = std::min<std::int64_t>(128, positions);
+  if (const fs::path st = dir / "sentence_bert_config.json"; fs::is_regular_file(st)) {
+    const nlohmann::json j = nlohmann::json::parse(read_file(st.string()), nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("max_seq_length") && j["max_seq_length"].is_number_integer()) {
+      fallback = std::clamp<std::int64_t>(j["max_seq_length"].get<std::int64_t>(), 2, positions);
+    }
+  }
+  p.text.max_length = src.max_length > 0 ? src.max_length : fallback;
   HOTPATH_CHECK(p.text.max_length >= 2 && p.text.max_length <= positions, "export: --max-length ", p.text.max_length,
                 " outside [2, ", positions, "] (the model's position embeddings)");
   p.source = {{"model_dir", dir.string()}, {"task", task}};
