@@ -49,7 +49,7 @@ skipped() {
   local rc
   rc=$(run_bounded out.txt err.txt "$@")
   [ "$rc" -eq 0 ] || { fail "$name: exit code $rc, expected 0: $(head -c 400 err.txt)"; return; }
-  cat out.txt err.txt | grep -qF -- "$pattern" || fail "$name: output lacks '$pattern': $(head -c 400 out.txt err.txt)"
+  grep -qF -- "$pattern" out.txt err.txt || fail "$name: output lacks '$pattern': $(head -c 400 out.txt err.txt)"
 }
 
 "$py" "$here/make_fixtures.py" "$work" || { echo "cannot make fixtures" >&2; exit 1; }
