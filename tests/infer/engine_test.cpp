@@ -420,7 +420,7 @@ TEST(Package, BadPackagesFailWithOneLineNamingTheFile) {
   {
     const fs::path pkg = fresh("garbled-config");
     write(pkg / "config.json", "{\"hotpath_package\": 1, \"kind\": ");
-    EXPECT_NE(load_error(pkg).find("config.json: not valid JSON"), std::string::npos) << load_error(pkg);
+    EXPECT_NE(load_error(pkg).find("config.json: invalid JSON"), std::string::npos) << load_error(pkg);
   }
   {
     const fs::path pkg = fresh("garbled-weights");

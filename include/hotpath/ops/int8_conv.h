@@ -18,6 +18,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -79,7 +80,12 @@ class Int8Conv2d {
   at::Tensor weight_int8_;   // [O, I/g, kh, kw], for the twin
   at::Tensor weight_scale_;  // f32 [O]
   at::Tensor weight_zero_point_;  // int64 zeros [O] (symmetric)
-  at::Tensor packed_;        // oneDNN's blocked weight
+  at::Tensor packed_;        // oneDNN's blocked weight, packed without an input shape (load-time check)
+  // Packed per u8 input shape on first use: oneDNN picks the blocked layout from the shape, and a weight
+  // packed for another shape is reordered again on every call (measured on ResNet-50 at batch 2).
+  struct PackCache;
+  std::shared_ptr<PackCache> cache_;
+  [[nodiscard]] const at::Tensor& packed_for(const at::Tensor& q) const;
   at::Tensor bias_;          // f32 [O] or undefined
   Int8InputQuant input_;
   Int8ConvGeometry geometry_;

@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "hotpath/core/error.h"
+#include "hotpath/core/input_file.h"
+#include "hotpath/core/json.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/data/loader.h"
 #include "hotpath/data/shard_list.h"
@@ -73,7 +75,8 @@ std::vector<fs::path> tokenizer_files(const fs::path& dir) {
 }
 
 bool has_classifier_head(const fs::path& config_path) {
-  const nlohmann::json j = nlohmann::json::parse(read_file(config_path.string()), nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json j = parse_json(read_file(config_path.string(), read_limit::kConfig, "config"),
+                                      config_path.string());
   if (!j.is_object()) return false;
   if (auto it = j.find("architectures"); it != j.end() && it->is_array()) {
     for (const auto& a : *it) {
@@ -128,7 +131,7 @@ Source from_text_dir(const fs::path& dir, const ExportSource& src) {
   // truncates to), else min(128, positions).
   std::int64_t fallback = std::min<std::int64_t>(128, positions);
   if (const fs::path st = dir / "sentence_bert_config.json"; fs::is_regular_file(st)) {
-    const nlohmann::json j = nlohmann::json::parse(read_file(st.string()), nullptr, /*allow_exceptions=*/false);
+    const nlohmann::json j = parse_json(read_file(st.string(), read_limit::kConfig, "config"), st.string());
     if (j.is_object() && j.contains("max_seq_length") && j["max_seq_length"].is_number_integer()) {
       fallback = std::clamp<std::int64_t>(j["max_seq_length"].get<std::int64_t>(), 2, positions);
     }
@@ -299,7 +302,7 @@ ReportData text_data(const LoweredModel& m, const ExportOptions& o) {
                 o.calibration.size());
   HOTPATH_CHECK(!m.tokenizer_files.empty(), "export: this text model has no tokenizer to read --calibration with");
   const text::Tokenizer tok = text::Tokenizer::from_directory(m.tokenizer_files.front().parent_path());
-  std::istringstream in(read_file(o.calibration.front()));
+  std::istringstream in(read_file(o.calibration.front(), read_limit::kDefault, "calibration text"));
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line) && static_cast<std::int64_t>(lines.size()) < o.calibration_samples;) {
     if (!line.empty() && line.back() == '\r') line.pop_back();

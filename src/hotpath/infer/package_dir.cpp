@@ -10,6 +10,8 @@
 
 #include "hotpath/core/atomic_file.h"
 #include "hotpath/core/error.h"
+#include "hotpath/core/input_file.h"
+#include "hotpath/core/json.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/formats/safetensors.h"
 #include "hotpath/models/weights.h"
@@ -23,12 +25,9 @@ constexpr std::int64_t kMaxLabels = 1 << 20;
 constexpr std::int64_t kMaxLength = 1 << 16;
 
 nlohmann::json read_json(const fs::path& path) {
-  HOTPATH_CHECK(fs::is_regular_file(path), path.string(), ": missing (a model package needs it)");
-  try {
-    return nlohmann::json::parse(read_file(path.string()));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path.string() + ": not valid JSON (" + e.what() + ")");
-  }
+  HOTPATH_CHECK(fs::exists(path), path.string(), ": missing (a model package needs it)");
+  // Regular file, size-limited, depth-bounded, duplicate keys refused (core/json.h).
+  return parse_json(read_file(path.string(), read_limit::kConfig, "config"), path.string(), DuplicateKeys::kReject);
 }
 
 PackageKind kind_from_name(const std::string& s, const std::string& where) {
@@ -126,7 +125,7 @@ bool is_package_dir(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_regular_file(config, ec) || fs::file_size(config, ec) > (64u << 20)) return false;
   try {
-    const nlohmann::json j = nlohmann::json::parse(read_file(config.string()));
+    const nlohmann::json j = parse_json(read_file(config.string(), read_limit::kConfig, "config"), config.string());
     return j.is_object() && j.contains("hotpath_package");
   } catch (const std::exception&) {
     return false;
@@ -174,7 +173,7 @@ PackageDir read_package_dir(const fs::path& dir) {
   if (p.kind != PackageKind::kSentenceEmbedder) {
     const fs::path labels_path = dir / "labels.txt";
     HOTPATH_CHECK(fs::is_regular_file(labels_path), labels_path.string(), ": missing (a classifier package needs it)");
-    std::istringstream in(read_file(labels_path.string()));
+    std::istringstream in(read_file(labels_path.string(), read_limit::kConfig, "labels"));
     for (std::string line; std::getline(in, line);) {
       if (!line.empty() && line.back() == '\r') line.pop_back();
       p.labels.push_back(line);

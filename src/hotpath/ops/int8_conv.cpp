@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -183,6 +185,7 @@ Int8Conv2d Int8Conv2d::prepare(const at::Tensor& weight_int8, const at::Tensor& 
   prepack_op().callBoxed(stack);
   HOTPATH_CHECK(stack.size() == 1 && stack[0].isTensor(), "int8 conv: onednn::qconv_prepack returned no tensor");
   op.packed_ = stack[0].toTensor();
+  op.cache_ = std::make_shared<PackCache>();
   (void)pointwise_op();  // resolve both schemas now: a mismatch fails at load, not mid-run
   (void)binary_op();
   return op;
@@ -215,6 +218,30 @@ std::vector<std::int64_t> output_shape(const at::Tensor& x, const at::Tensor& w,
 }
 
 }  // namespace
+
+struct Int8Conv2d::PackCache {
+  std::mutex mutex;
+  std::map<std::vector<std::int64_t>, at::Tensor> by_shape;  // at most kMaxShapes
+  static constexpr std::size_t kMaxShapes = 4;
+};
+
+const at::Tensor& Int8Conv2d::packed_for(const at::Tensor& q) const {
+  if (!cache_) return packed_;
+  const std::vector<std::int64_t> shape(q.sizes().begin(), q.sizes().end());
+  const std::lock_guard<std::mutex> lock(cache_->mutex);
+  auto it = cache_->by_shape.find(shape);
+  if (it != cache_->by_shape.end()) return it->second;
+  if (cache_->by_shape.size() >= PackCache::kMaxShapes) return packed_;
+  const auto& p = geometry_.padding;
+  const std::vector<std::int64_t> conv_padding =
+      symmetric_padding_ ? std::vector<std::int64_t>{p[0], p[1]} : std::vector<std::int64_t>{0, 0};
+  std::vector<c10::IValue> stack{weight_int8_,      weight_scale_,  input_.scale,           input_.zero_point,
+                                 c10::IValue(geometry_.stride), c10::IValue(conv_padding),
+                                 c10::IValue(geometry_.dilation), geometry_.groups, c10::IValue(shape)};
+  prepack_op().callBoxed(stack);
+  HOTPATH_CHECK(stack.size() == 1 && stack[0].isTensor(), "int8 conv: onednn::qconv_prepack returned no tensor");
+  return cache_->by_shape.emplace(shape, stack[0].toTensor()).first->second;
+}
 
 at::Tensor Int8Conv2d::forward(const at::Tensor& x, std::string_view act, const at::Tensor& residual) const {
   return forward_chained(x, act, residual, std::nullopt, x.defined() && x.scalar_type() == at::kByte ? at::kFloat : x.scalar_type());
@@ -258,7 +285,7 @@ at::Tensor Int8Conv2d::forward_chained(const at::Tensor& x, std::string_view act
   const FusedAct f = fused_act(act, residual.defined());
   at::Tensor y;
   if (!residual.defined()) {
-    y = pointwise_op().call(q, input_.scale, input_.zero_point, packed_, weight_scale_, weight_zero_point_, bias,
+    y = pointwise_op().call(q, input_.scale, input_.zero_point, packed_for(q), weight_scale_, weight_zero_point_, bias,
                             int_list(geometry_.stride), int_list(conv_padding), int_list(geometry_.dilation),
                             geometry_.groups, output ? output->scale : 1.0, output ? output->zero_point : 0,
                             out_dtype, f.fused ? f.attr : "none", f.scalars, std::nullopt);
@@ -266,7 +293,7 @@ at::Tensor Int8Conv2d::forward_chained(const at::Tensor& x, std::string_view act
     // The accumulator is written in place: a channels-last copy in the output dtype.
     at::Tensor accum = at::empty(shape, residual.options().dtype(float_out).memory_format(at::MemoryFormat::ChannelsLast));
     accum.copy_(residual);
-    y = binary_op().call(q, input_.scale, input_.zero_point, packed_, weight_scale_, weight_zero_point_, accum, bias,
+    y = binary_op().call(q, input_.scale, input_.zero_point, packed_for(q), weight_scale_, weight_zero_point_, accum, bias,
                          int_list(geometry_.stride), int_list(conv_padding), int_list(geometry_.dilation),
                          geometry_.groups, 1.0, 0, out_dtype, 1.0, 0, "sum", at::Scalar(1.0),
                          f.fused ? std::optional<std::string_view>(f.attr) : std::optional<std::string_view>("none"),
