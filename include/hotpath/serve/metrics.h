@@ -38,6 +38,8 @@ struct Histogram {
   void observe(double value);
 };
 
+// Who writes what: each ModelRunner records its batches and queue depth; the HTTP layer, which sees the
+// status and the end-to-end time, records requests.
 class Metrics {
  public:
   void count_request(const std::string& model, int http_status);          // by model and status
