@@ -40,7 +40,7 @@
 namespace hotpath::ops {
 
 // kFused throws when the fused kernel cannot take the inputs (see attention_skip_reason);
-// kAuto runs it where it can and the reference elsewhere (CUDA, other dtypes, mixed dtypes).
+// kAuto runs it where it can, sdpa_attention on CUDA tensors, the reference elsewhere (other dtypes, mixed dtypes).
 enum class AttentionKernel { kReference, kFused, kAuto };
 
 // Dropout on the attention probabilities: p in [0, 1) (0: none); seed and offset select the mask
@@ -80,6 +80,16 @@ at::Tensor attention_dropout_mask(const AttentionDropout& dropout, std::int64_t 
 // Shape errors are not skip reasons: attention() throws them whichever kernel is chosen.
 const char* attention_skip_reason(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const at::Tensor& key_padding_mask);
+
+// PyTorch's scaled_dot_product_attention with this header's mask semantics (additive mask of the dtype's
+// lowest value, so an all-masked sequence gets the mean of V): what attention() runs for CUDA tensors
+// under kAuto, where ATen picks FlashAttention-2, memory-efficient, cuDNN or math. Its dropout draws
+// from the device generator, not the counter hash above. Runs on the CPU too (tests). ops/cuda/.
+at::Tensor sdpa_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                          const at::Tensor& key_padding_mask, double dropout_p = 0.0);
+// The kernel ATen's SDPA picks for these inputs: "flash", "memory-efficient", "cudnn" or "math".
+const char* sdpa_backend_name(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                              const at::Tensor& key_padding_mask, double dropout_p = 0.0);
 
 // The loops in use and why wider ones were skipped, e.g. "avx2 (avx512: capped by HOTPATH_MAX_ISA=avx2)"
 // ("serial: ..." appended when built without OpenMP): op "attention" of the CPU dispatch (core/cpu.h),

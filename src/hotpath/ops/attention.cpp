@@ -441,6 +441,9 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   check_shapes(q, k, v, key_padding_mask);
   check_dropout(dropout);
   if (kernel == AttentionKernel::kReference) return reference_attention(q, k, v, key_padding_mask, dropout);
+  // CUDA: ATen's SDPA (flash / memory-efficient / cuDNN); the CPU kernel's dropout seed is still drawn
+  // (from_generator), so the CPU generator's stream does not depend on the device.
+  if (kernel == AttentionKernel::kAuto && q.is_cuda()) return sdpa_attention(q, k, v, key_padding_mask, dropout.p);
   const char* why = attention_skip_reason(q, k, v, key_padding_mask);
   if (why != nullptr) {
     HOTPATH_CHECK(kernel != AttentionKernel::kFused, "attention: the fused kernel cannot run: ", why);
