@@ -77,7 +77,7 @@ using InferCallback = std::function<void(std::exception_ptr error, InferResult r
 struct BatchingOptions {
   std::int64_t max_batch_size = 32;                 // rows per engine call
   std::chrono::microseconds max_queue_delay{1000};  // wait at most this long for more rows before a partial batch
-  std::vector<std::int64_t> preferred_batch_sizes;  // run as soon as one of these is reached (empty: max_batch_size)
+  std::vector<std::int64_t> preferred_batch_sizes{};  // run as soon as one of these is reached (empty: max_batch_size)
   std::size_t max_queue_size = 128;                 // queued requests; beyond → ServeError 503 + Retry-After, at once
   std::chrono::milliseconds queue_timeout{10000};   // still queued after this → ServeError 504, never run
   std::vector<std::int64_t> length_buckets{16, 32, 64, 128, 256, 512};  // text: rows padded to the longest's bucket
@@ -101,7 +101,8 @@ class ModelRunner {
 
   // Checks names, datatypes, ranks and fixed dims against metadata() (ServeError 400 naming the input and
   // what was expected), then enqueues; ServeError 503 (Retry-After) when the queue is full or the runner is
-  // draining. On success `done` runs later, exactly once, on the batcher thread.
+  // draining. On success `done` runs later, exactly once, on the batcher thread. The tensors are used until
+  // then: they must own their memory (clone an at::from_blob view of a request buffer that may go away).
   void submit(std::vector<NamedTensor> inputs, InferCallback done);
 
   // /v1 conveniences. Image packages: encoded JPEG/PNG → inputs via the package's eval preprocessing
