@@ -1,0 +1,54 @@
+// hotpath/serve/routes.h — what `hotpath serve` answers, over the models' runners: KServe v2 (server and
+// model metadata, health, readiness, infer with JSON or binary tensors), Prometheus /metrics, and the /v1
+// conveniences (classify an image or texts, embed texts). One JSON log line per request on stderr.
+//
+//   Router router({&resnet_runner, &minilm_runner}, metrics);
+//   HttpServer server(options, [&](HttpRequest req, Responder respond) { router.handle(std::move(req), respond); });
+//   router.begin_drain();   // /v2/health/ready → 503 from now on
+#pragma once
+
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "hotpath/serve/http_server.h"
+#include "hotpath/serve/metrics.h"
+#include "hotpath/serve/model_runner.h"
+
+namespace hotpath::serve {
+
+inline constexpr const char* kServerVersion = "0.1.0";
+
+struct RouterOptions {
+  std::FILE* log = stderr;  // one JSON line per request; nullptr: none
+  int default_top_k = 5;    // /v1 classify without ?top_k=
+};
+
+class Router {
+ public:
+  // The runners must outlive the router; names are their metadata().name.
+  Router(std::vector<ModelRunner*> models, Metrics& metrics, RouterOptions options = {});
+
+  // An HttpHandler: answers at once (metadata, errors) or parks `respond` with the model's runner.
+  void handle(HttpRequest request, const Responder& respond);
+
+  void begin_drain();        // server readiness → 503
+  [[nodiscard]] bool ready() const;  // every model warm, not draining
+
+ private:
+  struct Call;
+  void route(const std::shared_ptr<Call>& call);
+  void finish(Call& call, HttpResponse response, const InferResult* result);
+  ModelRunner& model(const std::string& name, const std::string& version) const;
+
+  std::vector<ModelRunner*> models_;
+  Metrics& metrics_;
+  RouterOptions options_;
+  std::atomic<bool> draining_{false};
+  std::atomic<std::uint64_t> next_id_{1};
+  std::mutex log_mutex_;
+};
+
+}  // namespace hotpath::serve
