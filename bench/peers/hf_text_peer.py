@@ -72,7 +72,9 @@ def main():
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
+    p.add_argument("--precision", choices=["bf16", "fp32", "fp16"], default="bf16")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: model and batches on cuda:0, torch.autocast('cuda'), fp16 with torch.amp.GradScaler")
     p.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa")
     p.add_argument("--config", default="", help="config.json of the model shape (default: BERT-base)")
     p.add_argument("--num-labels", type=int, default=2)
@@ -90,13 +92,28 @@ def main():
         config = transformers.BertConfig()  # bert-base-uncased's shape: 12 × 768, 12 heads, 3072, vocab 30522
     config.num_labels = a.num_labels
     model = transformers.BertForSequenceClassification._from_config(config, attn_implementation=a.attn)
+    if a.precision == "fp16" and a.device != "cuda":
+        raise SystemExit("hf_text_peer: --precision fp16 needs --device cuda")
+    if a.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("hf_text_peer: --device cuda but torch.cuda.is_available() is False")
+    device = torch.device(a.device)
+    model.to(device)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.01)
+    scaler = torch.amp.GradScaler("cuda", enabled=a.precision == "fp16")
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision)
+
+    # CUDA work is asynchronous: one synchronisation per step (as hotpath's loop, whose loss.item() waits once
+    # a step); the forward/backward fractions are then launch times, not GPU times, on CUDA.
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
     gen = torch.Generator().manual_seed(a.seed)
     ids = torch.randint(1000, config.vocab_size, (a.batch_size, a.seq_len), generator=gen)
     mask = torch.ones_like(ids)
     types = torch.zeros_like(ids)
     labels = torch.randint(0, a.num_labels, (a.batch_size,), generator=gen)
+    ids, mask, types, labels = (t.to(device) for t in (ids, mask, types, labels))
 
     fwd = bwd = optim = 0.0
     start = None
@@ -105,26 +122,30 @@ def main():
             start = time.perf_counter()
             fwd = bwd = optim = 0.0
         t0 = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+        with torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
             logits = model(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
             loss = torch.nn.functional.cross_entropy(logits.float(), labels)
         t1 = time.perf_counter()
-        loss.backward()
+        scaler.scale(loss).backward()
         t2 = time.perf_counter()
-        opt.step()
+        scaler.step(opt)
+        scaler.update()
         opt.zero_grad(set_to_none=True)
+        sync()
         t3 = time.perf_counter()
         fwd += t1 - t0
         bwd += t2 - t1
         optim += t3 - t2
     total = time.perf_counter() - start
     print(json.dumps({
-        "peer": f"transformers {transformers.__version__} BertForSequenceClassification attn={a.attn}, torch {torch.__version__}",
+        "peer": f"transformers {transformers.__version__} BertForSequenceClassification attn={a.attn}, torch {torch.__version__}"
+                + (f", {torch.cuda.get_device_name(0)} {a.precision} autocast" if device.type == "cuda" else ""),
         "samples_per_s": a.batch_size * a.steps / total,
         "step_s": total / a.steps,
         "forward_fraction": fwd / total,
         "backward_fraction": bwd / total,
         "optimizer_fraction": optim / total,
+        "fractions_are_gpu_times": device.type == "cpu",
         "loss": float(loss.detach()),
     }))
 

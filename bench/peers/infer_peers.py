@@ -17,6 +17,13 @@ Engines (--engines, or --compare torch,onnxruntime,openvino which picks the grou
                     NUM_STREAMS 1, one synchronous infer request
   openvino_default  the same with OpenVINO's default precision (bf16 on CPUs with native bf16); named by the
                     precision OpenVINO chose, skipped when that is f32 (it would repeat openvino_fp32)
+  torch_fp16_cuda   `bench infer --device cuda`: eager model.half() on cuda:0 (convnets channels-last) under
+                    torch.inference_mode(); each call copies the float32 inputs from pinned memory
+                    (non_blocking), casts them to fp16 on the GPU and brings the output back as float32, as the
+                    hotpath engine's run() does ("skipped: no CUDA device" without one)
+  ort_cuda_fp16     the fp32 .onnx converted to fp16 by onnxruntime.transformers.float16, on ONNX Runtime's
+                    CUDAExecutionProvider ("skipped: ..." where the installed onnxruntime lacks it: the venv's
+                    PyPI onnxruntime is the CPU build)
 
 Models (--model): resnet18/34/50/101/152, efficientnet_b0, vit_b_16, vit_tiny (torchvision builders, the
 same names as hotpath's registry; --num-classes, --image-size), efficientnet_lite0 (the PyPI package's real
@@ -56,7 +63,8 @@ import numpy as np
 CONVNETS = ("resnet", "efficientnet")
 GROUPS = {"torch": ["torch_fp32", "torch_bf16"], "onnxruntime": ["ort_fp32", "ort_int8"],
           "openvino": ["openvino_fp32", "openvino_default"]}
-ALL_ENGINES = [e for g in GROUPS.values() for e in g]
+CUDA_ENGINES = ["torch_fp16_cuda", "ort_cuda_fp16"]  # named by `bench infer --device cuda`
+ALL_ENGINES = [e for g in GROUPS.values() for e in g] + CUDA_ENGINES
 
 
 def log(*a):
@@ -204,18 +212,66 @@ class TorchEngine(Engine):
         return out.float().numpy()
 
 
+class TorchCudaEngine(Engine):
+    """Eager fp16 on the GPU; CPU float32 inputs in, CPU float32 outputs back (the engine's contract)."""
+
+    def __init__(self, model, convnet):
+        import torch
+        self.torch = torch
+        self.convnet = convnet
+        self.model = model.eval().half().cuda()
+        if convnet:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.name = "torch_fp16_cuda"
+        self.runs = (f"PyTorch {torch.__version__} eager on {torch.cuda.get_device_name(0)}, model.half(), "
+                     "torch.inference_mode()" + (", channels-last" if convnet else "")
+                     + ", pinned inputs copied non_blocking, output .float().cpu()")
+
+    def prepare(self, arrays):
+        return [self.torch.from_numpy(np.ascontiguousarray(x)).pin_memory() for x in arrays]
+
+    def run(self, handle):
+        torch = self.torch
+        with torch.inference_mode():
+            xs = []
+            for t in handle:
+                d = t.cuda(non_blocking=True)
+                if d.is_floating_point():
+                    d = d.half()
+                    if self.convnet and d.dim() == 4:
+                        d = d.contiguous(memory_format=torch.channels_last)
+                xs.append(d)
+            return self.model(*xs).float().cpu()
+
+    def to_numpy(self, out):
+        return out.numpy()
+
+
+def cuda_skip_reason(engine):
+    """Why a CUDA peer cannot run here, or None."""
+    import torch
+    if not torch.cuda.is_available():
+        return "skipped: no CUDA device (torch.cuda.is_available() is False)"
+    if engine == "ort_cuda_fp16":
+        import onnxruntime
+        if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+            return ("skipped: this onnxruntime " + onnxruntime.__version__ + " has no CUDAExecutionProvider "
+                    "(providers: " + ", ".join(onnxruntime.get_available_providers()) + ")")
+    return None
+
+
 class OrtEngine(Engine):
-    def __init__(self, path, name, threads, runs):
+    def __init__(self, path, name, threads, runs, providers=("CPUExecutionProvider",)):
         import onnxruntime as ort
         so = ort.SessionOptions()
         so.intra_op_num_threads = threads
         so.inter_op_num_threads = 1
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.session = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        self.session = ort.InferenceSession(path, so, providers=list(providers))
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.name = name
-        self.runs = f"ONNX Runtime {ort.__version__} CPUExecutionProvider, {runs}, intra_op {threads}, inter_op 1"
+        self.runs = f"ONNX Runtime {ort.__version__} {providers[0]}, {runs}, intra_op {threads}, inter_op 1"
 
     def prepare(self, arrays):
         return {n: np.ascontiguousarray(x) for n, x in zip(self.input_names, arrays)}
@@ -507,7 +563,23 @@ def main():
         if e == "torch_bf16" and not native_bf16():
             skipped[e] = "skipped: no native bf16 (the CPU has neither AVX512_BF16 nor AMX)"
             continue
-        if e.startswith("torch"):
+        if e in CUDA_ENGINES and cuda_skip_reason(e):
+            skipped[e] = cuda_skip_reason(e)
+            continue
+        if e == "torch_fp16_cuda":
+            engine = TorchCudaEngine(build_model(a), convnet)
+        elif e == "ort_cuda_fp16":
+            if not os.path.exists(onnx_fp32):
+                log("exporting", onnx_fp32)
+                export_onnx(model, [x[:2] for x in arrays], names, onnx_fp32, text)
+            onnx_fp16 = os.path.join(work, f"{a.model}-fp16.onnx")
+            if not os.path.exists(onnx_fp16):
+                import onnx
+                from onnxruntime.transformers.float16 import convert_float_to_float16
+                onnx.save(convert_float_to_float16(onnx.load(onnx_fp32), keep_io_types=True), onnx_fp16)
+            engine = OrtEngine(onnx_fp16, e, a.threads, "onnxruntime.transformers.float16 (keep_io_types), "
+                               "CUDAExecutionProvider", providers=["CUDAExecutionProvider"])
+        elif e.startswith("torch"):
             engine = TorchEngine(build_model(a), convnet, e == "torch_bf16")
         else:
             if not os.path.exists(onnx_fp32):
@@ -540,15 +612,19 @@ def main():
             f"{row['accuracy']}")
         del engine
 
-    import onnxruntime
-    import openvino
-    import transformers
+    import importlib
+
+    def version(module):  # the GPU machine's python may lack OpenVINO
+        try:
+            return importlib.import_module(module).__version__
+        except ImportError:
+            return None
     print(json.dumps({
         "model": a.model, "scenario": a.scenario, "threads": a.threads, "batch": int(arrays[0].shape[0]),
         "engines": results, "skipped": skipped, "reference": "torch_fp32 eager output on the same inputs",
         "output_kind": "embeddings" if embeddings else "logits", "native_bf16": native_bf16(),
-        "versions": {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__,
-                     "openvino": openvino.__version__, "transformers": transformers.__version__},
+        "versions": {"torch": torch.__version__, "onnxruntime": version("onnxruntime"),
+                     "openvino": version("openvino"), "transformers": version("transformers")},
         "seconds": time.perf_counter() - started}))
 
 

@@ -43,6 +43,7 @@ struct InferBenchOptions {
   std::int64_t batch = 32;           // offline batch = samples written for the peers
   std::int64_t seq_len = 0;          // text packages: tokens per sample (0 = the package's max_length)
   int threads = 2;
+  std::string device = "cpu";        // cuda: Engine on cuda:0 in fp16; peers torch_fp16_cuda, ort_cuda (docs/gpu.md)
   int repeats = 1;
   int warmup = 2;
   std::int64_t min_queries = 20;

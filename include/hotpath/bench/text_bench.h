@@ -41,7 +41,8 @@ struct TextBenchOptions {
   int steps = 3;
   int warmup = 1;
   int repeats = 1;
-  std::string precision = "bf16";    // bf16 | fp32
+  std::string precision = "bf16";    // bf16 | fp32 | fp16 (fp16: --device cuda only)
+  std::string device = "cpu";        // cpu | cuda: the fine-tune part's device, both sides (docs/gpu.md)
   std::string attention = "fused";   // fused | reference
   std::string hf_attention = "sdpa";  // sdpa | eager
   std::string compare;               // "" or "hf"

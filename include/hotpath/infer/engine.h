@@ -4,6 +4,7 @@
 //   Engine engine = Engine::load("pkg/resnet50-int8", {.threads = 2});       // a package (package_dir.h)
 //   at::Tensor logits = engine.run({images}).front();                        // [N, 3, 224, 224] → [N, 1000]
 //   std::cout << engine.describe();                                          // precision, kernels, why
+//   Engine gpu = Engine::load("pkg/resnet50", {.device = at::Device(at::kCUDA, 0)});  // fp16 on the GPU
 //
 // One API for every model: inputs in the order of graph().inputs (image models: one float image batch;
 // text models: input_ids, attention_mask, token_type_ids as int64 [B, L]). Outputs in the order of
@@ -36,6 +37,11 @@ struct EngineOptions {
   Precision precision = Precision::kFp32;
   // Channels-last memory for image activations (oneDNN's fast conv layout).
   bool channels_last = true;
+  // Where the graph runs. CUDA: weights and activations on the device in cuda_dtype (fp16 by default; bf16,
+  // fp32), convs through cuDNN in benchmark mode, attention through SDPA; run() takes CPU inputs (staged
+  // through pinned memory) and returns CPU outputs. int8 packages run on the CPU only. (infer/cuda/)
+  at::Device device = at::Device(at::kCPU);
+  at::ScalarType cuda_dtype = at::kHalf;
 };
 
 class Engine {

@@ -37,12 +37,15 @@ using infer::Engine;
 using infer::PackageDir;
 using infer::PackageKind;
 
-const std::vector<std::pair<std::string, std::vector<std::string>>>& peer_groups() {
+const std::vector<std::pair<std::string, std::vector<std::string>>>& peer_groups(const std::string& device = "cpu") {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> groups = {
       {"torch", {"torch_fp32", "torch_bf16"}},
       {"onnxruntime", {"ort_fp32", "ort_int8"}},
       {"openvino", {"openvino_fp32", "openvino_default"}}};
-  return groups;
+  // --device cuda: the GPU peers of bench/peers/infer_peers.py (OpenVINO has no GPU peer here).
+  static const std::vector<std::pair<std::string, std::vector<std::string>>> cuda_groups = {
+      {"torch", {"torch_fp16_cuda"}}, {"onnxruntime", {"ort_cuda_fp16"}}};
+  return device == "cuda" ? cuda_groups : groups;
 }
 
 std::vector<std::string> split_commas(const std::string& s) {
@@ -59,17 +62,19 @@ std::vector<std::string> peer_engines(const InferBenchOptions& a) {
   std::vector<std::string> engines;
   if (!a.engines.empty()) {
     std::set<std::string> known;
-    for (const auto& [group, names] : peer_groups()) known.insert(names.begin(), names.end());
+    for (const auto& [group, names] : peer_groups(a.device)) known.insert(names.begin(), names.end());
     for (const std::string& e : split_commas(a.engines)) {
-      HOTPATH_CHECK(known.count(e), "bench infer: unknown peer engine '", e, "' in --engines (known: torch_fp32, "
-                    "torch_bf16, ort_fp32, ort_int8, openvino_fp32, openvino_default)");
+      std::string names;
+      for (const std::string& k : known) names += (names.empty() ? "" : ", ") + k;
+      HOTPATH_CHECK(known.count(e), "bench infer: unknown peer engine '", e, "' in --engines for --device ", a.device,
+                    " (known: ", names, ")");
       engines.push_back(e);
     }
     return engines;
   }
   for (const std::string& g : split_commas(a.compare)) {
     bool found = false;
-    for (const auto& [group, names] : peer_groups()) {
+    for (const auto& [group, names] : peer_groups(a.device)) {
       if (group == g) {
         engines.insert(engines.end(), names.begin(), names.end());
         found = true;
@@ -290,7 +295,10 @@ Json run_infer_bench(const InferBenchOptions& a, std::ostream* log, std::vector<
   at::set_num_threads(a.threads);
 
   const PackageDir pkg = infer::read_package_dir(a.package);
-  const Engine engine = Engine::load(a.package, {.threads = a.threads});
+  HOTPATH_CHECK(a.device == "cpu" || a.device == "cuda", "bench infer: --device takes cpu or cuda, got '", a.device, "'");
+  const Engine engine = Engine::load(a.package, {.threads = a.threads,
+                                                 .device = a.device == "cuda" ? at::Device(at::kCUDA, 0)
+                                                                              : at::Device(at::kCPU)});
   const infer::Graph& graph = engine.graph();
   const bool text = pkg.kind != PackageKind::kImageClassifier;
   const bool embeddings = pkg.kind == PackageKind::kSentenceEmbedder;
@@ -434,7 +442,8 @@ Json run_infer_bench(const InferBenchOptions& a, std::ostream* log, std::vector<
     row["runs_per_s"] = rates;
     if (name == "hotpath") {
       row["runs"] = std::string("hotpath::infer::Engine::load(PKG) (") + infer::precision_name(pkg.precision) +
-                    " package), " + std::to_string(a.threads) + " threads";
+                    " package), " + std::to_string(a.threads) + " threads" +
+                    (a.device == "cuda" ? ", cuda:0 fp16 (pinned input staging, outputs back to the CPU)" : "");
       row["accuracy"] = hotpath_accuracy;
     }
     engines[name] = std::move(row);
@@ -452,6 +461,7 @@ Json run_infer_bench(const InferBenchOptions& a, std::ostream* log, std::vector<
               {"samples", n},
               {"seq_len", text ? Json(seq_len) : Json(nullptr)},
               {"threads", a.threads},
+              {"device", a.device},
               {"repeats", a.repeats},
               {"server_p99_bound_ms", scenario == Scenario::kServer ? Json(so.server_p99_ms) : Json(nullptr)},
               {"peer_weights", peer_weights.empty() ? Json("the peers' own (seeded random unless a model dir)")

@@ -197,6 +197,7 @@ FinetuneSetup prepare_finetune(const TextBenchOptions& a, const ScratchDir& scra
   r.train.epochs = 1;
   r.train.batch_size = a.batch_size;
   r.train.precision = a.precision;
+  r.train.device = a.device;
   r.train.threads = a.threads;
   r.train.max_steps = a.warmup + a.steps;
   r.train.log_every = std::max(1, a.warmup + a.steps);
@@ -221,7 +222,7 @@ Json bench_finetune(const TextBenchOptions& a, std::ostream* log, std::vector<st
   if (log) {
     *log << "hotpath bench text finetune: BERT " << config.num_hidden_layers << " layers × " << config.hidden_size
          << (a.pretrained.empty() ? " (random weights)" : " (" + a.pretrained + ")") << ", batch " << a.batch_size
-         << " × seq " << a.seq_len << ", " << a.precision
+         << " × seq " << a.seq_len << ", " << a.precision << " on " << a.device
          << (a.precision == "bf16" ? std::string(" (hotpath bf16 math: ") + ops::bf16_math_name() + ")" : "")
          << ", attention " << a.attention
          << (a.attention == "fused" ? std::string(" (") + ops::attention_kernel_name() + ")" : "") << ", "
@@ -251,7 +252,7 @@ Json bench_finetune(const TextBenchOptions& a, std::ostream* log, std::vector<st
         (fs::path(s.model_dir) / "config.json").string(), "--num-labels", "2", "--threads", std::to_string(a.threads),
         "--batch-size", std::to_string(a.batch_size), "--seq-len", std::to_string(a.seq_len), "--steps",
         std::to_string(a.steps), "--warmup", std::to_string(a.warmup), "--precision", a.precision, "--attn",
-        a.hf_attention};
+        a.hf_attention, "--device", a.device};
     bench.add({"hf", "transformers BertForSequenceClassification (" + a.hf_attention + " attention, eager) in a python "
                      "training loop: forward + cross-entropy under torch.autocast, backward, torch.optim.AdamW step, "
                      "zero_grad, on pre-made batches (no data loading)",
@@ -277,6 +278,7 @@ Json bench_finetune(const TextBenchOptions& a, std::ostream* log, std::vector<st
               {"batch_size", a.batch_size},
               {"seq_len", a.seq_len},
               {"precision", a.precision},
+              {"device", a.device},
               {"bf16_math", a.precision == "bf16" ? Json(ops::bf16_math_name()) : Json(nullptr)},
               {"malloc", malloc_policy_name()},
               {"attention", a.attention == "fused" ? std::string("fused (") + ops::attention_kernel_name() + ")"

@@ -36,6 +36,10 @@ void add_bench_infer(CLI::App& bench) {
   cmd->add_option("--seq-len", args->seq_len, "Text packages: tokens per sample (default: the package's max_length)")
       ->check(CLI::Range(std::int64_t{2}, std::int64_t{1} << 16));
   cmd->add_option("--threads", args->threads, "Intra-op threads for every engine")->check(CLI::Range(1, 1024));
+  cmd->add_option("--device", args->device,
+                  "cpu, or cuda: the engine in fp16 on the GPU vs PyTorch eager fp16 on the GPU (--compare torch) and "
+                  "ONNX Runtime's CUDA provider (--compare onnxruntime; skipped with the reason where absent)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--repeats", args->repeats, "Runs of hotpath and the peers, alternating; the best counts")
       ->check(CLI::Range(1, 100));
   cmd->add_option("--warmup", args->warmup, "Untimed calls first")->check(CLI::Range(0, 100000));

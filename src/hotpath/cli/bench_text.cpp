@@ -43,8 +43,10 @@ void add_bench_text(CLI::App& bench) {
   cmd->add_option("--warmup", args->warmup, "Untimed fine-tuning steps first")->check(CLI::Range(0, 1000000));
   cmd->add_option("--repeats", args->repeats, "Runs of each side, interleaved; the best counts")
       ->check(CLI::Range(1, 100));
-  cmd->add_option("--precision", args->precision, "Fine-tuning precision (autocast)")
-      ->check(CLI::IsMember({"bf16", "fp32"}));
+  cmd->add_option("--precision", args->precision, "Fine-tuning precision (autocast; fp16 with the loss scaler on CUDA)")
+      ->check(CLI::IsMember({"bf16", "fp32", "fp16"}));
+  cmd->add_option("--device", args->device, "Fine-tuning device for hotpath and transformers")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--attention", args->attention, "hotpath's attention kernel")
       ->check(CLI::IsMember({"fused", "reference"}));
   cmd->add_option("--hf-attention", args->hf_attention, "transformers' attn_implementation")

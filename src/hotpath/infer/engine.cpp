@@ -34,6 +34,7 @@
 #include "hotpath/core/error.h"
 #include "hotpath/infer/package_dir.h"
 #include "hotpath/ops/attention.h"
+#include "cuda/cuda_engine.h"
 #include "internal/int8_nodes.h"
 
 namespace hotpath::infer {
@@ -210,7 +211,7 @@ struct Engine::Impl {
 
   void prepare();
   at::Tensor cast(const at::Tensor& t, bool conv_weight = false) const {
-    at::Tensor c = t.to(compute);
+    at::Tensor c = t.to(options.device, compute);
     if (conv_weight && options.channels_last) return c.contiguous(at::MemoryFormat::ChannelsLast);
     return c.contiguous();
   }
@@ -225,7 +226,9 @@ void Engine::Impl::prepare() {
   graph.validate();
   HOTPATH_CHECK(options.threads >= 0 && options.threads <= 4096, "engine: threads is ", options.threads,
                 ", expected 0 (keep) to 4096");
-  if (options.precision == Precision::kFp32) {
+  if (options.device.is_cuda()) {
+    compute = prepare_cuda_engine(graph, options);  // cuda/cuda_engine.h
+  } else if (options.precision == Precision::kFp32) {
     compute = at::kFloat;
   } else if (native_bf16()) {
     compute = at::kBFloat16;
@@ -274,7 +277,9 @@ void Engine::Impl::prepare() {
           s.weight = cast(param(n, "weight"), true);
           if (n.has_param("bias")) s.bias = cast(param(n, "bias"));
           const MkldnnConvOps& mk = mkldnn_conv_ops();
-          if (options.channels_last && mk.reorder) {
+          if (options.device.is_cuda()) {
+            conv_note = "cuDNN";
+          } else if (options.channels_last && mk.reorder) {
             // Packed per input shape on first use (packed_for): oneDNN picks the weight's blocked layout
             // from the input shape, and a weight packed for another shape is reordered again on every call.
             s.packed = true;
@@ -504,11 +509,12 @@ std::vector<at::Tensor> Engine::run(const std::vector<at::Tensor>& inputs, const
       // Optional text inputs: a missing mask means "attend everywhere", missing types mean zeros.
       HOTPATH_CHECK(i > 0 && spec.dtype == at::kLong, "engine: input ", spec.name, " is required");
       HOTPATH_CHECK(inputs[0].dim() == 2, "engine: input ", specs[0].name, " must be [batch, sequence]");
-      v[static_cast<std::size_t>(m.input_slots[i])] =
-          spec.name == "attention_mask" ? at::ones_like(inputs[0]) : at::zeros_like(inputs[0]);
+      v[static_cast<std::size_t>(m.input_slots[i])] = stage_input(
+          spec.name == "attention_mask" ? at::ones_like(inputs[0]) : at::zeros_like(inputs[0]), m.options.device);
       continue;
     }
     HOTPATH_CHECK(x.device().is_cpu(), "engine: input ", spec.name, " is on ", x.device(), ", expected the CPU");
+    const auto stage = [&](const at::Tensor& t) { return m.options.device.is_cuda() ? stage_input(t, m.options.device) : t; };
     HOTPATH_CHECK(x.dim() == static_cast<std::int64_t>(spec.shape.size()), "engine: input ", spec.name, " is ",
                   x.sizes(), ", expected ", spec.shape.size(), " dims ", c10::IntArrayRef(spec.shape));
     for (std::size_t d = 0; d < spec.shape.size(); ++d) {
@@ -522,7 +528,7 @@ std::vector<at::Tensor> Engine::run(const std::vector<at::Tensor>& inputs, const
     if (spec.dtype == at::kLong) {
       HOTPATH_CHECK(!at::isFloatingType(x.scalar_type()) && x.scalar_type() != at::kBool, "engine: input ",
                     spec.name, " is ", x.scalar_type(), ", expected integer token ids");
-      t = x.to(at::kLong);
+      t = stage(x.to(at::kLong));
       if (i > 0 && inputs[0].defined()) {
         HOTPATH_CHECK(x.sizes() == inputs[0].sizes(), "engine: input ", spec.name, " is ", x.sizes(), ", ",
                       specs[0].name, " is ", inputs[0].sizes(), "; they must match");
@@ -530,7 +536,7 @@ std::vector<at::Tensor> Engine::run(const std::vector<at::Tensor>& inputs, const
     } else {
       HOTPATH_CHECK(at::isFloatingType(x.scalar_type()), "engine: input ", spec.name, " is ", x.scalar_type(),
                     ", expected floating point");
-      t = x.to(m.compute);
+      t = stage(x).to(m.compute);
       if (t.dim() == 4 && m.options.channels_last) t = t.contiguous(at::MemoryFormat::ChannelsLast);
     }
     v[static_cast<std::size_t>(m.input_slots[i])] = std::move(t);
@@ -553,7 +559,7 @@ std::vector<at::Tensor> Engine::run(const std::vector<at::Tensor>& inputs, const
   }
   std::vector<at::Tensor> out;
   out.reserve(m.output_slots.size());
-  for (int slot : m.output_slots) out.push_back(v[static_cast<std::size_t>(slot)].to(at::kFloat).contiguous());
+  for (int slot : m.output_slots) out.push_back(v[static_cast<std::size_t>(slot)].to(at::kCPU, at::kFloat).contiguous());
   return out;
 }
 
@@ -574,6 +580,7 @@ std::string Engine::describe() const {
   for (const auto& [op, count] : m.int8_counts) os << ", int8 " << op << " " << count;
   os << "\n";
   os << "attention: " << ops::attention_kernel_name() << "\n";
+  if (m.options.device.is_cuda()) os << cuda_engine_description(m.options) << "\n";
   const std::string int8 = detail::int8_kernel_description();
   if (!m.int8_counts.empty() && !int8.empty()) os << "int8: " << int8 << "\n";
   return os.str();

@@ -27,6 +27,7 @@
 #include "hotpath/text/text_batch_tensor.h"
 #include "hotpath/text/text_loader.h"
 #include "hotpath/train/task.h"
+#include "cuda/cuda_training.h"
 #include "tasks.h"
 
 namespace hotpath::train {
@@ -103,10 +104,8 @@ TensorMap merged_state(torch::nn::Module& model) {
 
 class TextTask final : public Task {
  public:
-  TextTask(const Recipe& recipe, const TaskOptions& options) : recipe_(recipe) {
+  TextTask(const Recipe& recipe, const TaskOptions& options) : recipe_(recipe), device_(options.device) {
     const auto& m = recipe.model;
-    HOTPATH_CHECK(options.device.is_cpu(), recipe.source,
-                  ": train.device: text fine-tuning runs on the CPU for now (set train.device: cpu)");
     HOTPATH_CHECK(fs::exists(fs::path(m.pretrained) / "config.json"), recipe.source,
                   ": model.pretrained: no config.json in ", m.pretrained);
     loader_ = std::make_unique<text::TextLoader>(
@@ -159,12 +158,21 @@ class TextTask final : public Task {
       if (options.out) *options.out << "lora: " << lr.adapted.size() << " layers adapted; " << lr.summary() << "\n";
     }
     freeze_prefixes(*model_, recipe);
+    model_->to(device_);
     trainable_ = trainable_parameters(*model_, recipe);
     describe_ = std::string(config.arch == formats::BertArch::kDistilBert ? "distilbert" : "bert") + " " +
                 std::to_string(config.num_hidden_layers) + "×" + std::to_string(config.hidden_size) + " classifier, " +
                 std::to_string(num_labels) + " classes, attention " + m.attention +
                 (m.gradient_checkpointing ? ", activation checkpointing" : "") +
                 (lora_ ? ", LoRA r=" + std::to_string(m.lora_r) : "");
+    if (device_.is_cuda() && m.attention == "fused") {  // the dispatch report: which SDPA kernel ATen picks
+      const auto& tr = recipe.train;
+      const std::optional<at::ScalarType> dtype = tr.precision == "fp16"   ? std::optional(at::kHalf)
+                                                  : tr.precision == "bf16" ? std::optional(at::kBFloat16)
+                                                                           : std::nullopt;
+      describe_ += " (on CUDA: " + sdpa_choice(device_, config.num_attention_heads, recipe.data.max_length,
+                                               config.hidden_size / config.num_attention_heads, dtype) + ")";
+    }
     // Peak tensor memory from here on (profile.json): what activation checkpointing is measured by.
     peak_.emplace();
   }
@@ -194,8 +202,9 @@ class TextTask final : public Task {
     padding_.padded_tokens += batch->padded_tokens;
     text::TextBatchTensors t = text::to_tensors(*batch);
     MicroBatch mb;
-    mb.inputs = {std::move(t.input_ids), std::move(t.attention_mask), std::move(t.token_type_ids)};
-    mb.labels = std::move(t.labels);
+    mb.inputs = {to_device(t.input_ids, device_), to_device(t.attention_mask, device_),
+                 to_device(t.token_type_ids, device_)};
+    mb.labels = to_device(t.labels, device_);
     mb.samples = batch->batch_size;
     return mb;
   }
@@ -216,10 +225,11 @@ class TextTask final : public Task {
       const text::TextBatchTensors t = text::to_tensors(*batch);
       at::Tensor logits;
       {
-        ops::AutocastGuard guard(at::kCPU, autocast);
-        logits = model_->forward(t.input_ids, t.attention_mask, t.token_type_ids);
+        ops::AutocastGuard guard(device_.type(), autocast);
+        logits = model_->forward(to_device(t.input_ids, device_), to_device(t.attention_mask, device_),
+                                 to_device(t.token_type_ids, device_));
       }
-      meter.add(logits, t.labels);
+      meter.add(logits.to(at::kCPU), t.labels);
     }
     return meter.result("eval");
   }
@@ -295,6 +305,7 @@ class TextTask final : public Task {
 
  private:
   Recipe recipe_;
+  at::Device device_;
   std::unique_ptr<text::TextLoader> loader_;
   std::unique_ptr<text::TextLoader> eval_loader_;
   std::vector<std::string> labels_;

@@ -36,6 +36,7 @@
 #include "hotpath/train/grad_scaler.h"
 #include "hotpath/train/optimizer.h"
 #include "hotpath/train/schedule.h"
+#include "cuda/cuda_training.h"
 #include "run_util.h"
 #include "tasks.h"
 
@@ -371,6 +372,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   const at::Device device = pick_device(tr.device);
   HOTPATH_CHECK(tr.precision != "fp16" || device.is_cuda(), recipe.source,
                 ": train.precision: fp16 needs a CUDA device; use bf16 on CPU");
+  const std::string cuda_settings = configure_cuda_training(device);  // cuDNN benchmark (cuda/cuda_training.h)
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(tr.threads > 0 ? static_cast<int>(tr.threads) : cores);
   // Initial weights (a new head, LoRA's A) and dropout until a checkpoint restores its state.
@@ -473,7 +475,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   if (!options.quiet) {
     out << "train: " << task->describe() << " (" << n_trainable << " of " << n_params << " parameters trainable, "
         << fixed(100.0 * static_cast<double>(n_trainable) / static_cast<double>(std::max<std::int64_t>(n_params, 1)), 2)
-        << "%) on " << device.str() << ", " << at::get_num_threads() << " threads, " << tr.precision
+        << "%) on " << device.str() << (cuda_settings.empty() ? "" : " (" + cuda_settings + ")") << ", " << at::get_num_threads() << " threads, " << tr.precision
         << (tr.precision == "bf16" && device.is_cpu() ? std::string(" (") + ops::bf16_math_name() + ")" : "") << "; "
         << task->train_samples() << " samples, " << steps_per_epoch << " steps/epoch × " << tr.epochs
         << " epochs, batch " << tr.batch_size
