@@ -421,6 +421,32 @@ TEST(ModelRunner, TextRequestsWithBadIdsOrLengthsAre400) {
   EXPECT_THROW((void)runner.inputs_from_image(std::vector<std::uint8_t>{1, 2, 3}), ServeError);
 }
 
+// A package exported from a bare config has no tokenizer: tensors are served, texts are a 400.
+TEST(ModelRunner, TextPackageWithoutTokenizerServesTensorsOnly) {
+  const test::TempDir dir;
+  const fs::path pkg = dir.path() / "no-tokenizer";
+  fs::copy(text_package(true), pkg);
+  fs::remove(pkg / "vocab.txt");
+  fs::remove(pkg / "tokenizer_config.json");
+  Metrics metrics;
+  ModelRunner runner("bert", pkg, {.max_batch_size = 2}, metrics);
+  const at::Tensor ids = at::randint(0, 30, {2, 6}, at::kLong);
+  std::promise<Answer> p;
+  runner.submit({{"input_ids", ids}, {"attention_mask", at::ones_like(ids)}, {"token_type_ids", at::zeros_like(ids)}},
+                into(p));
+  const Answer a = p.get_future().get();
+  ASSERT_FALSE(a.error);
+  const at::Tensor want = infer::Engine::load(pkg.string()).run({ids, at::ones_like(ids), at::zeros_like(ids)}).front();
+  EXPECT_LT(max_diff(a.result.outputs[0].tensor, want), 1e-5);
+  try {
+    (void)runner.inputs_from_texts(std::vector<std::string>{"the cat"});
+    ADD_FAILURE() << "texts accepted without a tokenizer";
+  } catch (const ServeError& e) {
+    EXPECT_EQ(e.http_status(), 400);
+    EXPECT_NE(std::string(e.what()).find("no tokenizer"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ModelRunner, SentenceEmbedderAnswersTheEncodersEmbeddings) {
   Metrics metrics;
   const fs::path pkg = text_package(false);

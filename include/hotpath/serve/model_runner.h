@@ -107,7 +107,8 @@ class ModelRunner {
 
   // /v1 conveniences. Image packages: encoded JPEG/PNG → inputs via the package's eval preprocessing
   // (ServeError 400 naming what is wrong with the body). Text packages: texts → input_ids/attention_mask/
-  // token_type_ids rows, truncated to the package's max_length. The wrong kind → ServeError 400.
+  // token_type_ids rows, truncated to the package's max_length. The wrong kind, or a text package without
+  // tokenizer files (exported from a bare config), → ServeError 400.
   [[nodiscard]] std::vector<NamedTensor> inputs_from_image(std::span<const std::uint8_t> encoded) const;
   [[nodiscard]] std::vector<NamedTensor> inputs_from_texts(std::span<const std::string> texts) const;
 

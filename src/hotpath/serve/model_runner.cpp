@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -48,6 +49,11 @@ std::string shape_text(c10::IntArrayRef shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "]";
+}
+
+bool has_tokenizer_files(const std::string& dir) {
+  return std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json") ||
+         std::filesystem::exists(std::filesystem::path(dir) / "vocab.txt");
 }
 
 std::chrono::microseconds micros(Clock::duration d) { return std::chrono::duration_cast<std::chrono::microseconds>(d); }
@@ -114,8 +120,12 @@ struct ModelRunner::Impl {
     text = package.kind != PackageKind::kImageClassifier;
     infer::Graph graph = infer::load_package_graph(package);
     if (text) {
-      tokenizer.emplace(text::Tokenizer::from_directory(package.dir));
-      pad_id = tokenizer->pad_id();
+      // Packages exported from a bare config (benchmark shapes) have no tokenizer: they take KServe tensors
+      // only, and the /v1 text conveniences answer 400.
+      if (has_tokenizer_files(package.dir)) {
+        tokenizer.emplace(text::Tokenizer::from_directory(package.dir));
+        pad_id = tokenizer->pad_id();
+      }
       for (const infer::Node& node : graph.nodes) {
         if (node.op != "bert_embed") continue;
         vocab = graph.params.at(node.params.at("word")).size(0);
@@ -456,6 +466,10 @@ std::vector<NamedTensor> ModelRunner::inputs_from_image(std::span<const std::uin
 std::vector<NamedTensor> ModelRunner::inputs_from_texts(std::span<const std::string> texts) const {
   const Impl& m = *impl_;
   if (!m.text) throw ServeError(400, "model " + m.name + " is an image_classifier: send an image, not text");
+  if (!m.tokenizer) {
+    throw ServeError(400, "model " + m.name + ": the package has no tokenizer files (tokenizer.json or vocab.txt): "
+                              "send input_ids, attention_mask and token_type_ids tensors to /v2/models/" + m.name + "/infer");
+  }
   if (texts.empty()) throw ServeError(400, "model " + m.name + ": no texts in the request");
   if (static_cast<std::int64_t>(texts.size()) > m.options.max_batch_size) {
     throw ServeError(400, "model " + m.name + ": " + std::to_string(texts.size()) + " texts in one request, max_batch_size is " +
