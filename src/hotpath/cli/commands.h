@@ -23,5 +23,6 @@ void add_bench_data(CLI::App& bench);  // `bench data`: `data bench` under the b
 void add_bench_infer(CLI::App& bench);  // `bench infer`: a model package vs PyTorch / ONNX Runtime / OpenVINO
 void add_tokenize(CLI::App& app);
 void add_embed(CLI::App& app);
+void add_serve(CLI::App& app);  // `serve`: model packages over HTTP (KServe v2 / Triton protocol)
 
 }  // namespace hotpath::cli

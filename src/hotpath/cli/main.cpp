@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
   hotpath::cli::add_bench_infer(*app.get_subcommand("bench"));
   hotpath::cli::add_tokenize(app);
   hotpath::cli::add_embed(app);
+  hotpath::cli::add_serve(app);
 
   try {
     app.parse(argc, argv);

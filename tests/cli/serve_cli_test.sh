@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# `hotpath serve` end to end with real clients (issue 13): tiny packages exported here (an image classifier, a
+# text classifier, a sentence embedder; random weights), one server for all three on a free port, then
+# tests/serve/serve_client_test.py: tritonclient[http] JSON and binary inference equal to the engine's answers
+# (`hotpath predict`, `hotpath embed`, the /v1 routes), the KServe v2 metadata/health/readiness endpoints, curl,
+# every bad input of the issue answered 4xx JSON while the server keeps serving, /metrics. Then the drain:
+# SIGTERM → exit 0.
+# Usage: serve_cli_test.sh HOTPATH PYTHON SOURCE_DIR
+set -uo pipefail
+hp=$1
+py=$2
+src=$3
+work=$(mktemp -d)
+server_pid=
+cleanup() {
+  if [ -n "$server_pid" ]; then kill -9 "$server_pid" 2>/dev/null; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+cd "$work"
+export TMPDIR="$work"
+
+"$src/tests/serve/make_packages.sh" "$hp" "$work" || exit 1
+
+"$hp" serve img txt emb --port 0 --threads 1 --max-batch-size 8 --max-queue-delay-us 2000 \
+  --request-timeout-ms 1500 --max-body-bytes 200000 > server.out 2> server.err &
+server_pid=$!
+port=
+for _ in $(seq 1 600); do
+  port=$(sed -n 's/^serve: ready on http:\/\/127.0.0.1:\([0-9]*\) .*/\1/p' server.out)
+  [ -n "$port" ] && break
+  kill -0 "$server_pid" 2>/dev/null || { echo "FAIL: the server exited: $(tail -3 server.err)" >&2; exit 1; }
+  sleep 0.1
+done
+[ -n "$port" ] || { echo "FAIL: no ready line within 60 s: $(tail -3 server.err)" >&2; exit 1; }
+grep -q "(models: img, txt, emb)" server.out || { echo "FAIL: ready line: $(cat server.out)" >&2; exit 1; }
+
+failures=0
+"$py" "$src/tests/serve/serve_client_test.py" "127.0.0.1:$port" "$hp" "$work" || failures=$((failures + 1))
+
+# The one-line curl of the README.
+out=$(curl -s -X POST "http://127.0.0.1:$port/v2/models/emb/infer" -H 'Content-Type: application/json' \
+  -d '{"inputs":[{"name":"input_ids","shape":[1,4],"datatype":"INT64","data":[2,5,6,3]},{"name":"attention_mask","shape":[1,4],"datatype":"INT64","data":[1,1,1,1]},{"name":"token_type_ids","shape":[1,4],"datatype":"INT64","data":[0,0,0,0]}]}')
+case $out in
+  *'"name":"sentence_embedding","datatype":"FP32","shape":[1,16],"data":['*) ;;
+  *) echo "FAIL: curl infer: $out" >&2; failures=$((failures + 1)) ;;
+esac
+
+# One JSON log line per request, with the fields the issue names.
+"$py" - server.err <<'PY' || failures=$((failures + 1))
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+assert len(lines) > 50, len(lines)
+for l in lines:
+    assert set(l) >= {"id", "model", "status", "batch", "queue_us", "compute_us", "total_us"}, l
+ok = [l for l in lines if l["status"] == 200 and l["model"] == "img" and l["path"].endswith("/infer")]
+assert ok and all(l["batch"] >= 1 and l["compute_us"] > 0 for l in ok), ok[:3]
+assert any(l["status"] == 400 for l in lines) and any(l["status"] == 404 for l in lines)
+PY
+
+# SIGTERM: readiness goes away, the process drains and exits 0.
+kill -TERM "$server_pid"
+wait "$server_pid"
+rc=$?
+server_pid=
+[ "$rc" -eq 0 ] || { echo "FAIL: exit $rc after SIGTERM: $(tail -3 server.err)" >&2; failures=$((failures + 1)); }
+grep -q "serve: drained" server.err || { echo "FAIL: no drain line: $(tail -3 server.err)" >&2; failures=$((failures + 1)); }
+
+# One-line CLI errors.
+"$hp" serve --port 0 > /dev/null 2> e1.err && { echo "FAIL: serve without packages exited 0" >&2; failures=$((failures + 1)); }
+grep -q "no model packages" e1.err || { echo "FAIL: $(cat e1.err)" >&2; failures=$((failures + 1)); }
+"$hp" serve img --name img=emb --port 0 > /dev/null 2> e2.err && failures=$((failures + 1))
+grep -q "two models named 'img'" e2.err || { echo "FAIL: $(cat e2.err)" >&2; failures=$((failures + 1)); }
+"$hp" serve does-not-exist --port 0 > /dev/null 2> e3.err && failures=$((failures + 1))
+[ "$(wc -l < e3.err)" -eq 1 ] && grep -q "does-not-exist" e3.err || { echo "FAIL: $(cat e3.err)" >&2; failures=$((failures + 1)); }
+
+if [ "$failures" -ne 0 ]; then
+  echo "serve_cli_test: $failures failure(s); server log tail:" >&2
+  tail -5 server.err >&2
+  exit 1
+fi
+echo "serve_cli_test: ok"

@@ -1,0 +1,279 @@
+// The HTTP transport with a fake handler, driven over loopback by raw sockets: keep-alive, answers from
+// another thread while other connections are served, limits (413, 431), malformed requests (400), the slow
+// client (408 while others are served), idle close, a dropped Responder (500), and the drain.
+#include "hotpath/serve/http_server.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace hotpath::serve {
+namespace {
+
+using namespace std::chrono_literals;
+
+class Client {
+ public:
+  explicit Client(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    timeval tv{10, 0};  // no test waits longer for a byte
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~Client() { ::close(fd_); }
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  [[nodiscard]] bool connected() const { return connected_; }
+  void send(const std::string& data) const { ASSERT_EQ(::send(fd_, data.data(), data.size(), MSG_NOSIGNAL), static_cast<ssize_t>(data.size())); }
+
+  // One whole response (header + Content-Length body), or nullopt when the server closed first.
+  std::optional<std::string> read_response() {
+    for (;;) {
+      const auto end = pending_.find("\r\n\r\n");
+      if (end != std::string::npos) {
+        std::size_t length = 0;
+        const auto cl = pending_.find("Content-Length: ");
+        if (cl != std::string::npos && cl < end) length = std::stoul(pending_.substr(cl + 16));
+        if (pending_.size() >= end + 4 + length) {
+          std::string response = pending_.substr(0, end + 4 + length);
+          pending_.erase(0, end + 4 + length);
+          return response;
+        }
+      }
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return std::nullopt;
+      pending_.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  // True when the server closed the connection (recv returned 0) within the receive timeout.
+  bool closed_by_server() {
+    char c;
+    return ::recv(fd_, &c, 1, 0) == 0;
+  }
+
+ private:
+  int fd_;
+  bool connected_ = false;
+  std::string pending_;
+};
+
+int status_of(const std::optional<std::string>& response) {
+  if (!response || response->size() < 12) return -1;
+  return std::stoi(response->substr(9, 3));
+}
+
+std::string body_of(const std::string& response) { return response.substr(response.find("\r\n\r\n") + 4); }
+
+std::string get(const std::string& path, const std::string& extra = "") {
+  return "GET " + path + " HTTP/1.1\r\nHost: x\r\n" + extra + "\r\n";
+}
+
+std::string post(const std::string& path, const std::string& body) {
+  return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+// Echoes method, path and body; "/park" requests are answered later from another thread.
+class EchoServer {
+ public:
+  explicit EchoServer(HttpServerOptions options = {}) {
+    options.port = 0;
+    server_.emplace(options, [this](HttpRequest request, Responder respond) {
+      if (request.path() == "/drop") return;  // the Responder goes away unanswered
+      HttpResponse r;
+      r.content_type = "text/plain";
+      r.body = request.method + " " + request.target + " " + std::string(request.header("x-test")) + " " + request.body;
+      if (request.path() == "/park") {
+        std::lock_guard lock(mutex_);
+        parked_.emplace_back(std::move(respond), std::move(r));
+        return;
+      }
+      respond.send(std::move(r));
+    });
+    server_->start();
+  }
+  ~EchoServer() {
+    release_parked();
+    server_->stop();
+  }
+  HttpServer& server() { return *server_; }
+  int port() { return server_->port(); }
+  std::size_t parked() {
+    std::lock_guard lock(mutex_);
+    return parked_.size();
+  }
+  // Answers every parked request from a thread that is not an I/O thread.
+  void release_parked() {
+    std::vector<std::pair<Responder, HttpResponse>> parked;
+    {
+      std::lock_guard lock(mutex_);
+      parked.swap(parked_);
+    }
+    std::thread([&parked] {
+      for (auto& [respond, response] : parked) respond.send(std::move(response));
+    }).join();
+  }
+  bool wait_parked(std::size_t n) {
+    for (int i = 0; i < 500 && parked() < n; ++i) std::this_thread::sleep_for(10ms);
+    return parked() >= n;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::pair<Responder, HttpResponse>> parked_;
+  std::optional<HttpServer> server_;
+};
+
+TEST(HttpServer, ServesSeveralRequestsOnOneKeepAliveConnection) {
+  EchoServer s;
+  Client c(s.port());
+  ASSERT_TRUE(c.connected());
+  c.send(get("/a?x=1", "X-Test: hello\r\n"));
+  auto r1 = c.read_response();
+  ASSERT_EQ(status_of(r1), 200);
+  EXPECT_EQ(body_of(*r1), "GET /a?x=1 hello ");
+  c.send(post("/b", "payload"));
+  auto r2 = c.read_response();
+  ASSERT_EQ(status_of(r2), 200);
+  EXPECT_EQ(body_of(*r2), "POST /b  payload");
+  EXPECT_NE(r2->find("Server: hotpath"), std::string::npos);
+}
+
+TEST(HttpServer, ParkedRequestsDoNotBlockOtherConnections) {
+  EchoServer s({.io_threads = 1});
+  Client parked(s.port());
+  parked.send(post("/park", "later"));
+  ASSERT_TRUE(s.wait_parked(1));
+  EXPECT_EQ(s.server().in_flight(), 1u);
+  Client other(s.port());  // served while the first request is parked, with a single I/O thread
+  other.send(get("/now"));
+  EXPECT_EQ(status_of(other.read_response()), 200);
+  s.release_parked();
+  auto r = parked.read_response();
+  ASSERT_EQ(status_of(r), 200);
+  EXPECT_EQ(body_of(*r), "POST /park  later");
+  EXPECT_TRUE(s.server().wait_answered(std::chrono::steady_clock::now() + 5s));
+}
+
+TEST(HttpServer, AnswersTooLargeBodiesWith413) {
+  EchoServer s({.max_body_bytes = 100});
+  Client c(s.port());
+  c.send("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 101\r\n\r\n");
+  auto r = c.read_response();
+  ASSERT_EQ(status_of(r), 413);
+  EXPECT_NE(body_of(*r).find("{\"error\":\"request body larger than the limit of 100 bytes"), std::string::npos) << *r;
+  // The server keeps serving.
+  Client d(s.port());
+  d.send(post("/y", std::string(100, 'a')));
+  EXPECT_EQ(status_of(d.read_response()), 200);
+}
+
+TEST(HttpServer, AnswersTooLargeHeadersWith431) {
+  EchoServer s({.max_header_bytes = 1024});
+  Client c(s.port());
+  c.send(get("/x", "X-Big: " + std::string(2000, 'b') + "\r\n"));
+  auto r = c.read_response();
+  ASSERT_EQ(status_of(r), 431);
+  EXPECT_NE(body_of(*r).find("\"error\""), std::string::npos);
+}
+
+TEST(HttpServer, AnswersMalformedRequestsWith400) {
+  EchoServer s;
+  Client c(s.port());
+  c.send("GARBAGE\r\n\r\n");
+  auto r = c.read_response();
+  ASSERT_EQ(status_of(r), 400);
+  EXPECT_NE(body_of(*r).find("malformed HTTP request"), std::string::npos);
+}
+
+TEST(HttpServer, CutsOffASlowClientWith408WhileOthersAreServed) {
+  EchoServer s({.request_timeout = 300ms});
+  Client slow(s.port());
+  slow.send("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly part of it");
+  const auto start = std::chrono::steady_clock::now();
+  Client fast(s.port());
+  fast.send(get("/fast"));
+  EXPECT_EQ(status_of(fast.read_response()), 200);
+  auto r = slow.read_response();
+  ASSERT_EQ(status_of(r), 408) << (r ? *r : "closed");
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 250ms);
+  EXPECT_NE(body_of(*r).find("request_timeout"), std::string::npos);
+  EXPECT_NE(r->find("Connection: close"), std::string::npos);
+  EXPECT_TRUE(slow.closed_by_server());
+}
+
+TEST(HttpServer, ClosesIdleKeepAliveConnections) {
+  EchoServer s({.idle_timeout = 200ms});
+  Client c(s.port());
+  c.send(get("/x"));
+  EXPECT_EQ(status_of(c.read_response()), 200);
+  EXPECT_TRUE(c.closed_by_server());
+}
+
+TEST(HttpServer, ADroppedResponderAnswers500) {
+  EchoServer s;
+  Client c(s.port());
+  c.send(get("/drop"));
+  auto r = c.read_response();
+  ASSERT_EQ(status_of(r), 500);
+  EXPECT_NE(body_of(*r).find("without an answer"), std::string::npos);
+}
+
+TEST(HttpServer, DrainRefusesNewConnectionsAndAnswersParkedRequests) {
+  EchoServer s;
+  Client keep(s.port());  // an open keep-alive connection
+  keep.send(get("/first"));
+  EXPECT_EQ(status_of(keep.read_response()), 200);
+  Client parked(s.port());
+  parked.send(post("/park", "in flight"));
+  ASSERT_TRUE(s.wait_parked(1));
+
+  s.server().begin_drain();
+  EXPECT_TRUE(s.server().draining());
+  Client late(s.port());
+  EXPECT_FALSE(late.connected());  // the listening socket is closed
+  EXPECT_FALSE(s.server().wait_answered(std::chrono::steady_clock::now() + 50ms));
+
+  s.release_parked();
+  auto r = parked.read_response();
+  ASSERT_EQ(status_of(r), 200);
+  EXPECT_EQ(body_of(*r), "POST /park  in flight");
+  EXPECT_NE(r->find("Connection: close"), std::string::npos);
+  EXPECT_TRUE(s.server().wait_answered(std::chrono::steady_clock::now() + 5s));
+  // An existing connection still gets an answer, and is then closed.
+  keep.send(get("/second"));
+  auto k = keep.read_response();
+  EXPECT_EQ(status_of(k), 200);
+  EXPECT_NE(k->find("Connection: close"), std::string::npos);
+}
+
+TEST(HttpServer, RequestStopWakesTheSignalWait) {
+  EchoServer s;
+  std::thread t([&] { s.server().request_stop(); });
+  EXPECT_EQ(s.server().wait_for_signal(), 0);
+  t.join();
+}
+
+TEST(HttpServer, RefusesABusyPort) {
+  EchoServer s;
+  HttpServer second({.port = s.port()}, [](HttpRequest, Responder) {});
+  EXPECT_THROW(second.start(), std::exception);
+}
+
+}  // namespace
+}  // namespace hotpath::serve
