@@ -21,6 +21,7 @@ void add_bench(CLI::App& app);  // `bench train`, and `bench text` through add_b
 void add_bench_text(CLI::App& bench);
 void add_bench_data(CLI::App& bench);  // `bench data`: `data bench` under the bench command
 void add_bench_infer(CLI::App& bench);  // `bench infer`: a model package vs PyTorch / ONNX Runtime / OpenVINO
+void add_bench_serve(CLI::App& bench);  // `bench serve`: hotpath serve under load vs the engine offline
 void add_tokenize(CLI::App& app);
 void add_embed(CLI::App& app);
 void add_serve(CLI::App& app);  // `serve`: model packages over HTTP (KServe v2 / Triton protocol)

@@ -86,6 +86,7 @@ int main(int argc, char** argv) {
   hotpath::cli::add_export(app);
   hotpath::cli::add_bench(app);
   hotpath::cli::add_bench_infer(*app.get_subcommand("bench"));
+  hotpath::cli::add_bench_serve(*app.get_subcommand("bench"));
   hotpath::cli::add_tokenize(app);
   hotpath::cli::add_embed(app);
   hotpath::cli::add_serve(app);
