@@ -372,7 +372,8 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   const at::Device device = pick_device(tr.device);
   HOTPATH_CHECK(tr.precision != "fp16" || device.is_cuda(), recipe.source,
                 ": train.precision: fp16 needs a CUDA device; use bf16 on CPU");
-  const std::string cuda_settings = configure_cuda_training(device);  // cuDNN benchmark (cuda/cuda_training.h)
+  // cuDNN benchmark, bf16 only where the GPU has it (cuda/cuda_training.h).
+  const std::string cuda_settings = configure_cuda_training(device, tr.precision, recipe.source);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(tr.threads > 0 ? static_cast<int>(tr.threads) : cores);
   // Initial weights (a new head, LoRA's A) and dropout until a checkpoint restores its state.

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 
 #include "hotpath/core/error.h"
 #include "hotpath/ops/attention.h"
@@ -29,6 +30,8 @@ at::ScalarType prepare_cuda_engine(const Graph& graph, const EngineOptions& opti
     HOTPATH_CHECK(n.attr_str("quant", "").empty(), "engine: node ", n.name, " is quantized (",
                   n.attr_str("quant", ""), "); int8 graphs run on the CPU only");
   }
+  HOTPATH_CHECK(options.cuda_dtype != at::kBFloat16 || at::detail::getCUDAHooks().supportsBFloat16ConvolutionWithCuDNNv8(),
+                "engine: bf16 on ", device.str(), " needs compute capability 8.0+ (Ampere or newer); use fp16");
   at::globalContext().setBenchmarkCuDNN(true);
   return options.cuda_dtype;
 }

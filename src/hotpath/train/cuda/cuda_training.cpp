@@ -3,13 +3,22 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 
+#include "hotpath/core/error.h"
 #include "hotpath/ops/attention.h"
 
 namespace hotpath::train {
 
-std::string configure_cuda_training(const at::Device& device) {
+bool cuda_has_bf16(const at::Device& device) {
+  // ATen's own test for bf16 cuDNN convolutions: the current device's major compute capability >= 8.
+  return device.is_cuda() && at::detail::getCUDAHooks().supportsBFloat16ConvolutionWithCuDNNv8();
+}
+
+std::string configure_cuda_training(const at::Device& device, const std::string& precision, const std::string& where) {
   if (!device.is_cuda()) return "";
+  HOTPATH_CHECK(precision != "bf16" || cuda_has_bf16(device), where, ": train.precision: bf16 needs a GPU with "
+                "native bf16 (compute capability 8.0+, Ampere or newer); ", device.str(), " has none: use fp16");
   at::Context& context = at::globalContext();
   // Deterministic algorithms asked for (at::globalContext().setDeterministicAlgorithms, e.g. by a test of
   // exact resume): benchmark mode could pick another algorithm after a resume, so it stays off.

@@ -2,7 +2,7 @@
 // differently on a CUDA device: cuDNN benchmark mode, host batches staged through pinned memory and
 // copied non_blocking, the SDPA kernel choice for the run's header line.
 //
-//   configure_cuda_training(device);                       // once, before the first step
+//   configure_cuda_training(device, "fp16", recipe.source);  // once, before the first step
 //   at::Tensor ids = to_device(host_ids, device);           // pinned staging + non_blocking copy
 //   out << sdpa_choice(device, heads, length, head_dim, at::kHalf);  // "SDPA flash" / "memory-efficient"
 //
@@ -21,7 +21,11 @@ namespace hotpath::train {
 // cuDNN benchmark mode (the fastest convolution algorithm per input shape, found on first use) for a
 // CUDA device, or deterministic cuDNN when deterministic algorithms were asked for (exact resume on
 // CUDA needs them); nothing for the CPU. Returns what was set, for the run's header line ("" on the CPU).
-std::string configure_cuda_training(const at::Device& device);
+// bf16 on a GPU without native bf16 (compute capability < 8.0) is refused naming `where` (the recipe).
+std::string configure_cuda_training(const at::Device& device, const std::string& precision, const std::string& where);
+
+// True when `device` is a CUDA GPU with native bf16 math (compute capability 8.0+: Ampere and newer).
+bool cuda_has_bf16(const at::Device& device);
 
 // `host` on `device`: unchanged for the CPU; for CUDA copied into pinned memory, then to the device with
 // a non_blocking copy (the caching host allocator keeps the pinned block until the copy has run).
