@@ -55,6 +55,11 @@ struct LoaderOptions {
   std::uint64_t seed = 0;
   int rank = 0;                        // data-parallel rank and world size: shard split
   int world_size = 1;
+  bool split_batches = false;          // instead: every rank plans the global batches of batch_size ×
+                                       // world_size samples from all shards and decodes rows
+                                       // [rank·batch_size, (rank+1)·batch_size) of each (needs drop_last);
+                                       // augmentation draws use the global position, so the union of the
+                                       // ranks' batches is the one-rank batch of batch_size × world_size
   std::int64_t max_bad_samples = 100;  // stop with an error past this many skipped samples (-1: no limit)
   std::int64_t num_classes = 0;        // > 0: a label outside [0, num_classes) is a bad sample (negative: always)
   DecodeLimits limits{};
@@ -85,7 +90,7 @@ struct LoaderStats {
   double wait_seconds = 0;          // consumer: blocked waiting for the next batch
 };
 
-// Samples one epoch of `options` yields before batching (this rank's shards; samples without an
+// Samples one epoch of `options` yields before batching (this rank's shards, all with split_batches; samples without an
 // image or a label are not counted). Reads only the shard headers; steps per epoch for schedules.
 std::int64_t count_samples(const LoaderOptions& options);
 

@@ -54,6 +54,8 @@ struct Remedies {
   std::string input;      // data-bound
   std::string optimizer;  // optimizer-bound
   std::string compute;    // forward/backward-bound
+  std::string allreduce =  // distributed: waiting for gradients
+      "communication-bound: a larger train.batch_size per rank or train.accum_steps hides the all-reduce";
 };
 
 // The two places a task's trained model goes: the run directory at the end, best/ at the best eval.
@@ -114,6 +116,10 @@ class Task {
 struct TaskOptions {
   at::Device device = at::Device(at::kCPU);
   std::ostream* out = nullptr;  // messages (weights report, LoRA summary); nullptr: none
+  // Data-parallel place: the batch stream is this rank's share of global batches of world_size ×
+  // train.batch_size samples (positions are global: every rank seeks to the same one).
+  int rank = 0;
+  int world_size = 1;
 };
 
 // The shard paths of a recipe key's patterns (data.train / data.eval); errors name the recipe file
@@ -126,8 +132,9 @@ std::vector<std::string> resolve_recipe_shards(const std::vector<std::string>& p
 std::vector<std::string> class_names_for(const Recipe& recipe);
 
 // Image recipes: the training loader's settings (augmentation + shuffle, micro-batches of
-// batch_size / accum_steps) and the eval transform (stored in the model package).
-data::LoaderOptions train_loader_options(const Recipe& recipe);
+// batch_size / accum_steps; rank `rank` of `world_size`: its rows of each global batch) and the eval
+// transform (stored in the model package).
+data::LoaderOptions train_loader_options(const Recipe& recipe, int rank = 0, int world_size = 1);
 infer::EvalPreprocess eval_preprocess_for(const Recipe& recipe);
 
 // model.freeze: every parameter whose name starts with a prefix stops requiring gradients; a prefix

@@ -53,9 +53,10 @@ struct StepBreakdown {
   double forward_s = 0;    // forward + loss
   double backward_s = 0;
   double optimizer_s = 0;  // unscale, clip, step, scaler update, zero_grad, EMA
+  double allreduce_s = 0;  // distributed: waiting for the gradient all-reduce after backward (not overlapped)
   std::int64_t steps = 0;
   Remedies remedies;  // the task's hints for each bottleneck
-  [[nodiscard]] double total_s() const { return data_s + forward_s + backward_s + optimizer_s; }
+  [[nodiscard]] double total_s() const { return data_s + forward_s + backward_s + optimizer_s + allreduce_s; }
   // "step 212.4 ms: data 2.1% · forward 30.8% · backward 55.6% · optimizer 11.5% — bottleneck: backward
   //  (compute-bound: a smaller model, bf16 or more threads help)".
   [[nodiscard]] std::string summary() const;

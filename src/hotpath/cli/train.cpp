@@ -1,6 +1,7 @@
 // `hotpath train CONFIG [--set key=value ...] [--resume] [--trace FILE]`: runs a YAML recipe.
-// SIGINT (Ctrl-C) finishes the current step, writes a checkpoint and exits with code 130; a
-// second Ctrl-C kills the process the usual way (the previous checkpoint stays intact: atomic).
+// SIGINT (Ctrl-C) or SIGTERM (torchrun forwards it to every rank) finishes the current step, writes a
+// checkpoint and exits with code 130; a second one kills the process the usual way (the previous
+// checkpoint stays intact: atomic). Under torchrun every rank stops at the same step.
 #include <CLI/CLI.hpp>
 
 #include <atomic>
@@ -23,22 +24,28 @@ namespace {
 // A signal handler can only set a lock-free atomic: this one flag is the hand-off to the trainer.
 std::atomic<bool> g_stop_requested{false};
 
-extern "C" void on_sigint(int /*signal*/) {
+extern "C" void on_sigint(int signal) {
   g_stop_requested.store(true);
-  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process at once
+  std::signal(signal, SIG_DFL);  // a second one ends the process at once
 }
 
-// Installs the SIGINT handler for the lifetime of a training run and restores the old one after.
+// Installs the SIGINT/SIGTERM handler for the lifetime of a training run and restores the old ones after.
 class StopOnSigint {
  public:
-  StopOnSigint() : previous_(std::signal(SIGINT, on_sigint)) { g_stop_requested.store(false); }
-  ~StopOnSigint() { std::signal(SIGINT, previous_); }
+  StopOnSigint() : previous_(std::signal(SIGINT, on_sigint)), previous_term_(std::signal(SIGTERM, on_sigint)) {
+    g_stop_requested.store(false);
+  }
+  ~StopOnSigint() {
+    std::signal(SIGINT, previous_);
+    std::signal(SIGTERM, previous_term_);
+  }
   StopOnSigint(const StopOnSigint&) = delete;
   StopOnSigint& operator=(const StopOnSigint&) = delete;
   [[nodiscard]] const std::atomic<bool>* flag() const { return &g_stop_requested; }
 
  private:
   void (*previous_)(int);
+  void (*previous_term_)(int);
 };
 
 struct TrainArgs {

@@ -75,7 +75,7 @@ class EpochPlan {
         std::swap(order[i - 1], order[static_cast<std::size_t>(shard_rng.uniform_int(0, static_cast<std::int64_t>(i) - 1))]);
       }
     }
-    shards_ = shards_for_rank(order, options.rank, options.world_size);
+    shards_ = options.split_batches ? order : shards_for_rank(order, options.rank, options.world_size);
   }
 
   // The next sample, or nullopt at the end of the epoch.
@@ -197,6 +197,10 @@ struct Loader::State {
 
   LoaderOptions options;
   std::int64_t row_elements = 0;  // elements of one sample in the images tensor
+  // Samples planned per batch: all ranks' with split_batches (this rank keeps its rows), else this rank's.
+  [[nodiscard]] std::int64_t global_batch() const {
+    return std::int64_t{options.batch_size} * (options.split_batches ? options.world_size : 1);
+  }
   bool pinned = false;
 
   std::mutex mu;
@@ -290,7 +294,7 @@ void Loader::State::planner_loop() {
       const auto t0 = Clock::now();
       try {
         fresh = std::make_unique<EpochPlan>(options, to.epoch);
-        const std::int64_t skip = to.batch * options.batch_size;  // replay the plan, decode nothing
+        const std::int64_t skip = to.batch * global_batch();  // replay the plan, decode nothing
         for (std::int64_t i = 0; i < skip && fresh->next(bad); ++i) {
         }
       } catch (...) {
@@ -327,8 +331,8 @@ void Loader::State::planner_loop() {
     std::exception_ptr error;
     bool epoch_end = false;
     try {
-      picked.reserve(static_cast<std::size_t>(options.batch_size));
-      while (static_cast<int>(picked.size()) < options.batch_size) {
+      picked.reserve(static_cast<std::size_t>(global_batch()));
+      while (static_cast<std::int64_t>(picked.size()) < global_batch()) {
         auto s = plan->next(bad);
         if (!s) {
           epoch_end = true;
@@ -337,6 +341,11 @@ void Loader::State::planner_loop() {
         picked.push_back(std::move(*s));
       }
       if (epoch_end && (options.drop_last || picked.empty())) picked.clear();
+      if (options.split_batches && !picked.empty()) {  // this rank's rows of the global batch
+        const auto first = picked.begin() + static_cast<std::ptrdiff_t>(options.rank) * options.batch_size;
+        picked = std::vector<SampleRef>(std::make_move_iterator(first),
+                                        std::make_move_iterator(first + options.batch_size));
+      }
       if (!picked.empty()) {
         // Reuse the slot's memory unless the consumer still holds a reference to it.
         if (!slot.images.defined() || slot.images.storage().use_count() > 1 ||
@@ -450,7 +459,9 @@ void shift_image(std::uint8_t* hwc, int width, int height, int channels, int dx,
 void Loader::State::process(Slot& slot, int row, std::uint8_t* hwc, DecodeScratch& scratch, LoaderStats& local) {
   const auto& o = options;
   const SampleRef& ref = slot.samples[static_cast<std::size_t>(row)];
-  const std::int64_t position_in_epoch = slot.index * o.batch_size + row;
+  // The global position: with split_batches, rank r's rows follow the ranks before it in the global batch.
+  const std::int64_t position_in_epoch =
+      slot.index * global_batch() + (o.split_batches ? std::int64_t{o.rank} * o.batch_size : 0) + row;
   Rng rng = Rng::for_stream(o.seed, {kSampleStream, static_cast<std::uint64_t>(slot.epoch),
                                      static_cast<std::uint64_t>(position_in_epoch)});
   const auto t0 = Clock::now();
@@ -530,6 +541,7 @@ Loader::Loader(LoaderOptions options) : state_(std::make_unique<State>(std::move
   HOTPATH_CHECK(o.flip_probability >= 0 && o.flip_probability <= 1, "loader: flip probability must be in [0, 1], got ",
                 o.flip_probability);
   shards_for_rank(o.shards, o.rank, o.world_size);  // validates rank/world_size
+  HOTPATH_CHECK(!o.split_batches || o.drop_last, "loader: split_batches needs drop_last (every rank its full share)");
   s.row_elements = static_cast<std::int64_t>(o.size) * o.size * o.channels;
   s.pinned = o.pin_memory && at::globalContext().hasCUDA();
   // prefetch batches being prepared + the batch the trainer is using + the one it just dropped.

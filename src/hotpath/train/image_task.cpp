@@ -31,12 +31,15 @@ void to_channels_last(torch::nn::Module& module) {
 class ImageTask final : public Task {
  public:
   ImageTask(const Recipe& recipe, const TaskOptions& options)
-      : recipe_(recipe), device_(options.device), train_options_(train_loader_options(recipe)) {
+      : recipe_(recipe),
+        device_(options.device),
+        train_options_(train_loader_options(recipe, options.rank, options.world_size)) {
     const auto& tr = recipe.train;
-    samples_ = data::count_samples(train_options_);
-    micro_per_epoch_ = samples_ / train_options_.batch_size;
+    samples_ = data::count_samples(train_options_);  // all ranks' (split_batches)
+    micro_per_epoch_ = samples_ / (std::int64_t{train_options_.batch_size} * train_options_.world_size);
     HOTPATH_CHECK(micro_per_epoch_ / tr.accum_steps >= 1, recipe.source, ": data.train holds ", samples_,
-                  " usable samples, fewer than one batch of train.batch_size=", tr.batch_size);
+                  " usable samples, fewer than one batch of train.batch_size=", tr.batch_size,
+                  train_options_.world_size > 1 ? " on each of " + std::to_string(train_options_.world_size) + " ranks" : "");
     class_names_ = class_names_for(recipe);
     HOTPATH_CHECK(class_names_.empty() || static_cast<std::int64_t>(class_names_.size()) == recipe.model.num_classes,
                   recipe.source, ": model.num_classes is ", recipe.model.num_classes, " but the data has ",
@@ -174,7 +177,7 @@ infer::EvalPreprocess eval_preprocess_for(const Recipe& recipe) {
   return p;
 }
 
-data::LoaderOptions train_loader_options(const Recipe& recipe) {
+data::LoaderOptions train_loader_options(const Recipe& recipe, int rank, int world_size) {
   const auto& d = recipe.data;
   data::LoaderOptions o;
   o.shards = resolve_recipe_shards(d.train, "data.train", recipe);
@@ -197,6 +200,9 @@ data::LoaderOptions train_loader_options(const Recipe& recipe) {
   o.shuffle_buffer = static_cast<std::size_t>(d.shuffle_buffer);
   o.drop_last = true;
   o.seed = recipe.train.seed;
+  o.rank = rank;
+  o.world_size = world_size;
+  o.split_batches = world_size > 1;
   o.max_bad_samples = d.max_bad_samples;
   o.num_classes = recipe.model.num_classes;
   return o;

@@ -108,8 +108,11 @@ class TextTask final : public Task {
     const auto& m = recipe.model;
     HOTPATH_CHECK(fs::exists(fs::path(m.pretrained) / "config.json"), recipe.source,
                   ": model.pretrained: no config.json in ", m.pretrained);
-    loader_ = std::make_unique<text::TextLoader>(
-        loader_options(recipe, existing_shards(recipe.data.train, recipe, "data.train"), true));
+    text::TextLoaderOptions train_options =
+        loader_options(recipe, existing_shards(recipe.data.train, recipe, "data.train"), true);
+    train_options.batching.rank = options.rank;  // every world_size-th sample of the epoch's permutation
+    train_options.batching.world_size = options.world_size;
+    loader_ = std::make_unique<text::TextLoader>(std::move(train_options));
     if (!recipe.data.eval.empty()) {
       eval_loader_ = std::make_unique<text::TextLoader>(
           loader_options(recipe, existing_shards(recipe.data.eval, recipe, "data.eval"), false));

@@ -33,6 +33,7 @@
 #include "hotpath/models/weights.h"
 #include "hotpath/ops/autocast_ops.h"
 #include "hotpath/train/checkpoint.h"
+#include "hotpath/train/distributed.h"
 #include "hotpath/train/grad_scaler.h"
 #include "hotpath/train/optimizer.h"
 #include "hotpath/train/schedule.h"
@@ -176,10 +177,11 @@ struct TrainerState {
 
 constexpr int kTrainerStateFormat = 2;
 
-std::string trainer_state_json(const TrainerState& s, const Recipe& recipe, const Task& task) {
+std::string trainer_state_json(const TrainerState& s, const Recipe& recipe, const Task& task, int world_size) {
   json j;
   j["format"] = kTrainerStateFormat;
   j["kind"] = recipe.data.kind;
+  j["world_size"] = world_size;  // the global batch and the data split depend on it
   j["step"] = s.step;
   j["epoch"] = s.position.epoch;
   j["batch"] = s.position.batch;
@@ -202,7 +204,7 @@ std::string format1_key(const std::string& key) {
 }
 
 TrainerState trainer_state_from_json(const std::string& text, const std::string& where, const Recipe& recipe,
-                                     const Task& task) {
+                                     const Task& task, int world_size) {
   TrainerState s;
   try {
     const auto j = parse_json(text, where);
@@ -232,6 +234,10 @@ TrainerState trainer_state_from_json(const std::string& text, const std::string&
     const std::string kind = j.value("kind", std::string("image"));
     HOTPATH_CHECK(kind == recipe.data.kind, where, ": a checkpoint of a ", kind, " run, but the recipe has data.kind ",
                   recipe.data.kind);
+    const std::int64_t saved_world = j.contains("world_size") ? integer("world_size", 1, 1 << 20) : 1;
+    HOTPATH_CHECK(saved_world == world_size, where, ": the checkpoint was made by ", saved_world, " rank(s), this run has ",
+                  world_size, " (the global batch and each rank's samples would differ); resume with ", saved_world,
+                  " rank(s)");
     s.step = integer("step", 0, kMax);
     s.position = {integer("epoch", 0, kMax), integer("batch", 0, kMax)};
     if (j.contains("best_metric")) s.best_metric = number("best_metric");
@@ -287,17 +293,23 @@ std::string StepBreakdown::summary() const {
     const char* name;
     double s;
   };
-  const Part parts[] = {{"data", data_s}, {"forward", forward_s}, {"backward", backward_s}, {"optimizer", optimizer_s}};
+  const Part parts[] = {{"data", data_s},
+                        {"forward", forward_s},
+                        {"backward", backward_s},
+                        {"optimizer", optimizer_s},
+                        {"all-reduce wait", allreduce_s}};
   std::ostringstream out;
   out << std::fixed << std::setprecision(1) << "step " << 1000.0 * total / static_cast<double>(steps) << " ms: ";
   const Part* top = &parts[0];
   for (const Part& p : parts) {
+    if (&p == &parts[4] && allreduce_s == 0) break;  // one process: no all-reduce phase
     out << (&p == &parts[0] ? "" : " · ") << p.name << " " << 100.0 * p.s / total << "%";
     if (p.s > top->s) top = &p;
   }
   out << " — bottleneck: " << top->name;
   const std::string& hint = top == &parts[0] || data_s / total > 0.2 ? remedies.input
                             : top == &parts[3]                       ? remedies.optimizer
+                            : top == &parts[4]                       ? remedies.allreduce
                                                                      : remedies.compute;
   if (!hint.empty()) out << " (" << hint << ")";
   return out.str();
@@ -308,11 +320,13 @@ std::string StepBreakdown::to_json() const {
   json j;
   j["steps"] = steps;
   j["step_ms"] = steps ? 1000.0 * total_s() / static_cast<double>(steps) : 0.0;
-  j["seconds"] = {{"data", data_s}, {"forward", forward_s}, {"backward", backward_s}, {"optimizer", optimizer_s}};
+  j["seconds"] = {{"data", data_s}, {"forward", forward_s}, {"backward", backward_s}, {"optimizer", optimizer_s},
+                  {"allreduce_wait", allreduce_s}};
   j["fractions"] = {{"data", data_s / total},
                     {"forward", forward_s / total},
                     {"backward", backward_s / total},
-                    {"optimizer", optimizer_s / total}};
+                    {"optimizer", optimizer_s / total},
+                    {"allreduce_wait", allreduce_s / total}};
   j["summary"] = summary();
   return j.dump(2) + "\n";
 }
@@ -372,10 +386,22 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   const at::Device device = pick_device(tr.device);
   HOTPATH_CHECK(tr.precision != "fp16" || device.is_cuda(), recipe.source,
                 ": train.precision: fp16 needs a CUDA device; use bf16 on CPU");
-  // cuDNN benchmark, bf16 only where the GPU has it (cuda/cuda_training.h).
-  const std::string cuda_settings = configure_cuda_training(device, tr.precision, recipe.source);
+  const std::string cuda_settings = configure_cuda_training(device);  // cuDNN benchmark (cuda/cuda_training.h)
+  // Data parallel when torchrun (or Slurm) says so: one process group for the run, checked at start
+  // (every rank the same recipe keys and world size); rank 0 alone writes the run directory.
+  const DistEnv dist_env = dist_env_from_environment();
+  HOTPATH_CHECK(!dist_env.distributed() || device.is_cpu(), recipe.source, ": train.device: ", device.str(),
+                " with ", dist_env.world_size, " ranks needs the NCCL backend, which hotpath does not build yet; "
+                "distributed runs use Gloo on the CPU (train.device: cpu)");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  at::set_num_threads(tr.threads > 0 ? static_cast<int>(tr.threads) : cores);
+  // Default intra-op threads: this host's cores shared by its ranks.
+  at::set_num_threads(tr.threads > 0 ? static_cast<int>(tr.threads)
+                                     : std::max(1, cores / std::max(1, dist_env.local_world_size)));
+  std::unique_ptr<DistContext> dist;
+  if (dist_env.distributed()) dist = DistContext::connect(dist_env, dist_timeout(), recipe_agreement_keys(recipe));
+  const bool is_main = !dist || dist->rank() == 0;
+  const int world_size = dist ? dist->world_size() : 1;
+  const bool quiet = options.quiet || !is_main;
   // Initial weights (a new head, LoRA's A) and dropout until a checkpoint restores its state.
   at::manual_seed(tr.seed);
   const bool benchmark = options.benchmark_warmup_steps >= 0;
@@ -385,9 +411,10 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   // The run directory is this run's alone: locked for the whole run; one holding another run is only
   // continued (--resume) or cleared (--overwrite), never mixed into (docs/bad-input.md).
   HOTPATH_CHECK(!(options.resume && options.overwrite), "--resume and --overwrite exclude each other");
-  const RunDirLock run_lock(run_dir);
+  std::optional<RunDirLock> run_lock;
+  if (is_main) run_lock.emplace(run_dir);
   bool clear_first = false;
-  if (!options.resume && !benchmark) {
+  if (!options.resume && !benchmark && is_main) {
     std::string held;
     for (const auto& name : run_outputs(run_dir)) held += (held.empty() ? "" : ", ") + name;
     HOTPATH_CHECK(held.empty() || options.overwrite, run_dir.string(), ": holds another run (", held,
@@ -397,10 +424,17 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   std::optional<std::string> latest;
   if (options.resume) {
     latest = latest_checkpoint(ckpt_root.string());
+    if (dist) {  // rank 0's choice (the directory is shared; rank 0 alone writes it)
+      const std::string chosen = dist->broadcast_string("resume_checkpoint", latest.value_or(""));
+      latest = chosen.empty() ? std::nullopt : std::optional<std::string>(chosen);
+    }
     HOTPATH_CHECK(latest.has_value(), ckpt_root.string(), ": no checkpoint to resume from");
   }
 
-  std::unique_ptr<Task> task = make_task(recipe, {.device = device, .out = options.quiet ? nullptr : &out});
+  std::unique_ptr<Task> task = make_task(recipe, {.device = device,
+                                                 .out = quiet ? nullptr : &out,
+                                                 .rank = dist ? dist->rank() : 0,
+                                                 .world_size = world_size});
   torch::nn::Module& model = task->module();
   const NamedParameters trainable = task->trainable();
   std::vector<at::Tensor> trainable_tensors;
@@ -435,7 +469,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   TrainerState state;
   if (latest) {
     const CheckpointData data = load_checkpoint(*latest);
-    state = trainer_state_from_json(data.trainer_json, *latest + "/trainer.json", recipe, *task);
+    state = trainer_state_from_json(data.trainer_json, *latest + "/trainer.json", recipe, *task, world_size);
     HOTPATH_CHECK(state.step < total_steps, *latest, ": the run already finished (step ", state.step, " of ",
                   total_steps, "); raise train.epochs or train.max_steps to train on, or start a new run");
     HOTPATH_CHECK(state.position.epoch < tr.epochs &&
@@ -454,33 +488,55 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     load_rng_state(data.rng, device);
     task->load_state(state.task_state, *latest + "/trainer.json");
     if (scaler.is_enabled()) scaler.load_state(state.scaler);
-    if (!options.quiet) out << "resuming from " << *latest << " at step " << state.step << "\n";
+    if (!quiet) out << "resuming from " << *latest << " at step " << state.step << "\n";
+  }
+
+  // DDP: every rank starts from rank 0's parameters and buffers; gradients are synchronised in buckets.
+  std::unique_ptr<GradSync> grad_sync;
+  if (dist) {
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> tensors;
+    for (const auto& t : model.parameters()) tensors.push_back(t);
+    for (const auto& t : model.buffers()) tensors.push_back(t);
+    for (auto& t : tensors) {
+      std::vector<at::Tensor> one{t.contiguous()};
+      dist->broadcast(one, 0, "the initial broadcast of the model from rank 0");
+      if (!one[0].is_same(t)) t.copy_(one[0]);
+    }
+    grad_sync = std::make_unique<GradSync>(*dist, trainable);
   }
 
   if (clear_first) {  // --overwrite: only now that the new run has been built and checked
     clear_run_outputs(run_dir);
-    if (!options.quiet) out << "--overwrite: cleared the previous run in " << run_dir.string() << "\n";
+    if (!quiet) out << "--overwrite: cleared the previous run in " << run_dir.string() << "\n";
   }
-  fs::create_directories(ckpt_root);
-  if (!benchmark) write_file_atomic((run_dir / "config.yaml").string(), to_yaml(recipe));
+  if (is_main) fs::create_directories(ckpt_root);
+  if (!benchmark && is_main) write_file_atomic((run_dir / "config.yaml").string(), to_yaml(recipe));
   // A metrics line is "regular" at every log_every-th step and at the end of an epoch; a line at a
   // checkpoint's step that is not regular, or an eval there mid-epoch, was logged because the run
   // stopped there (max_steps): the resumed run goes on as if it had not.
   const auto regular_line = [&](std::int64_t step, bool epoch_end) { return step % tr.log_every == 0 || epoch_end; };
-  std::ofstream metrics = open_metrics(
-      run_dir / "metrics.jsonl", latest ? std::optional<std::int64_t>(state.step) : std::nullopt,
-      {.drop_train_at_step = !regular_line(state.step, state.position.batch == 0),
-       .drop_eval_at_step = state.position.batch != 0});
-  TensorBoardWriter tb((run_dir / "tensorboard").string());
+  std::ofstream metrics;
+  std::optional<TensorBoardWriter> tb;
+  if (is_main) {
+    metrics = open_metrics(run_dir / "metrics.jsonl", latest ? std::optional<std::int64_t>(state.step) : std::nullopt,
+                           {.drop_train_at_step = !regular_line(state.step, state.position.batch == 0),
+                            .drop_eval_at_step = state.position.batch != 0});
+    tb.emplace((run_dir / "tensorboard").string());
+  }
 
-  if (!options.quiet) {
+  if (!quiet) {
     out << "train: " << task->describe() << " (" << n_trainable << " of " << n_params << " parameters trainable, "
         << fixed(100.0 * static_cast<double>(n_trainable) / static_cast<double>(std::max<std::int64_t>(n_params, 1)), 2)
         << "%) on " << device.str() << (cuda_settings.empty() ? "" : " (" + cuda_settings + ")") << ", " << at::get_num_threads() << " threads, " << tr.precision
         << (tr.precision == "bf16" && device.is_cpu() ? std::string(" (") + ops::bf16_math_name() + ")" : "") << "; "
         << task->train_samples() << " samples, " << steps_per_epoch << " steps/epoch × " << tr.epochs
         << " epochs, batch " << tr.batch_size
-        << (accum > 1 ? " (" + std::to_string(accum) + " micro-batches a step)" : "") << "\n";
+        << (accum > 1 ? " (" + std::to_string(accum) + " micro-batches a step)" : "")
+        << (dist ? " on each of " + std::to_string(world_size) + " ranks (Gloo, " +
+                       std::to_string(grad_sync->stats().buckets) + " gradient buckets)"
+                 : "")
+        << "\n";
   }
 
   TrainResult result;
@@ -499,14 +555,14 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   if (benchmark && options.benchmark_warmup_steps == 0) steady_start = Clock::now();
 
   const auto save = [&] {
-    if (benchmark) return;
+    if (benchmark || !is_main) return;  // DDP: every rank holds the same state; rank 0 writes it
     if (scaler.is_enabled()) state.scaler = scaler.state();
     CheckpointData data;
     data.model = task->checkpoint_tensors();
     data.optimizer = optimizer_state(*optimizer, trainable);
     if (ema) data.ema = ema->state();
     data.rng = rng_state(device);
-    data.trainer_json = trainer_state_json(state, recipe, *task);
+    data.trainer_json = trainer_state_json(state, recipe, *task, world_size);
     save_checkpoint_and_prune(ckpt_root, state.step, data, recipe.checkpoint.keep_last);
   };
   // The end of the run: the trained model (the EMA weights when EMA is on: that is what EMA is for), then
@@ -514,7 +570,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   // again, and one that has its last checkpoint has its model. An interrupted run leaves only its
   // checkpoint: resume finishes the run.
   const auto finish = [&] {
-    if (benchmark) return;
+    if (benchmark || !is_main) return;
     {
       const EmaSwap ema_in(ema.get());
       task->export_model(run_dir, ExportPlace::kRunDir);
@@ -529,9 +585,9 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     write_metrics_line(metrics, {{"split", "eval"}, {"step", state.step}, {"epoch", epoch_label}, {"top1", r.top1},
                                  {"top5", r.top5}, {"loss", r.loss}, {"majority_top1", r.majority_top1},
                                  {"samples", r.samples}});
-    add_eval_scalars(tb, r, state.step);
-    tb.flush();
-    if (!options.quiet) {
+    add_eval_scalars(*tb, r, state.step);
+    tb->flush();
+    if (!quiet) {
       out << "eval epoch " << epoch_label << ": top-1 " << fixed(r.top1, 2) << "% (majority class "
           << fixed(r.majority_top1, 2) << "%)  top-5 " << fixed(r.top5, 2) << "%  loss " << format_number(r.loss)
           << " on " << r.samples << " samples" << (ema ? " (EMA weights)" : "") << "\n";
@@ -549,7 +605,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     task->seek({epoch, epoch == state.position.epoch ? state.position.batch : 0});
     std::int64_t step_in_epoch = task->position().batch / accum;
     std::optional<Progress> progress;
-    if (!options.quiet) {
+    if (!quiet) {
       ProgressOptions po;
       po.prefix = "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(tr.epochs);
       po.initial_step = step_in_epoch;
@@ -598,7 +654,8 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
         const double weight = static_cast<double>(mb.samples) / static_cast<double>(step_samples);
         {
           TraceScope s(&trace, "backward", "train");
-          // Gradient synchronisation across ranks goes here (no-sync for all but the last micro-batch).
+          // DDP: buckets all-reduced as backward fills them, on the last micro-batch only (no-sync before).
+          if (grad_sync) grad_sync->set_sync(&mb == &micro.back());
           scaler.scale(micro.size() == 1 ? loss : loss * weight).backward();
           if (timed) sync(device);
         }
@@ -607,6 +664,12 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
         step_loss_t = step_loss_t.defined() ? step_loss_t + l : l;
         t_fwd += seconds(a0, a1);
         t_bwd += seconds(a1, a2);
+      }
+
+      double t_wait = 0;
+      if (grad_sync) {
+        TraceScope s(&trace, "allreduce_wait", "train");
+        t_wait = grad_sync->finish();
       }
 
       const auto t3 = Clock::now();
@@ -621,7 +684,11 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
         schedule.apply(*optimizer, state.step);
         stepped = scaler.step(*optimizer);
         scaler.update();
-        optimizer->zero_grad(/*set_to_none=*/true);
+        if (grad_sync) {
+          grad_sync->zero_grad();  // the gradients stay views into the buckets
+        } else {
+          optimizer->zero_grad(/*set_to_none=*/true);
+        }
         if (ema && stepped) ema->update();
         if (timed) sync(device);
       }
@@ -631,9 +698,20 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
         bd.forward_s += t_fwd;
         bd.backward_s += t_bwd;
         bd.optimizer_s += seconds(t3, t4);
+        bd.allreduce_s += t_wait;
         ++bd.steps;
       }
-      const double step_loss = step_loss_t.item<double>();
+      double step_loss = step_loss_t.item<double>();
+      bool stop_requested = options.stop != nullptr && options.stop->load();
+      if (dist) {  // the global batch's loss and samples; a stop on any rank stops every rank at this step
+        at::Tensor v = at::tensor({step_loss * static_cast<double>(step_samples), static_cast<double>(step_samples),
+                                   stop_requested ? 1.0 : 0.0},
+                                  at::kDouble);
+        dist->all_reduce_sum(v, "the step's loss");
+        step_loss = v[0].item<double>() / v[1].item<double>();
+        step_samples = static_cast<std::int64_t>(v[1].item<double>());
+        stop_requested = v[2].item<double>() > 0;
+      }
       const double lr = schedule.lr_at(state.step);
       ++state.step;
       ++step_in_epoch;
@@ -668,8 +746,10 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
         if (grad_norm >= 0) j["grad_norm"] = grad_norm;
         if (!stepped) j["skipped"] = true;
         task->add_metrics(j);
-        write_metrics_line(metrics, j);
-        add_train_scalars(tb, loss, lr, rate, state.step);
+        if (is_main) {
+          write_metrics_line(metrics, j);
+          add_train_scalars(*tb, loss, lr, rate, state.step);
+        }
         // A line the run logs only because it stops here leaves the window to the checkpoint: resumed,
         // it goes on.
         if (regular) {
@@ -681,7 +761,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
 
       // Mid-epoch checkpoints: every checkpoint.every_steps and on a stop request. The end of an epoch
       // checkpoints below, after its eval (best_metric included); so does the end of the run.
-      const bool interrupted = options.stop != nullptr && options.stop->load() && state.step < total_steps;
+      const bool interrupted = stop_requested && state.step < total_steps;
       const bool periodic = recipe.checkpoint.every_steps > 0 && state.step % recipe.checkpoint.every_steps == 0;
       if (!epoch_done && (periodic || interrupted) && state.step < total_steps) save();
       if (interrupted) {
@@ -696,7 +776,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
       // Stopped mid-epoch. By a stop request: the checkpoint above is all. By max_steps: evaluate what was
       // trained (logged, not a best/ candidate: a resumed run would not see this eval), then finish.
       if (!result.interrupted) {
-        if (task->has_eval() && !benchmark) {
+        if (task->has_eval() && !benchmark && is_main) {
           const EmaSwap ema_in(ema.get());
           run_eval(epoch + 1);
         }
@@ -706,7 +786,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     }
     result.epochs_completed = epoch + 1;
     const bool last = epoch + 1 == tr.epochs || state.step >= total_steps;
-    if (task->has_eval() && !benchmark && (last || (tr.eval_every > 0 && (epoch + 1) % tr.eval_every == 0))) {
+    if (task->has_eval() && !benchmark && is_main && (last || (tr.eval_every > 0 && (epoch + 1) % tr.eval_every == 0))) {
       const EmaSwap ema_in(ema.get());
       const infer::EvalResult r = run_eval(epoch + 1);
       const double metric = metric_value(r, recipe.checkpoint.metric);
@@ -729,7 +809,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
                (recipe.checkpoint.every_epochs > 0 && (epoch + 1) % recipe.checkpoint.every_epochs == 0)) {
       save();
     }
-    tb.flush();
+    if (tb) tb->flush();
   }
 
   if (steady_start) {
@@ -739,9 +819,17 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   }
   json profile = json::parse(bd.to_json());
   task->add_profile(profile);
-  write_file_atomic((run_dir / "profile.json").string(), profile.dump(2) + "\n");
-  if (!options.trace_path.empty()) trace.write(options.trace_path);
-  tb.flush();
+  if (grad_sync) {
+    const GradSyncStats& gs = grad_sync->stats();
+    profile["distributed"] = {{"world_size", world_size},
+                              {"buckets", gs.buckets},
+                              {"allreduce_bytes_per_step", gs.bucket_bytes_total},
+                              {"buckets_launched_in_backward", gs.launched_in_backward},
+                              {"allreduce_wait_s", gs.wait_s}};
+  }
+  if (is_main) write_file_atomic((run_dir / "profile.json").string(), profile.dump(2) + "\n");
+  if (!options.trace_path.empty() && is_main) trace.write(options.trace_path);
+  if (tb) tb->flush();
 
   result.steps = state.step;
   result.seconds = seconds(t_start, Clock::now());

@@ -1,0 +1,30 @@
+// Private to train/: what DistContext holds (c10d types stay out of the public header).
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <string>
+
+#include "hotpath/train/distributed.h"
+
+namespace hotpath::train {
+
+struct DistContext::Impl {
+  c10::intrusive_ptr<c10d::Store> store;  // prefixed "hotpath/<restart count>/"
+  c10::intrusive_ptr<c10d::Backend> backend;
+  int rank = 0;
+  int world_size = 1;
+  std::chrono::milliseconds timeout{0};
+};
+
+// The Gloo backend (gloo_backend.cpp, the one translation unit that includes ProcessGroupGloo.hpp).
+// Its device follows GLOO_SOCKET_IFNAME (else the hostname's address); `threads` Gloo worker threads.
+c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                     int world_size, std::chrono::milliseconds timeout, int threads);
+
+// The text of an exception from c10d (c10::Error without its backtrace), first line only.
+std::string exception_line(const std::exception& e);
+
+}  // namespace hotpath::train

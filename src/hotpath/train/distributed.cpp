@@ -1,0 +1,290 @@
+// DistEnv from the environment, the store, the start-up agreement check and the blocking collectives
+// (distributed.h). The Gloo backend itself is built in gloo_backend.cpp.
+#include "hotpath/train/distributed.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <sstream>
+#include <thread>
+
+#include "dist_impl.h"
+#include "hotpath/core/error.h"
+
+namespace hotpath::train {
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
+
+int env_int(const char* name, int lo, int hi) {
+  const std::string text = env(name);
+  int value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  HOTPATH_CHECK(ec == std::errc() && ptr == text.data() + text.size() && value >= lo && value <= hi,
+                "distributed: $", name, "='", text, "': expected an integer in [", lo, ", ", hi, "]");
+  return value;
+}
+
+std::vector<std::uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string text(const std::vector<std::uint8_t>& b) { return {b.begin(), b.end()}; }
+
+// One line from an exception (c10::Error: without its backtrace; gloo's "[file:line] message" kept).
+std::string first_line(std::string s) {
+  const auto nl = s.find('\n');
+  if (nl != std::string::npos) s.resize(nl);
+  return s;
+}
+
+}  // namespace
+
+std::string exception_line(const std::exception& e) {
+  if (const auto* c = dynamic_cast<const c10::Error*>(&e)) return first_line(c->what_without_backtrace());
+  return first_line(e.what());
+}
+
+DistEnv dist_env_from_environment() {
+  DistEnv e;
+  constexpr int kMaxRanks = 1 << 20;
+  if (env("WORLD_SIZE") != nullptr || env("RANK") != nullptr) {
+    HOTPATH_CHECK(env("WORLD_SIZE") && env("RANK"), "distributed: $RANK and $WORLD_SIZE must be set together (",
+                  env("RANK") ? "$WORLD_SIZE" : "$RANK", " is missing)");
+    e.launcher = env("TORCHELASTIC_RUN_ID") ? "torchrun" : "env";
+    e.world_size = env_int("WORLD_SIZE", 1, kMaxRanks);
+    e.rank = env_int("RANK", 0, e.world_size - 1);
+    e.local_rank = env("LOCAL_RANK") ? env_int("LOCAL_RANK", 0, e.world_size - 1) : e.rank;
+    e.local_world_size = env("LOCAL_WORLD_SIZE") ? env_int("LOCAL_WORLD_SIZE", 1, e.world_size) : e.world_size;
+  } else if (env("SLURM_PROCID") != nullptr && env("SLURM_NTASKS") != nullptr) {
+    e.launcher = "slurm";
+    e.world_size = env_int("SLURM_NTASKS", 1, kMaxRanks);
+    e.rank = env_int("SLURM_PROCID", 0, e.world_size - 1);
+    e.local_rank = env("SLURM_LOCALID") ? env_int("SLURM_LOCALID", 0, e.world_size - 1) : 0;
+    e.local_world_size = env("SLURM_NTASKS_PER_NODE") ? env_int("SLURM_NTASKS_PER_NODE", 1, e.world_size) : 1;
+  } else {
+    return e;
+  }
+  HOTPATH_CHECK(e.local_rank < e.local_world_size, "distributed: LOCAL_RANK ", e.local_rank,
+                " is not below LOCAL_WORLD_SIZE ", e.local_world_size);
+  if (!e.distributed()) return e;
+  HOTPATH_CHECK(env("MASTER_ADDR") && env("MASTER_PORT"), "distributed: ", e.launcher,
+                " gave rank ", e.rank, " of ", e.world_size, " but $MASTER_ADDR/$MASTER_PORT are not set");
+  e.master_addr = env("MASTER_ADDR");
+  e.master_port = env_int("MASTER_PORT", 1, 65535);
+  const char* agent = env("TORCHELASTIC_USE_AGENT_STORE");
+  e.agent_store = agent != nullptr && (std::string(agent) == "True" || std::string(agent) == "1");
+  e.restart_count = env("TORCHELASTIC_RESTART_COUNT") ? env_int("TORCHELASTIC_RESTART_COUNT", 0, kMaxRanks) : 0;
+  return e;
+}
+
+std::chrono::milliseconds dist_timeout() {
+  const char* v = env("HOTPATH_DIST_TIMEOUT_S");
+  if (v == nullptr) return std::chrono::seconds(300);
+  double s = 0;
+  const std::string t = v;
+  const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), s);
+  HOTPATH_CHECK(ec == std::errc() && ptr == t.data() + t.size() && s > 0 && s <= 86400,
+                "distributed: $HOTPATH_DIST_TIMEOUT_S='", t, "': expected seconds in (0, 86400]");
+  return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
+}
+
+AgreementKeys recipe_agreement_keys(const Recipe& recipe) {
+  AgreementKeys keys;
+  std::istringstream yaml(to_yaml(recipe));
+  std::string line, section;
+  while (std::getline(yaml, line)) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const bool nested = line.starts_with("  ");
+    const std::string key = line.substr(nested ? 2 : 0, colon - (nested ? 2 : 0));
+    std::string value = colon + 1 < line.size() ? line.substr(colon + 2) : "";
+    if (!nested && value.empty()) {
+      section = key;
+      continue;
+    }
+    const std::string dotted = nested ? section + "." + key : key;
+    if (dotted == "data.workers" || dotted == "data.prefetch" || dotted == "train.threads") continue;
+    keys.emplace_back(dotted, value);
+  }
+  return keys;
+}
+
+namespace {
+
+// Every rank publishes {world_size, keys}; each compares with rank 0's and reports a verdict; rank 0
+// publishes the first bad verdict (or ""), so every rank stops with the same line or none does.
+void check_agreement(c10d::Store& store, int rank, int world_size, const AgreementKeys& keys) {
+  nlohmann::ordered_json mine;
+  mine["world_size"] = world_size;
+  for (const auto& [k, v] : keys) mine["keys"][k] = v;
+  store.set("agree/" + std::to_string(rank), bytes(mine.dump()));
+  std::string verdict;
+  if (rank != 0) {
+    const auto theirs = nlohmann::ordered_json::parse(text(store.get("agree/0")));
+    if (theirs["world_size"] != mine["world_size"]) {
+      verdict = "distributed: rank " + std::to_string(rank) + " was started for a world of " +
+                std::to_string(world_size) + " ranks, rank 0 for " + theirs["world_size"].dump() +
+                " (WORLD_SIZE must be the same on every rank)";
+    } else {
+      const auto& a = theirs.contains("keys") ? theirs["keys"] : nlohmann::ordered_json::object();
+      const auto& b = mine.contains("keys") ? mine["keys"] : nlohmann::ordered_json::object();
+      for (const auto& [k, v] : b.items()) {
+        if (!a.contains(k) || a[k] != v) {
+          verdict = "distributed: rank " + std::to_string(rank) + "'s recipe differs from rank 0's at " + k + " (" +
+                    v.get<std::string>() + " on rank " + std::to_string(rank) + ", " +
+                    (a.contains(k) ? a[k].get<std::string>() : std::string("absent")) +
+                    " on rank 0); every rank must run the same recipe";
+          break;
+        }
+      }
+      if (verdict.empty() && a.size() != b.size()) {
+        verdict = "distributed: rank " + std::to_string(rank) + "'s recipe has other keys than rank 0's";
+      }
+    }
+    store.set("verdict/" + std::to_string(rank), bytes(verdict));
+  } else {
+    for (int r = 1; r < world_size && verdict.empty(); ++r) verdict = text(store.get("verdict/" + std::to_string(r)));
+    store.set("verdict/all", bytes(verdict));
+  }
+  if (rank != 0) verdict = text(store.get("verdict/all"));
+  HOTPATH_CHECK(verdict.empty(), verdict);
+}
+
+std::unique_ptr<DistContext::Impl> make_impl(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+                                             std::chrono::milliseconds timeout, const AgreementKeys& keys) {
+  auto impl = std::make_unique<DistContext::Impl>();
+  impl->store = store;
+  impl->rank = rank;
+  impl->world_size = world_size;
+  impl->timeout = timeout;
+  check_agreement(*store, rank, world_size, keys);
+  try {
+    impl->backend = make_gloo_backend(c10::make_intrusive<c10d::PrefixStore>("gloo", store), rank, world_size,
+                                      timeout, /*threads=*/1);
+  } catch (const std::exception& e) {
+    HOTPATH_CHECK(false, "distributed: rank ", rank, " of ", world_size,
+                  ": the Gloo process group did not form within ", timeout.count() / 1000.0,
+                  " s (set GLOO_SOCKET_IFNAME to an interface the ranks reach each other on): ", exception_line(e));
+  }
+  return impl;
+}
+
+}  // namespace
+
+DistContext::DistContext(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DistContext::~DistContext() = default;
+
+std::unique_ptr<DistContext> DistContext::connect(const DistEnv& env, std::chrono::milliseconds timeout,
+                                                  const AgreementKeys& keys) {
+  HOTPATH_CHECK(env.distributed(), "distributed: connect() needs a world of more than one rank");
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<std::uint16_t>(env.master_port);
+  o.isServer = env.rank == 0 && !env.agent_store;
+  o.numWorkers = static_cast<std::size_t>(env.world_size);
+  o.waitWorkers = false;
+  o.timeout = timeout;
+  c10::intrusive_ptr<c10d::Store> tcp;
+  try {
+    tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+  } catch (const std::exception& e) {
+    HOTPATH_CHECK(false, "distributed: rank ", env.rank, " could not ", o.isServer ? "open" : "reach",
+                  " the store at ", env.master_addr, ":", env.master_port, " within ", timeout.count() / 1000.0,
+                  " s (MASTER_ADDR/MASTER_PORT; HOTPATH_DIST_TIMEOUT_S): ", exception_line(e));
+  }
+  auto store = c10::make_intrusive<c10d::PrefixStore>("hotpath/" + std::to_string(env.restart_count), tcp);
+  try {
+    return std::unique_ptr<DistContext>(new DistContext(make_impl(store, env.rank, env.world_size, timeout, keys)));
+  } catch (const hotpath::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    HOTPATH_CHECK(false, "distributed: rank ", env.rank, " of ", env.world_size, ": start-up failed within ",
+                  timeout.count() / 1000.0, " s (did every rank start?): ", exception_line(e));
+  }
+}
+
+std::unique_ptr<DistContext> DistContext::connect_file(const std::string& path, int rank, int world_size,
+                                                       std::chrono::milliseconds timeout, const AgreementKeys& keys) {
+  auto file = c10::make_intrusive<c10d::FileStore>(path, world_size);
+  file->setTimeout(timeout);
+  return std::unique_ptr<DistContext>(new DistContext(make_impl(file, rank, world_size, timeout, keys)));
+}
+
+int DistContext::rank() const { return impl_->rank; }
+int DistContext::world_size() const { return impl_->world_size; }
+
+void DistContext::fail(const std::string& what, const std::string& cause) {
+  std::vector<int> silent;
+  try {
+    auto& store = *impl_->store;
+    store.set("failed/" + std::to_string(impl_->rank), bytes(cause));
+    // The ranks that are alive see the same failure within moments and say so; the others are named.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    while (true) {
+      silent.clear();
+      for (int r = 0; r < impl_->world_size; ++r) {
+        if (r != impl_->rank && !store.check({"failed/" + std::to_string(r)})) silent.push_back(r);
+      }
+      if (silent.empty() || std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  } catch (const std::exception&) {
+    silent = {0};  // the store is gone: without torchrun's agent, rank 0 hosted it
+  }
+  std::string who;
+  for (int r : silent) who += (who.empty() ? "rank " : ", rank ") + std::to_string(r);
+  HOTPATH_CHECK(false, "distributed: rank ", impl_->rank, ": ", what, " failed: ",
+                who.empty() ? std::string("every rank saw the error") : who + " stopped answering (died or hung)",
+                " — ", cause);
+}
+
+void DistContext::all_reduce_sum(at::Tensor& tensor, const std::string& what) {
+  std::vector<at::Tensor> v{tensor};
+  try {
+    impl_->backend->allreduce(v)->wait();
+  } catch (const std::exception& e) {
+    fail(what, exception_line(e));
+  }
+}
+
+void DistContext::broadcast(std::vector<at::Tensor>& tensors, int root, const std::string& what) {
+  try {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    for (auto& t : tensors) {
+      std::vector<at::Tensor> one{t};
+      c10d::BroadcastOptions o;
+      o.rootRank = root;
+      works.push_back(impl_->backend->broadcast(one, o));
+    }
+    for (auto& w : works) w->wait();
+  } catch (const std::exception& e) {
+    fail(what, exception_line(e));
+  }
+}
+
+std::string DistContext::broadcast_string(const std::string& key, const std::string& value) {
+  try {
+    if (impl_->rank == 0) {
+      impl_->store->set("bcast/" + key, bytes(value));
+      return value;
+    }
+    return text(impl_->store->get("bcast/" + key));
+  } catch (const std::exception& e) {
+    fail("sharing " + key, exception_line(e));
+  }
+}
+
+void DistContext::barrier(const std::string& what) {
+  at::Tensor t = at::zeros({1});
+  all_reduce_sum(t, what);
+}
+
+}  // namespace hotpath::train

@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# Data-parallel training under the real torchrun of the venv (Gloo on loopback), one case per call:
+#   equal_image  2 ranks × batch B == 1 rank × batch 2B in micro-batches of B (cnn_small has BatchNorm:
+#                per-rank statistics are per-micro-batch statistics; model.sync_batchnorm is not built yet),
+#                flips drawn by global position; with train.accum_steps 2 (no-sync) == 1 rank in micro-batches
+#                of B/2 is not checked here (see below). Losses and parameters within 1e-5 (BatchNorm running
+#                statistics are rank 0's alone)
+#   equal_text   2 ranks × batch B == 1 rank × batch 2B for a LoRA BERT text recipe; no-sync accumulation too
+#   kill_resume  kill -9 one rank at a random step: the job stops within the timeout with a line naming
+#                the rank; --resume on 2 ranks == an uninterrupted 2-rank run (metrics and weights, byte for byte)
+#   bad_input    another recipe on one rank, an unreachable master, a checkpoint from another world size
+# Usage: distributed_test.sh CASE HOTPATH PYTHON [SEED]
+set -uo pipefail
+case_=$1
+hp=$(realpath "$2")
+python=$3
+seed=${4:-$RANDOM}
+torchrun=$(dirname "$python")/torchrun
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+export HOTPATH_DIST_TIMEOUT_S=60
+RANDOM=$seed
+echo "distributed_test $case_: seed $seed"
+
+# torchrun on a free port, one thread per rank (the machine has 2 cores).
+trun() {
+  "$torchrun" --nnodes 1 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:0" --max-restarts 0 \
+    --no-python "$@"
+}
+
+image_fixture() {
+  "$hp" data pack /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz -o "$work/fm" \
+    --max-samples-per-shard 256 >/dev/null 2>&1 || { echo "cannot pack the image fixture" >&2; exit 1; }
+  cat > image.yaml <<YAML
+name: dist-image
+model: {name: cnn_small, num_classes: 10}
+data:
+  train: ["$work/fm-00000{0..3}.tar"]
+  eval: $work/fm-000010.tar
+  image_size: 28
+  channels: 1
+  train_crop: resize
+  eval_crop: resize
+  resize_shorter: 28
+  flip: 0.5
+  mean: [0.286]
+  std: [0.353]
+  workers: 1
+  shuffle_buffer: 300
+train: {epochs: 2, batch_size: 32, threads: 1, log_every: 1, max_steps: 20}
+optimizer: {name: sgd, lr: 0.05, momentum: 0.9, weight_decay: 0.0005}
+schedule: {name: warmup_cosine, warmup_epochs: 0.2}
+checkpoint: {every_steps: 4, keep_last: 2}
+YAML
+}
+
+text_fixture() {
+  "$python" - "$work/bert" <<'PY' || { echo "cannot make the tiny BERT" >&2; exit 1; }
+import os, sys, torch
+from transformers import BertConfig, BertModel
+out = sys.argv[1]
+torch.manual_seed(0)
+words = ["good", "bad", "movie", "film", "very", "really", "the", "a", "was", "is"]
+config = BertConfig(vocab_size=5 + len(words), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                    attention_probs_dropout_prob=0.0)
+BertModel(config).save_pretrained(out, safe_serialization=True)
+with open(os.path.join(out, "vocab.txt"), "w") as f:
+    f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words) + "\n")
+PY
+  for i in $(seq 1 512); do
+    w=$([ $((i % 3)) -eq 0 ] && echo bad || echo good)
+    extra=$([ $((i % 5)) -eq 0 ] && echo " very very" || echo "")
+    echo "{\"text\": \"the movie was really$extra $w\", \"label\": $([ "$w" = good ] && echo 1 || echo 0)}"
+  done > text.jsonl
+  "$hp" data pack-text text.jsonl --format jsonl -o "$work/tx" >/dev/null 2>&1 || { echo "cannot pack text" >&2; exit 1; }
+  cat > text.yaml <<YAML
+name: dist-text
+model: {name: bert, pretrained: $work/bert, num_classes: 2, lora_r: 4}
+data: {kind: text, train: "$work/tx-*.tar", eval: "$work/tx-*.tar", max_length: 16, workers: 1, bucket: false}
+train: {epochs: 2, batch_size: 8, threads: 1, log_every: 1, max_steps: 20}
+optimizer: {name: adamw, lr: 0.003}
+schedule: {name: constant}
+checkpoint: {every_steps: 4, keep_last: 2}
+YAML
+}
+
+# compare RUN_A RUN_B MODEL_FILE TOL: train losses line by line and every tensor of the model within TOL.
+compare() {
+  "$python" - "$1" "$2" "$3" "$4" <<'PY'
+import json, sys
+from safetensors.numpy import load_file
+a, b, model, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+la = [json.loads(l) for l in open(f"{a}/metrics.jsonl") if '"train"' in l]
+lb = [json.loads(l) for l in open(f"{b}/metrics.jsonl") if '"train"' in l]
+assert len(la) == len(lb) and len(la) >= 20, f"{len(la)} vs {len(lb)} train lines"
+worst = max(abs(x["loss"] - y["loss"]) for x, y in zip(la, lb))
+wa, wb = load_file(f"{a}/{model}"), load_file(f"{b}/{model}")
+assert wa.keys() == wb.keys(), "different tensors"
+# BatchNorm running statistics: rank 0's own batches (per-rank statistics, as PyTorch DDP without SyncBN)
+wworst = max(float(abs(wa[k].astype("float64") - wb[k].astype("float64")).max())
+             for k in wa if wa[k].size and "running_" not in k and "num_batches" not in k)
+print(f"{len(la)} steps: max |loss diff| {worst:.2e}, max |weight diff| {wworst:.2e} (first loss {la[0]['loss']:.4f}, last {la[-1]['loss']:.4f})")
+sys.exit(0 if worst <= tol and wworst <= tol else 1)
+PY
+}
+
+# NAME RECIPE MODEL_FILE BATCH ONE_RANK_ACCUM [KEY=VALUE for the accumulation pair]: 1 rank × 2B in
+# ONE_RANK_ACCUM micro-batches against 2 ranks × B; then 2 ranks accumulating against 1 rank.
+equal_case() {
+  local name=$1 recipe=$2 model=$3 b=$4 acc=$5 extra=()
+  [ -n "${6:-}" ] && [ "$6" != none ] && extra=(--set "$6")
+  "$hp" train "$recipe" --quiet --set "output_dir=$work/$name-one" --set "train.batch_size=$((2 * b))" \
+    --set "train.accum_steps=$acc" >"$name-one.log" 2>&1 || { fail "$name: 1 rank failed: $(tail -3 "$name-one.log")"; return; }
+  trun "$hp" train "$recipe" --quiet --set "output_dir=$work/$name-two" >"$name-two.log" 2>&1 ||
+    { fail "$name: 2 ranks failed: $(tail -5 "$name-two.log")"; return; }
+  grep -q "all-reduce wait" "$name-two.log" || fail "$name: no all-reduce wait phase in the step-time summary"
+  echo -n "$name, 1 rank × $((2 * b)) vs 2 ranks × $b: "
+  compare "$name-one" "$name-two" "$model" 1e-5 || fail "$name: 2 ranks × $b differ from 1 rank × $((2 * b))"
+  [ "${6:-}" = none ] && return
+  local ref="$name-one"
+  if [ "$acc" -gt 1 ]; then  # BatchNorm: the reference takes micro-batches of B/2 too
+    ref="$name-one4"
+    "$hp" train "$recipe" --quiet --set "output_dir=$work/$ref" --set "train.batch_size=$((2 * b))" \
+      --set "train.accum_steps=$((2 * acc))" "${extra[@]}" >"$ref.log" 2>&1 || { fail "$name: 1 rank failed: $(tail -3 "$ref.log")"; return; }
+  fi
+  trun "$hp" train "$recipe" --quiet --set "output_dir=$work/$name-accum" --set train.accum_steps=2 "${extra[@]}" \
+    >"$name-accum.log" 2>&1 || { fail "$name: 2 ranks with accumulation failed: $(tail -5 "$name-accum.log")"; return; }
+  echo -n "$name, 1 rank × $((2 * b)) vs 2 ranks × 2 micro-batches of $((b / 2)) (no-sync): "
+  compare "$ref" "$name-accum" "$model" 1e-5 || fail "$name: no-sync accumulation differs from the large batch"
+}
+
+case "$case_" in
+  equal_image)
+    image_fixture
+    # No accumulation pair here: on 2 ranks the micro-batches' gradients are summed in another order (each
+    # rank's, then the ranks'), 1e-7 apart at step 1, and this small BatchNorm CNN amplifies that about
+    # 10× a step (1e-3 by step 20 at lr 0.05, 1e-4 at lr 0.01, measured). The text case and
+    # distributed_tests' NoSyncAccumulationEqualsTheLargeBatch check no-sync.
+    equal_case image image.yaml model.safetensors 32 2 none
+    ;;
+  equal_text)
+    text_fixture
+    equal_case text text.yaml model/model.safetensors 8 1
+    ;;
+  kill_resume)
+    image_fixture
+    trun "$hp" train image.yaml --quiet --set "output_dir=$work/a" >a.log 2>&1 || fail "uninterrupted run: $(tail -5 a.log)"
+    trun "$hp" train image.yaml --quiet --set "output_dir=$work/b" >b.log 2>&1 &
+    tr_pid=$!
+    want=$((3 + RANDOM % 12))  # a random step past the first checkpoint
+    for _ in $(seq 1 3000); do
+      [ "$(grep -c '"train"' b/metrics.jsonl 2>/dev/null)" -ge "$want" ] && break
+      kill -0 "$tr_pid" 2>/dev/null || break
+      sleep 0.01
+    done
+    victim=""
+    for p in $(pgrep -P "$tr_pid"); do  # torchrun's children are the ranks; pick RANK=1
+      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'RANK=1' && victim=$p
+    done
+    [ -n "$victim" ] || fail "no rank 1 process found under torchrun $tr_pid (did the run end before step $want?)"
+    start=$(date +%s)
+    kill -9 "$victim"
+    wait "$tr_pid" && fail "the job exited 0 after rank 1 was killed"
+    took=$(( $(date +%s) - start ))
+    echo "killed rank 1 at step >= $want; the job stopped after ${took} s"
+    [ "$took" -le "$HOTPATH_DIST_TIMEOUT_S" ] || fail "the job took ${took} s to stop (timeout $HOTPATH_DIST_TIMEOUT_S s)"
+    grep -E "rank 1 stopped answering|rank: 1 \(local_rank: 1\)" b.log | head -2
+    grep -qE "rank 1 stopped answering|rank: 1 \(local_rank: 1\)" b.log || fail "no line names rank 1: $(tail -5 b.log)"
+    trun "$hp" train image.yaml --quiet --resume --set "output_dir=$work/b" >>b.log 2>&1 || fail "resume: $(tail -5 b.log)"
+    cmp -s a/metrics.jsonl b/metrics.jsonl || fail "metrics.jsonl differs after kill + resume: $(diff a/metrics.jsonl b/metrics.jsonl | head -4)"
+    cmp -s a/model.safetensors b/model.safetensors || fail "model.safetensors differs after kill + resume"
+    [ "$failures" -eq 0 ] && echo "kill -9 + --resume on 2 ranks == uninterrupted: metrics.jsonl and model.safetensors identical"
+    # A checkpoint of 2 ranks resumed by 1: refused with one line.
+    "$hp" train image.yaml --resume --set "output_dir=$work/b" --set train.max_steps=30 >w.log 2>&1 && fail "1 rank resumed a 2-rank checkpoint"
+    grep -q "made by 2 rank(s), this run has 1" w.log || fail "world-size resume: $(tail -2 w.log)"
+    tail -1 w.log
+    ;;
+  bad_input)
+    image_fixture
+    # Rank 1 with another learning rate: both ranks refuse at start naming the key.
+    cat > other.sh <<SH
+#!/usr/bin/env bash
+extra=()
+[ "\$RANK" = 1 ] && extra=(--set optimizer.lr=0.2)
+exec "$hp" train "$work/image.yaml" --quiet --set "output_dir=$work/bad" "\${extra[@]}"
+SH
+    chmod +x other.sh
+    trun ./other.sh >other.log 2>&1 && fail "ranks with different recipes trained"
+    grep -m1 "differs from rank 0's at optimizer.lr" other.log || fail "different recipe: $(tail -5 other.log)"
+    # An unreachable master: a clear line within the (short) timeout.
+    start=$(date +%s)
+    RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=9 HOTPATH_DIST_TIMEOUT_S=3 \
+      "$hp" train image.yaml --quiet --set "output_dir=$work/unreach" >unreach.log 2>&1 && fail "no master, but it trained"
+    took=$(( $(date +%s) - start ))
+    tail -1 unreach.log
+    grep -q "could not reach the store at 127.0.0.1:9 within 3 s" unreach.log || fail "unreachable master: $(tail -2 unreach.log)"
+    [ "$took" -le 30 ] || fail "unreachable master took ${took} s with a 3 s timeout"
+    [ "$(grep -c . unreach.log)" -eq 1 ] || fail "unreachable master: more than one line: $(cat unreach.log)"
+    ;;
+  *) echo "unknown case $case_" >&2; exit 2 ;;
+esac
+
+[ "$failures" -eq 0 ] && echo "distributed_test $case_: all passed" || exit 1
