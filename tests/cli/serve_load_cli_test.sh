@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# `hotpath serve` under bounded loopback load (issue 13), on the tiny text embedder of make_packages.sh:
+#  1. load: 8 keep-alive clients x 100 requests (JSON and binary alternating), every response exactly its own answer;
+#  2. overload: a 2-request queue and 16 clients: 503 + Retry-After + JSON error at once, every 200 still right;
+#  3. SIGTERM during load: every request sent before the signal is answered (200 or 503), the server's log counts
+#     as many 200s as the clients received, the process exits 0.
+# Prints throughput and latencies for information (a loaded machine); asserts none of them.
+# Usage: serve_load_cli_test.sh HOTPATH PYTHON SOURCE_DIR
+set -uo pipefail
+hp=$1
+py=$2
+src=$3
+work=$(mktemp -d)
+server_pid=
+cleanup() {
+  if [ -n "$server_pid" ]; then kill -9 "$server_pid" 2>/dev/null; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+cd "$work"
+export TMPDIR="$work"
+"$src/tests/serve/make_packages.sh" "$hp" "$work" || exit 1
+failures=0
+
+# start_server NAME ARGS...: runs `hotpath serve emb ARGS` in the background; sets server_pid and port.
+start_server() {
+  local name=$1
+  shift
+  "$hp" serve emb --port 0 --threads 1 "$@" > "$name.out" 2> "$name.err" &
+  server_pid=$!
+  port=
+  for _ in $(seq 1 600); do
+    port=$(sed -n 's/^serve: ready on http:\/\/127.0.0.1:\([0-9]*\) .*/\1/p' "$name.out")
+    [ -n "$port" ] && return 0
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "FAIL: $name: no ready line: $(tail -3 "$name.err")" >&2
+  exit 1
+}
+
+stop_server() {
+  kill -TERM "$server_pid"
+  wait "$server_pid"
+  local rc=$?
+  server_pid=
+  [ "$rc" -eq 0 ] || { echo "FAIL: $1: exit $rc after SIGTERM: $(tail -3 "$1.err")" >&2; failures=$((failures + 1)); }
+}
+
+start_server load --max-batch-size 8 --max-queue-delay-us 2000 --max-queue-size 256
+"$py" "$src/tests/serve/serve_load_test.py" load "127.0.0.1:$port" 8 100 || failures=$((failures + 1))
+stop_server load
+
+start_server overload --max-batch-size 2 --max-queue-delay-us 20000 --max-queue-size 2
+"$py" "$src/tests/serve/serve_load_test.py" overload "127.0.0.1:$port" 16 10 || failures=$((failures + 1))
+stop_server overload
+
+start_server sigterm --max-batch-size 8 --max-queue-delay-us 20000 --max-queue-size 256 --drain-timeout-s 60
+"$py" "$src/tests/serve/serve_load_test.py" sigterm "127.0.0.1:$port" 8 "$server_pid" sigterm.err \
+  || failures=$((failures + 1))
+wait "$server_pid"
+rc=$?
+server_pid=
+[ "$rc" -eq 0 ] || { echo "FAIL: sigterm: exit $rc: $(tail -3 sigterm.err)" >&2; failures=$((failures + 1)); }
+grep -q "serve: drained, every accepted request answered" sigterm.err \
+  || { echo "FAIL: sigterm: no drain line: $(tail -3 sigterm.err)" >&2; failures=$((failures + 1)); }
+
+[ "$failures" -eq 0 ] || { echo "serve_load_cli_test: $failures failure(s)" >&2; exit 1; }
+echo "serve_load_cli_test: ok"
