@@ -386,7 +386,8 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   const at::Device device = pick_device(tr.device);
   HOTPATH_CHECK(tr.precision != "fp16" || device.is_cuda(), recipe.source,
                 ": train.precision: fp16 needs a CUDA device; use bf16 on CPU");
-  const std::string cuda_settings = configure_cuda_training(device);  // cuDNN benchmark (cuda/cuda_training.h)
+  // cuDNN benchmark, bf16 only where the GPU has it (cuda/cuda_training.h).
+  const std::string cuda_settings = configure_cuda_training(device, tr.precision, recipe.source);
   // Data parallel when torchrun (or Slurm) says so: one process group for the run, checked at start
   // (every rank the same recipe keys and world size); rank 0 alone writes the run directory.
   const DistEnv dist_env = dist_env_from_environment();
