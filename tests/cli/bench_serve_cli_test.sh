@@ -36,6 +36,7 @@ assert 0 < load["p50_ms"] <= load["p90_ms"] <= load["p99_ms"], load
 assert load["qps"] > 0 and off["per_s"] > 0 and off["batch"] == 4, (load, off)
 assert abs(r["ratio_server_vs_offline"] - r["contenders"]["hotpath"]["best_per_s"] / r["contenders"]["offline"]["best_per_s"]) < 1e-9, r
 assert r["server_exit_code_after_sigterm"] == 0, r
+assert r["server_rows"] == 120 and 1 <= r["server_mean_batch_size"] <= 4, r  # the server's own /metrics count
 o = r["overload"]
 assert o["clients"] == 12 and o["max_queue_size"] == 4 and o["lost"] == 0 and o["mismatched"] == 0, o
 assert o["sent"] == 300 and o["ok"] + o["refused_503"] + o["other_errors"] == 300, o

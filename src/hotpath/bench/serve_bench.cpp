@@ -349,6 +349,32 @@ LoadFigures run_load(int port, const Workload& w, int clients, std::int64_t requ
   return total;
 }
 
+// GET `target` on the server; the body of a 200, else throws.
+std::string http_get(int port, const std::string& target) {
+  boost::asio::io_context io;
+  tcp::socket socket(io);
+  socket.connect(tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
+  http::request<http::empty_body> req(http::verb::get, target, 11);
+  req.set(http::field::host, "127.0.0.1");
+  http::write(socket, req);
+  boost::beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  http::read(socket, buffer, res);
+  HOTPATH_CHECK(res.result_int() == 200, "bench serve: GET ", target, " answered ", res.result_int());
+  return res.body();
+}
+
+// The value of the sample `name{...model="bench"...}` on a Prometheus page (0 when absent).
+double metric(const std::string& page, const std::string& name) {
+  std::istringstream in(page);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name + "{", 0) != 0 || line.find(std::string("model=\"") + kModel + "\"") == std::string::npos) continue;
+    return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return 0;
+}
+
 Json load_json(const LoadFigures& f) {
   Json statuses = Json::object();
   for (const auto& [s, n] : f.by_status) statuses[std::to_string(s)] = n;
@@ -442,6 +468,10 @@ Json run_serve_bench(const ServeBenchOptions& o, std::ostream* log, std::vector<
          served});
   b.add({"offline", "hotpath::infer::Engine::run on batches of " + std::to_string(o.max_batch_size) + " rows", offline});
   const BenchmarkResult result = b.run(log);
+  // The server's own count of what it ran (every load run): were the batches full?
+  const std::string page = http_get(port, "/metrics");
+  const double executions = metric(page, "nv_inference_exec_count");
+  const double rows = metric(page, "nv_inference_count");
   const int load_exit = server->stop(std::chrono::seconds(90));
   server.reset();
   HOTPATH_CHECK(lost == 0 && mismatched == 0, "bench serve: ", lost, " requests lost and ", mismatched,
@@ -461,6 +491,9 @@ Json run_serve_bench(const ServeBenchOptions& o, std::ostream* log, std::vector<
                  {"offline", result.at("offline").best().details},
                  {"ratio_server_vs_offline", result.ratio_vs("offline")},
                  {"load_errors", errors},
+                 {"server_batches", executions},
+                 {"server_rows", rows},
+                 {"server_mean_batch_size", executions > 0 ? rows / executions : 0},
                  {"server_exit_code_after_sigterm", load_exit}};
 
   if (o.overload_clients >= 0) {
@@ -495,7 +528,7 @@ Json run_serve_bench(const ServeBenchOptions& o, std::ostream* log, std::vector<
     std::ostringstream row;
     row << "| serve latency | p50 " << l["p50_ms"].get<double>() << " ms | p90 " << l["p90_ms"].get<double>()
         << " ms | p99 " << l["p99_ms"].get<double>() << " ms | server/offline " << report["ratio_server_vs_offline"].get<double>()
-        << " |";
+        << " | mean server batch " << report["server_mean_batch_size"].get<double>() << " |";
     table_rows->push_back(row.str());
   }
   return report;
