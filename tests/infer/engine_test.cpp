@@ -352,6 +352,41 @@ TEST(EngineInt8, ChainedConvsMatchUnchainedAndPassU8) {
   EXPECT_EQ(u8_values, 8);
 }
 
+// A batch cut into one part per thread (EngineOptions::split_batch) gives the unsplit run's rows: fp32 and
+// int8 text graphs, even and odd batches, a padded sequence.
+TEST(EngineText, SplitBatchEqualsTheUnsplitRun) {
+  at::manual_seed(6);
+  models::BertForSequenceClassification model(tiny_bert(formats::BertArch::kBert));
+  model.eval();
+  const Graph g = lower_text_classifier(model);
+  for (const bool int8 : {false, true}) {
+    const Graph graph = int8 ? quantize_by_hand(g, at::randint(1, 50, {2, 9}, at::kLong)) : g;
+    const EngineOptions split_options{.threads = 2, .precision = int8 ? Precision::kInt8 : Precision::kFp32};
+    EngineOptions whole_options = split_options;
+    whole_options.split_batch = false;
+    const Engine split = Engine::from_graph(graph, split_options);
+    const Engine whole = Engine::from_graph(graph, whole_options);
+    EXPECT_NE(split.describe().find("batch: batches of >= 2 split across the threads"), std::string::npos)
+        << split.describe();
+    EXPECT_NE(whole.describe().find("(split_batch off)"), std::string::npos) << whole.describe();
+    for (const std::int64_t batch : {2, 5}) {
+      const at::Tensor ids = at::randint(1, 50, {batch, 13}, at::kLong);
+      at::Tensor mask = at::ones({batch, 13}, at::kLong);
+      mask[1].narrow(0, 6, 7).zero_();
+      const at::Tensor types = at::zeros({batch, 13}, at::kLong);
+      const at::Tensor got = split.run({ids, mask, types}).front();
+      const at::Tensor want = whole.run({ids, mask, types}).front();
+      ASSERT_EQ(got.sizes(), want.sizes());
+      EXPECT_LT(rel_error(got, want), 1e-6) << (int8 ? "int8" : "fp32") << " batch " << batch;
+    }
+  }
+  // Image graphs keep every node's own parallelism.
+  auto cnn = models::create_model("resnet18_small", {.num_classes = 3, .in_channels = 3});
+  const Engine image = Engine::from_graph(lower_image_model(*cnn, {.channels = 3, .image_size = 16}), {.threads = 2});
+  EXPECT_NE(image.describe().find("batch: every node parallel on its own (image graph"), std::string::npos)
+      << image.describe();
+}
+
 // ---- packages -------------------------------------------------------------------------------------
 
 PackageDir image_package(const std::string& arch, std::int64_t channels, std::int64_t size, std::int64_t classes) {

@@ -35,6 +35,11 @@ struct EngineOptions {
   // inside where the CPU has AVX512_BF16 (otherwise fp32, said in describe()). int8: the graph's quantized
   // nodes run int8, the rest as bf16 would.
   Precision precision = Precision::kFp32;
+  // Text graphs (every node works per sample) given a batch of at least 2 with threads >= 2: the batch is
+  // cut into `threads` parts and each thread runs the whole graph on its part with serial kernels — one
+  // synchronisation per run instead of several per node. Results equal the unsplit run (every op is per
+  // sample); false keeps every node's own intra-op parallelism. describe() says which.
+  bool split_batch = true;
   // Channels-last memory for image activations (oneDNN's fast conv layout).
   bool channels_last = true;
   // Where the graph runs. CUDA: weights and activations on the device in cuda_dtype (fp16 by default; bf16,

@@ -196,6 +196,9 @@ struct Engine::Impl {
   std::map<std::string, int> int8_counts;
   std::string conv_note;  // why convs do not run oneDNN's prepacked fused kernel ("" when they do)
   mutable std::mutex pack_mutex;
+  // Every node works per sample (text graphs: no convs or pools, no select along the batch): run() may cut
+  // a batch into parts that threads run independently (EngineOptions::split_batch). "" or why not.
+  std::string split_note;
 
   // s.weight packed by oneDNN for an input of x's shape (once per shape).
   const at::Tensor& packed_for(const Step& s, const at::Tensor& x) const {
@@ -220,6 +223,10 @@ struct Engine::Impl {
     return it == n.params.end() ? at::Tensor() : graph.params.at(it->second);
   }
   void run_step(const Step& s, std::vector<at::Tensor>& v) const;
+  // Every step in order over the values v (inputs already in their slots).
+  void run_steps(std::vector<at::Tensor>& v, const NodeObserver& observer) const;
+  // run_steps on parts of the batch, one per thread (split_batch); the outputs, concatenated.
+  std::vector<at::Tensor> run_split(const std::vector<at::Tensor>& v, std::int64_t batch, std::int64_t parts) const;
 };
 
 void Engine::Impl::prepare() {
@@ -332,6 +339,21 @@ void Engine::Impl::prepare() {
     steps.push_back(std::move(s));
   }
   for (const std::string& out : graph.outputs) output_slots.push_back(slot.at(out));
+  for (const Step& s : steps) {
+    if (s.op == Op::kConv || s.op == Op::kMaxPool || s.op == Op::kAvgPool) {
+      split_note = "image graph (convolutions and pools keep their own parallelism)";
+    } else if (s.op == Op::kSelect && s.dim == 0) {
+      split_note = "node " + s.node->name + " selects along the batch";
+    }
+    if (!split_note.empty()) break;
+  }
+  for (const ValueSpec& in : graph.inputs) {
+    if (split_note.empty() && in.shape.empty()) split_note = "input " + in.name + " has no batch dimension";
+  }
+  if (split_note.empty() && !options.split_batch) split_note = "split_batch off";
+#ifndef _OPENMP
+  if (split_note.empty()) split_note = "engine.cpp built without OpenMP";  // at::parallel_for would be serial
+#endif
   for (const auto& [value, step] : last_use) {
     const bool is_output = std::find(output_slots.begin(), output_slots.end(), value) != output_slots.end();
     if (!is_output) steps[step].release.push_back(value);
@@ -466,6 +488,61 @@ void Engine::Impl::run_step(const Step& s, std::vector<at::Tensor>& v) const {
   for (int r : s.release) v[static_cast<std::size_t>(r)].reset();
 }
 
+void Engine::Impl::run_steps(std::vector<at::Tensor>& v, const NodeObserver& observer) const {
+  std::vector<at::Tensor> seen;
+  for (const Step& s : steps) {
+    try {
+      if (observer) {
+        seen.clear();
+        for (int i : s.in) seen.push_back(i >= 0 ? v[static_cast<std::size_t>(i)] : at::Tensor());
+      }
+      run_step(s, v);
+      if (observer) observer(*s.node, seen, v[static_cast<std::size_t>(s.out)]);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {  // LibTorch's messages carry a C++ trace: keep the first line
+      const std::string what = e.what();
+      throw Error("engine: node " + s.node->name + " (" + s.node->op + ") failed: " + what.substr(0, what.find('\n')));
+    }
+  }
+}
+
+// Inside at::parallel_for every nested ATen parallel_for and oneDNN call runs on the calling thread, so
+// each part runs the graph serially: no barrier between nodes, which on 2 cores cost more than the
+// intra-op parallelism gained (BERT-base int8: ~20 parallel regions per layer; an idle thread spins or
+// waits at each). Every node works per sample, so each part's rows are the unsplit run's.
+std::vector<at::Tensor> Engine::Impl::run_split(const std::vector<at::Tensor>& v, std::int64_t batch,
+                                                std::int64_t parts) const {
+  std::vector<std::vector<at::Tensor>> outs(static_cast<std::size_t>(parts));
+  at::parallel_for(0, parts, 1, [&](std::int64_t p0, std::int64_t p1) {
+    const c10::InferenceMode inference;  // thread-local: the pool's threads need their own
+    for (std::int64_t p = p0; p < p1; ++p) {
+      const std::int64_t b0 = batch * p / parts;
+      const std::int64_t b1 = batch * (p + 1) / parts;
+      std::vector<at::Tensor> part(v.size());
+      for (int slot : input_slots) {
+        const auto i = static_cast<std::size_t>(slot);
+        part[i] = v[i].narrow(0, b0, b1 - b0);
+      }
+      run_steps(part, nullptr);
+      for (int slot : output_slots) {
+        const at::Tensor& y = part[static_cast<std::size_t>(slot)];
+        HOTPATH_ASSERT(y.dim() >= 1 && y.size(0) == b1 - b0);
+        outs[static_cast<std::size_t>(p)].push_back(y);
+      }
+    }
+  });
+  std::vector<at::Tensor> out;
+  out.reserve(output_slots.size());
+  for (std::size_t o = 0; o < output_slots.size(); ++o) {
+    std::vector<at::Tensor> pieces;
+    pieces.reserve(outs.size());
+    for (const auto& part : outs) pieces.push_back(part[o].to(at::kFloat));
+    out.push_back(at::cat(pieces, 0).contiguous());
+  }
+  return out;
+}
+
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::Engine(Engine&&) noexcept = default;
 Engine& Engine::operator=(Engine&&) noexcept = default;
@@ -541,22 +618,15 @@ std::vector<at::Tensor> Engine::run(const std::vector<at::Tensor>& inputs, const
     }
     v[static_cast<std::size_t>(m.input_slots[i])] = std::move(t);
   }
-  std::vector<at::Tensor> seen;
-  for (const Step& s : m.steps) {
-    try {
-      if (observer) {
-        seen.clear();
-        for (int i : s.in) seen.push_back(i >= 0 ? v[static_cast<std::size_t>(i)] : at::Tensor());
-      }
-      m.run_step(s, v);
-      if (observer) observer(*s.node, seen, v[static_cast<std::size_t>(s.out)]);
-    } catch (const Error&) {
-      throw;
-    } catch (const std::exception& e) {  // LibTorch's messages carry a C++ trace: keep the first line
-      const std::string what = e.what();
-      throw Error("engine: node " + s.node->name + " (" + s.node->op + ") failed: " + what.substr(0, what.find('\n')));
-    }
+  // Offline batches of text graphs: one part of the batch per thread, each running every node serially.
+  const std::int64_t threads = m.options.threads > 0 ? m.options.threads : at::get_num_threads();
+  const at::Tensor& first = v[static_cast<std::size_t>(m.input_slots.front())];
+  const std::int64_t batch = first.size(0);
+  if (!observer && m.split_note.empty() && first.device().is_cpu() && threads >= 2 && batch >= 2 &&
+      !at::in_parallel_region()) {
+    return m.run_split(v, batch, std::min(threads, batch));
   }
+  m.run_steps(v, observer);
   std::vector<at::Tensor> out;
   out.reserve(m.output_slots.size());
   for (int slot : m.output_slots) out.push_back(v[static_cast<std::size_t>(slot)].to(at::kCPU, at::kFloat).contiguous());
@@ -580,6 +650,8 @@ std::string Engine::describe() const {
   for (const auto& [op, count] : m.int8_counts) os << ", int8 " << op << " " << count;
   os << "\n";
   os << "attention: " << ops::attention_kernel_name() << "\n";
+  os << "batch: " << (m.split_note.empty() ? "batches of >= 2 split across the threads, one part each"
+                                           : "every node parallel on its own (" + m.split_note + ")") << "\n";
   if (m.options.device.is_cuda()) os << cuda_engine_description(m.options) << "\n";
   const std::string int8 = detail::int8_kernel_description();
   if (!m.int8_counts.empty() && !int8.empty()) os << "int8: " << int8 << "\n";
