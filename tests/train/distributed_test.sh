@@ -151,14 +151,14 @@ case "$case_" in
     trun "$hp" train image.yaml --quiet --set "output_dir=$work/a" >a.log 2>&1 || fail "uninterrupted run: $(tail -5 a.log)"
     trun "$hp" train image.yaml --quiet --set "output_dir=$work/b" >b.log 2>&1 &
     tr_pid=$!
-    want=$((3 + RANDOM % 12))  # a random step past the first checkpoint
+    want=$((5 + RANDOM % 10))  # a random step past the first checkpoint (step 4)
     for _ in $(seq 1 3000); do
-      [ "$(grep -c '"train"' b/metrics.jsonl 2>/dev/null)" -ge "$want" ] && break
+      [ "$(cat b/metrics.jsonl 2>/dev/null | grep -c '"train"')" -ge "$want" ] && break
       kill -0 "$tr_pid" 2>/dev/null || break
       sleep 0.01
     done
     victim=""
-    for p in $(pgrep -P "$tr_pid"); do  # torchrun's children are the ranks; pick RANK=1
+    for p in $(pgrep -f "output_dir=$work/b"); do  # the ranks (and torchrun): pick RANK=1
       tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'RANK=1' && victim=$p
     done
     [ -n "$victim" ] || fail "no rank 1 process found under torchrun $tr_pid (did the run end before step $want?)"

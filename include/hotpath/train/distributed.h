@@ -102,6 +102,10 @@ struct GradSyncOptions {
   bool overlap = true;
 };
 
+// HOTPATH_DDP_OVERLAP=0 runs the reference twin (for measuring how much of the all-reduce backward hides);
+// HOTPATH_DDP_BUCKET_MB sets the bucket size after the first (default 25). A bad value is one error.
+GradSyncOptions grad_sync_options_from_environment();
+
 struct GradSyncStats {
   std::int64_t buckets = 0;
   std::int64_t bucket_bytes_total = 0;  // bytes all-reduced per synchronised step (= gradient bytes)

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -118,6 +119,19 @@ AgreementKeys recipe_agreement_keys(const Recipe& recipe) {
   return keys;
 }
 
+GradSyncOptions grad_sync_options_from_environment() {
+  GradSyncOptions o;
+  if (const char* v = env("HOTPATH_DDP_OVERLAP")) {
+    const std::string s = v;
+    HOTPATH_CHECK(s == "0" || s == "1", "distributed: $HOTPATH_DDP_OVERLAP='", s, "': expected 0 or 1");
+    o.overlap = s == "1";
+  }
+  if (env("HOTPATH_DDP_BUCKET_MB") != nullptr) {
+    o.bucket_bytes = std::int64_t{env_int("HOTPATH_DDP_BUCKET_MB", 1, 4096)} << 20;
+  }
+  return o;
+}
+
 namespace {
 
 // Every rank publishes {world_size, keys}; each compares with rank 0's and reports a verdict; rank 0
@@ -186,6 +200,9 @@ DistContext::~DistContext() = default;
 std::unique_ptr<DistContext> DistContext::connect(const DistEnv& env, std::chrono::milliseconds timeout,
                                                   const AgreementKeys& keys) {
   HOTPATH_CHECK(env.distributed(), "distributed: connect() needs a world of more than one rank");
+  // c10d logs each failed connect/collective with a backtrace; hotpath reports them as one line instead.
+  // TORCH_CPP_LOG_LEVEL set by the user keeps its say.
+  if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) FLAGS_caffe2_log_level = 3;  // FATAL only
   c10d::TCPStoreOptions o;
   o.port = static_cast<std::uint16_t>(env.master_port);
   o.isServer = env.rank == 0 && !env.agent_store;

@@ -504,7 +504,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
       dist->broadcast(one, 0, "the initial broadcast of the model from rank 0");
       if (!one[0].is_same(t)) t.copy_(one[0]);
     }
-    grad_sync = std::make_unique<GradSync>(*dist, trainable);
+    grad_sync = std::make_unique<GradSync>(*dist, trainable, grad_sync_options_from_environment());
   }
 
   if (clear_first) {  // --overwrite: only now that the new run has been built and checked
