@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -227,11 +228,137 @@ TEST(QuantizeGraph, RunsTheGraphThroughTheGivenRunner) {
     };
   };
   (void)quantize_graph(cnn(), batches({2, 3, 16, 16}, 2), {}, counting);
-  EXPECT_EQ(prepared, 3);  // ranges, conv errors, the quantized graph
-  EXPECT_EQ(batches_run, 6);
+  EXPECT_EQ(prepared, 4);  // ranges, conv errors, then fp32 and the quantized graph side by side
+  EXPECT_EQ(batches_run, 8);
   prepared = batches_run = 0;
   (void)quantize_graph(mlp(), batches({2, 64}, 2), {}, counting);
-  EXPECT_EQ(prepared, 2);  // no conv: no second observation pass
+  EXPECT_EQ(prepared, 3);  // no conv: no second observation pass
+}
+
+// images [B, 3, 16, 16] → `depth` 3×3 convs (8 channels, relu, the odd ones with a residual) → pool → fc.
+Graph deep_cnn(int depth) {
+  at::manual_seed(9);
+  Graph g;
+  g.inputs = {{"images", at::kFloat, {-1, 3, 16, 16}, {"batch", "channels", "height", "width"}}};
+  add_conv(g, "conv0", "images", "c0", 3, 8, 1, {1, 1, 1, 1});
+  for (int i = 1; i < depth; ++i) {
+    const std::string in = "c" + std::to_string(i - 1);
+    add_conv(g, "conv" + std::to_string(i), in, "c" + std::to_string(i), 8, 8, 1, {1, 1, 1, 1}, i % 2 == 1 ? in : "");
+  }
+  Node pool;
+  pool.op = "global_avg_pool";
+  pool.name = "pool";
+  pool.inputs = {"c" + std::to_string(depth - 1)};
+  pool.output = "p";
+  pool.attrs["keepdims"] = std::int64_t{0};
+  g.nodes.push_back(pool);
+  add_linear(g, "fc", "p", "logits", 8, 10, "none");
+  g.outputs = {"logits"};
+  return g;
+}
+
+TEST(QuantizeGraph, NodesAddingTheMostCumulativeErrorStayFloatUntilTheOutputMeetsItsTarget) {
+  const Graph g = deep_cnn(12);
+  const auto calib = batches({4, 3, 16, 16}, 2);
+  // Without a target every node passes its own gate; the errors add up along the chain.
+  const QuantizeResult all = quantize_graph(g, calib, {.max_node_error = 0.5}, engine_runner(1));
+  for (const NodeQuantization& n : all.nodes) EXPECT_TRUE(n.quantized) << n.name << ": " << n.reason;
+  const double target = 0.5 * all.output_error[0];
+  ASSERT_GT(target, 0.0);
+  const NodeQuantization& last = node(all, "conv11");
+  EXPECT_GT(last.cumulative_error, last.error);  // upstream error included
+  EXPECT_DOUBLE_EQ(all.report["nodes"][11]["cumulative_error"].get<double>(), last.cumulative_error);
+
+  const QuantizeResult r = quantize_graph(g, calib, {.max_node_error = 0.5, .max_output_error = target}, engine_runner(1));
+  EXPECT_LE(r.output_error[0], target);
+  int kept = 0;
+  for (const NodeQuantization& n : r.nodes) {
+    if (n.quantized) continue;
+    ++kept;
+    EXPECT_NE(n.reason.find("cumulative"), std::string::npos) << n.reason;
+    EXPECT_EQ(r.graph.find_node(n.name)->attr_str("quant", ""), "");
+  }
+  EXPECT_GE(kept, 1);
+  EXPECT_LT(kept, static_cast<int>(r.nodes.size()));  // not everything: only what it takes
+  const auto& passes = r.report["fallback"]["passes"];
+  ASSERT_GE(passes.size(), 2U);
+  EXPECT_FALSE(passes[0]["kept_float"].empty());
+  EXPECT_DOUBLE_EQ(passes.back()["outputs"][0]["relative_error"].get<double>(), r.output_error[0]);
+  EXPECT_EQ(r.report["totals"]["kept_float"].get<int>(), kept);
+  // The engine agrees with the reported error on the calibration data.
+  at::Tensor err2 = at::zeros({}, at::kDouble), ref2 = at::zeros({}, at::kDouble);
+  const Engine e32 = Engine::from_graph(g), e8 = Engine::from_graph(r.graph);
+  for (const auto& b : calib) {
+    const at::Tensor y = e32.run(b).front(), yq = e8.run(b).front();
+    err2 += (yq - y).to(at::kDouble).pow(2).sum();
+    ref2 += y.to(at::kDouble).pow(2).sum();
+  }
+  EXPECT_NEAR(std::sqrt((err2 / ref2).item<double>()), r.output_error[0], 1e-4);
+  // No more passes than allowed: with none, nothing is kept float by the target.
+  const QuantizeResult capped =
+      quantize_graph(g, calib, {.max_node_error = 0.5, .max_output_error = target, .max_fallback_passes = 0},
+                     engine_runner(1));
+  for (const NodeQuantization& n : capped.nodes) EXPECT_TRUE(n.quantized) << n.name;
+}
+
+TEST(QuantizeGraph, BiasCorrectionRemovesTheMeanShiftOfEachChannel) {
+  // Inputs far from 0 on one side (u8 steps of ~0.1) and weights with one large tap per channel: rounding
+  // shifts each output channel's mean; the corrected bias takes the shift out on the calibration data.
+  at::manual_seed(11);
+  Graph g;
+  g.inputs = {{"images", at::kFloat, {-1, 8, 12, 12}, {"batch", "channels", "height", "width"}}};
+  add_conv(g, "conv", "images", "y", 8, 8, 1, {1, 1, 1, 1});
+  g.nodes[0].attrs["act"] = std::string("none");
+  g.params["conv.weight"].select(3, 0).select(2, 0).mul_(20.0);
+  g.outputs = {"y"};
+  std::vector<std::vector<at::Tensor>> calib;
+  for (int i = 0; i < 3; ++i) calib.push_back({at::rand({4, 8, 12, 12}) * 25.0 + at::rand({1, 8, 1, 1}) * 3.0});
+  const auto mean_shift = [&](const Graph& q) {
+    const Engine e32 = Engine::from_graph(g), e8 = Engine::from_graph(q);
+    at::Tensor shift = at::zeros({8}, at::kDouble);
+    for (const auto& b : calib) shift += (e8.run(b).front() - e32.run(b).front()).to(at::kDouble).mean({0, 2, 3});
+    return (shift / static_cast<double>(calib.size())).abs().max().item<double>();
+  };
+  const QuantizeResult plain = quantize_graph(g, calib, {.bias_correction = false}, engine_runner(1));
+  const QuantizeResult corrected = quantize_graph(g, calib, {.bias_correction = true}, engine_runner(1));
+  EXPECT_EQ(node(plain, "conv").bias_correction, 0.0);
+  EXPECT_GT(node(corrected, "conv").bias_correction, 0.0);
+  EXPECT_GT(mean_shift(plain.graph), 1e-3);
+  EXPECT_LT(mean_shift(corrected.graph), 0.25 * mean_shift(plain.graph));
+  EXPECT_LE(corrected.output_error[0], plain.output_error[0]);
+  // The corrected bias is the node's own parameter; the float one is gone (no other user).
+  const Node* conv = corrected.graph.find_node("conv");
+  EXPECT_EQ(conv->params.at("bias"), "conv.bias_corrected");
+  EXPECT_EQ(corrected.graph.params.count("conv.bias"), 0U);
+  EXPECT_DOUBLE_EQ(corrected.report["nodes"][0]["bias_correction"].get<double>(), node(corrected, "conv").bias_correction);
+}
+
+TEST(QuantizeGraph, SentenceEmbeddingOutputsReportCosineNotTop1) {
+  Graph g = mlp();
+  Node norm;
+  norm.op = "l2_normalize";
+  norm.name = "normalize";
+  norm.inputs = {"logits"};
+  norm.output = "embedding";
+  g.nodes.push_back(norm);
+  g.outputs = {"embedding"};
+  const QuantizeResult r = quantize_graph(g, batches({16, 64}, 2), {}, engine_runner(1));
+  EXPECT_EQ(r.top1_agreement[0], -1.0);
+  EXPECT_GT(r.min_cosine[0], 0.99);
+  EXPECT_LE(r.min_cosine[0], 1.0);
+  const auto& out = r.report["totals"]["outputs"][0];
+  EXPECT_EQ(out["kind"], "embedding");
+  EXPECT_FALSE(out.contains("top1_agreement"));
+  EXPECT_DOUBLE_EQ(out["min_cosine"].get<double>(), r.min_cosine[0]);
+  EXPECT_LE(out["min_cosine"].get<double>(), out["mean_cosine"].get<double>());
+  // A cosine target the graph misses keeps linears float (reported as cumulative).
+  const QuantizeResult strict = quantize_graph(g, batches({16, 64}, 2), {.min_output_cosine = 1.0}, engine_runner(1));
+  EXPECT_LT(strict.report["totals"]["quantized"].get<int>(), 3);
+  // Class logits keep top-1 agreement.
+  const QuantizeResult logits = quantize_graph(mlp(), batches({16, 64}, 2), {}, engine_runner(1));
+  EXPECT_EQ(logits.report["totals"]["outputs"][0]["kind"], "logits");
+  EXPECT_GE(logits.top1_agreement[0], 0.0);
+  EXPECT_EQ(logits.min_cosine[0], -1.0);
 }
 
 TEST(QuantizeGraph, QuantizesALoweredResNet) {
@@ -269,6 +396,10 @@ TEST(QuantizeGraph, RefusesBadInputNamingIt) {
   const QuantizeResult r = quantize_graph(g, batches({2, 64}, 1));
   EXPECT_TRUE(has(error_of([&] { (void)quantize_graph(r.graph, batches({2, 64}, 1)); }), "already quantized"));
   EXPECT_TRUE(has(error_of([&] { (void)quantize_graph(g, batches({2, 64}, 1), {.percentile = 40.0}); }), "percentile"));
+  EXPECT_TRUE(has(error_of([&] { (void)quantize_graph(g, batches({2, 64}, 1), {.max_output_error = -1.0}); }),
+                  "max_output_error"));
+  EXPECT_TRUE(has(error_of([&] { (void)quantize_graph(g, batches({2, 64}, 1), {.max_fallback_passes = -1}); }),
+                  "max_fallback_passes"));
 }
 
 }  // namespace

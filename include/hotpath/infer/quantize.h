@@ -31,6 +31,14 @@ struct QuantizeOptions {
   bool linear = true;             // dynamic int8 for linear nodes
   bool conv = true;               // static int8 for conv2d nodes
   double max_node_error = 0.05;   // ‖y_q − y‖/‖y‖ of a node alone quantized, past which it stays float
+  // The whole quantized graph's target on the calibration data, per output: logits and other tensors
+  // ‖y_int8 − y_fp32‖/‖y_fp32‖ ≤ max_output_error (0: no target), sentence embeddings cosine ≥
+  // min_output_cosine. While missed, the nodes adding the most cumulative error stay float (fallback passes).
+  double max_output_error = 0.0;
+  double min_output_cosine = 0.99;
+  int max_fallback_passes = 8;
+  // Conv biases corrected by the mean shift quantization gives each output channel on the calibration data.
+  bool bias_correction = true;
   double percentile = 99.99;      // the percentile observer's clip (both tails), in (50, 100)
   std::vector<std::string> keep_float{};  // node names never quantized (each must name a linear or conv2d)
 };
@@ -48,7 +56,11 @@ struct NodeQuantization {
   std::string scheme;      // "dynamic_int8" | "static_int8"
   bool quantized = false;
   std::string reason;      // why it stays float ("" when quantized)
-  double error = 0.0;      // the chosen scheme's relative output error
+  double error = 0.0;      // the chosen scheme's relative output error, the node alone quantized
+  // In the final quantized graph (everything upstream quantized as decided): the relative error of the
+  // node's output, and how much of it the node adds over its inputs' error.
+  double cumulative_error = 0.0;
+  double added_error = 0.0;
   // conv2d only: the chosen observer ("minmax" | "percentile"), each observer's error, the range and params.
   std::string observer;
   double error_minmax = 0.0;
@@ -56,13 +68,15 @@ struct NodeQuantization {
   double range_min = 0.0, range_max = 0.0;
   double input_scale = 0.0;
   std::int64_t input_zero_point = 0;
+  double bias_correction = 0.0;  // the largest per-channel shift subtracted from the bias (0: none)
 };
 
 struct QuantizeResult {
   Graph graph;                          // the rewritten graph (validated)
   std::vector<NodeQuantization> nodes;  // every candidate node, in graph order
   std::vector<double> output_error;     // per graph output: ‖y_int8 − y_fp32‖/‖y_fp32‖ over the batches
-  std::vector<double> top1_agreement;   // per graph output: argmax agreement for 2-d outputs, else -1
+  std::vector<double> top1_agreement;   // per graph output: argmax agreement for class logits, else -1
+  std::vector<double> min_cosine;       // per graph output: lowest row cosine for sentence embeddings, else -1
   nlohmann::ordered_json report;        // quantization_report.json's content (see quantize.cpp)
 };
 
