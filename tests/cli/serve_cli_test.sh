@@ -45,6 +45,16 @@ case $out in
   *'"name":"sentence_embedding","datatype":"FP32","shape":[1,16],"data":['*) ;;
   *) echo "FAIL: curl infer: $out" >&2; failures=$((failures + 1)) ;;
 esac
+# [2, 5, 6, 3] is "[CLS] the cat [SEP]": curl's answer = the engine's through `hotpath embed`.
+echo "the cat" | "$hp" embed --model emb --threads 1 > embed_the_cat.jsonl 2> embed.err \
+  || { echo "FAIL: hotpath embed: $(cat embed.err)" >&2; failures=$((failures + 1)); }
+"$py" - "$out" embed_the_cat.jsonl <<'PY' || { echo "FAIL: curl's embedding differs from hotpath embed's" >&2; failures=$((failures + 1)); }
+import json, sys
+import numpy as np
+served = np.array(json.loads(sys.argv[1])["outputs"][0]["data"], np.float32)
+engine = np.array(json.loads(open(sys.argv[2]).readline()), np.float32)
+assert served.shape == engine.shape and np.allclose(served, engine, atol=1e-5), (served, engine)
+PY
 
 # One JSON log line per request, with the fields the issue names.
 "$py" - server.err <<'PY' || failures=$((failures + 1))
@@ -56,6 +66,9 @@ for l in lines:
 ok = [l for l in lines if l["status"] == 200 and l["model"] == "img" and l["path"].endswith("/infer")]
 assert ok and all(l["batch"] >= 1 and l["compute_us"] > 0 for l in ok), ok[:3]
 assert any(l["status"] == 400 for l in lines) and any(l["status"] == 404 for l in lines)
+# Answers the transport gave itself (the slow client's 408, the oversized body's 413) are logged too.
+assert any(l["status"] == 408 and "request_timeout" in l["error"] for l in lines), "no 408 line"
+assert any(l["status"] == 413 and "max-body-bytes" in l["error"] for l in lines), "no 413 line"
 PY
 
 # SIGTERM: readiness goes away, the process drains and exits 0.

@@ -171,7 +171,12 @@ TEST(HttpServer, ParkedRequestsDoNotBlockOtherConnections) {
 }
 
 TEST(HttpServer, AnswersTooLargeBodiesWith413) {
-  EchoServer s({.max_body_bytes = 100});
+  std::mutex mutex;
+  std::vector<int> reported;  // on_transport_error: what the transport answered by itself
+  EchoServer s({.max_body_bytes = 100, .on_transport_error = [&](const HttpResponse& r) {
+                  std::lock_guard lock(mutex);
+                  reported.push_back(r.status);
+                }});
   Client c(s.port());
   c.send("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 101\r\n\r\n");
   auto r = c.read_response();
@@ -181,6 +186,8 @@ TEST(HttpServer, AnswersTooLargeBodiesWith413) {
   Client d(s.port());
   d.send(post("/y", std::string(100, 'a')));
   EXPECT_EQ(status_of(d.read_response()), 200);
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(reported, std::vector<int>{413});  // the handler's own answers are not reported
 }
 
 TEST(HttpServer, AnswersTooLargeHeadersWith431) {

@@ -74,6 +74,9 @@ struct HttpServerOptions {
   std::chrono::milliseconds request_timeout{30000};
   std::chrono::milliseconds idle_timeout{60000};   // a keep-alive connection with no request is closed
   std::chrono::milliseconds write_timeout{30000};  // a client that does not read its answer is closed
+  // Called (on an I/O thread) for each answer the transport gives itself, never reaching the handler:
+  // 400 malformed HTTP, 408, 413, 431. The server logs these beside the handler's requests.
+  std::function<void(const HttpResponse& response)> on_transport_error = nullptr;
 };
 
 class HttpServer {

@@ -34,6 +34,10 @@ class Router {
   // An HttpHandler: answers at once (metadata, errors) or parks `respond` with the model's runner.
   void handle(HttpRequest request, const Responder& respond);
 
+  // One log line (and a hotpath_requests_total count under model "") for an answer the transport gave itself
+  // (HttpServerOptions::on_transport_error: 400 malformed HTTP, 408, 413, 431).
+  void log_transport_error(const HttpResponse& response);
+
   void begin_drain();        // server readiness → 503
   [[nodiscard]] bool ready() const;  // every model warm, not draining
 

@@ -87,6 +87,7 @@ void run(const ServeArgs& a) {
   batching.queue_timeout = std::chrono::milliseconds(a.queue_timeout_ms);
   batching.threads = a.threads;
 
+  serve::Router* router_ptr = nullptr;  // set once the models are warm; the server starts after that
   serve::HttpServerOptions http;
   http.host = a.host;
   http.port = a.port;
@@ -94,9 +95,11 @@ void run(const ServeArgs& a) {
   http.max_body_bytes = a.max_body_bytes;
   http.request_timeout = std::chrono::milliseconds(a.request_timeout_ms);
   http.idle_timeout = std::chrono::milliseconds(a.idle_timeout_ms);
+  http.on_transport_error = [&router_ptr](const serve::HttpResponse& response) {
+    if (router_ptr != nullptr) router_ptr->log_transport_error(response);
+  };
 
   // Declared first so it is destroyed last: the runners' last callbacks still post to its connections.
-  serve::Router* router_ptr = nullptr;
   serve::HttpServer server(http, [&router_ptr](serve::HttpRequest request, serve::Responder respond) {
     router_ptr->handle(std::move(request), respond);
   });
@@ -114,7 +117,12 @@ void run(const ServeArgs& a) {
   for (auto& runner : runners) runner->warm_up();
   serve::Router router(pointers, metrics);
   router_ptr = &router;
-  // The runners' last callbacks use the router: the runners go first, whichever way run() ends.
+  // Whichever way run() ends: the runners go first (their last callbacks use the router and post answers to
+  // the server), then the server stops (no I/O thread calls the router any more), then the router goes.
+  struct ServerStops {
+    serve::HttpServer& server;
+    ~ServerStops() { server.stop(); }
+  } server_stops{server};
   struct RunnersFirst {
     std::vector<std::unique_ptr<serve::ModelRunner>>& runners;
     ~RunnersFirst() { runners.clear(); }

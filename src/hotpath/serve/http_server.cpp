@@ -286,6 +286,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void write(HttpResponse answer, bool keep_alive, bool answers_parked) {
+    if (!answers_parked && server_.options.on_transport_error) {
+      try {
+        server_.options.on_transport_error(answer);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "serve: transport error hook: %s\n", e.what());
+      }
+    }
     auto response = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(answer.status), 11);
     response->set(http::field::server, "hotpath");
     response->set(http::field::content_type, answer.content_type);

@@ -204,6 +204,22 @@ void Router::handle(HttpRequest request, const Responder& respond) {
   }
 }
 
+void Router::log_transport_error(const HttpResponse& response) {
+  if (options_.log == nullptr) return;
+  std::string error;
+  try {
+    error = nlohmann::json::parse(response.body).value("error", "");
+  } catch (const std::exception&) {
+  }
+  const OJson line{{"id", "r" + std::to_string(next_id_++)}, {"method", ""}, {"path", ""}, {"model", ""},
+                   {"status", response.status}, {"batch", 0}, {"queue_us", 0}, {"compute_us", 0}, {"total_us", 0},
+                   {"error", error}};
+  const std::string text = dump(line) + "\n";
+  std::lock_guard lock(log_mutex_);
+  std::fwrite(text.data(), 1, text.size(), options_.log);
+  std::fflush(options_.log);
+}
+
 void Router::finish(Call& call, HttpResponse response, const InferResult* result) {
   const auto total = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - call.request.received);
   if (!call.model.empty()) {
