@@ -190,6 +190,19 @@ TEST(HttpServer, AnswersTooLargeBodiesWith413) {
   EXPECT_EQ(reported, std::vector<int>{413});  // the handler's own answers are not reported
 }
 
+TEST(HttpServer, AnswersExpect100ContinueBeforeTheBody) {
+  EchoServer s;
+  Client c(s.port());
+  c.send("POST /e HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n");
+  auto interim = c.read_response();  // curl waits for this before sending a large body
+  ASSERT_TRUE(interim.has_value());
+  EXPECT_EQ(interim->rfind("HTTP/1.1 100 Continue\r\n\r\n", 0), 0u) << *interim;
+  c.send("hello");
+  auto r = c.read_response();
+  ASSERT_EQ(status_of(r), 200);
+  EXPECT_EQ(body_of(*r), "POST /e  hello");
+}
+
 TEST(HttpServer, AnswersTooLargeHeadersWith431) {
   EchoServer s({.max_header_bytes = 1024});
   Client c(s.port());
