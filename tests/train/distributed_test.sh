@@ -8,6 +8,7 @@
 #   equal_text   2 ranks × batch B == 1 rank × batch 2B for a LoRA BERT text recipe; no-sync accumulation too
 #   kill_resume  kill -9 one rank at a random step: the job stops within the timeout with a line naming
 #                the rank; --resume on 2 ranks == an uninterrupted 2-rank run (metrics and weights, byte for byte)
+#   (both also run `hotpath train --nproc 2`, which must train the very model torchrun's ranks do)
 #   bad_input    another recipe on one rank, an unreachable master, a checkpoint from another world size
 # Usage: distributed_test.sh CASE HOTPATH PYTHON [SEED]
 set -uo pipefail
@@ -118,6 +119,11 @@ equal_case() {
   trun "$hp" train "$recipe" --quiet --set "output_dir=$work/$name-two" >"$name-two.log" 2>&1 ||
     { fail "$name: 2 ranks failed: $(tail -5 "$name-two.log")"; return; }
   grep -q "all-reduce wait" "$name-two.log" || fail "$name: no all-reduce wait phase in the step-time summary"
+  # hotpath's own launcher (--nproc 2) == torchrun's, byte for byte.
+  "$hp" train "$recipe" --quiet --nproc 2 --set "output_dir=$work/$name-nproc" >"$name-nproc.log" 2>&1 ||
+    fail "$name: --nproc 2 failed: $(tail -3 "$name-nproc.log")"
+  cmp -s "$work/$name-two/$model" "$work/$name-nproc/$model" && echo "$name: --nproc 2 == torchrun --nproc-per-node 2" ||
+    fail "$name: --nproc 2 trained another model than torchrun"
   echo -n "$name, 1 rank × $((2 * b)) vs 2 ranks × $b: "
   compare "$name-one" "$name-two" "$model" 1e-5 || fail "$name: 2 ranks × $b differ from 1 rank × $((2 * b))"
   [ "${6:-}" = none ] && return
