@@ -9,6 +9,8 @@
 #   kill_resume  kill -9 one rank at a random step: the job stops within the timeout with a line naming
 #                the rank; --resume on 2 ranks == an uninterrupted 2-rank run (metrics and weights, byte for byte)
 #   (both also run `hotpath train --nproc 2`, which must train the very model torchrun's ranks do)
+#   sigterm      SIGTERM to rank 1 alone: every rank finishes the same step, rank 0 checkpoints, all exit 130;
+#                --resume == an uninterrupted run byte for byte
 #   bad_input    another recipe on one rank, an unreachable master, a checkpoint from another world size
 # Usage: distributed_test.sh CASE HOTPATH PYTHON [SEED]
 set -uo pipefail
@@ -184,6 +186,32 @@ case "$case_" in
     "$hp" train image.yaml --resume --set "output_dir=$work/b" --set train.max_steps=30 >w.log 2>&1 && fail "1 rank resumed a 2-rank checkpoint"
     grep -q "made by 2 rank(s), this run has 1" w.log || fail "world-size resume: $(tail -2 w.log)"
     tail -1 w.log
+    ;;
+  sigterm)
+    image_fixture
+    trun "$hp" train image.yaml --quiet --set "output_dir=$work/a" >a.log 2>&1 || fail "uninterrupted run: $(tail -5 a.log)"
+    trun "$hp" train image.yaml --quiet --set "output_dir=$work/b" >b.log 2>&1 &
+    tr_pid=$!
+    want=$((2 + RANDOM % 12))
+    for _ in $(seq 1 3000); do
+      [ "$(cat b/metrics.jsonl 2>/dev/null | grep -c '"train"')" -ge "$want" ] && break
+      kill -0 "$tr_pid" 2>/dev/null || break
+      sleep 0.01
+    done
+    victim=""
+    for p in $(pgrep -f "output_dir=$work/b"); do
+      tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx 'RANK=1' && victim=$p
+    done
+    [ -n "$victim" ] || fail "no rank 1 process found (did the run end before step $want?)"
+    kill -TERM "$victim"
+    wait "$tr_pid" && fail "the job exited 0 after SIGTERM"
+    steps=$(grep -o 'interrupted at step [0-9]*' b.log | sort -u)
+    echo "SIGTERM to rank 1 at step >= $want: $(grep -c 'interrupted at step' b.log) ranks said: $steps"
+    [ "$(grep -c 'interrupted at step' b.log)" -eq 2 ] && [ "$(echo "$steps" | wc -l)" -eq 1 ] ||
+      fail "the ranks did not stop together: $(grep -E 'interrupted|error' b.log | head -4)"
+    trun "$hp" train image.yaml --quiet --resume --set "output_dir=$work/b" >>b.log 2>&1 || fail "resume: $(tail -5 b.log)"
+    cmp -s a/metrics.jsonl b/metrics.jsonl || fail "metrics.jsonl differs after SIGTERM + resume: $(diff a/metrics.jsonl b/metrics.jsonl | head -4)"
+    cmp -s a/model.safetensors b/model.safetensors || fail "model.safetensors differs after SIGTERM + resume"
     ;;
   bad_input)
     image_fixture
