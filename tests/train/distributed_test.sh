@@ -11,6 +11,9 @@
 #   (both also run `hotpath train --nproc 2`, which must train the very model torchrun's ranks do)
 #   sigterm      SIGTERM to rank 1 alone: every rank finishes the same step, rank 0 checkpoints, all exit 130;
 #                --resume == an uninterrupted run byte for byte
+#   two_nodes    two network namespaces joined by a veth pair, `torchrun --nnodes 2` with one rank in each
+#                (GLOO_SOCKET_IFNAME = its veth end) == the same 2 ranks on one host (skips with one line where
+#                network namespaces are not permitted)
 #   bad_input    another recipe on one rank, an unreachable master, a checkpoint from another world size
 # Usage: distributed_test.sh CASE HOTPATH PYTHON [SEED]
 set -uo pipefail
@@ -212,6 +215,35 @@ case "$case_" in
     trun "$hp" train image.yaml --quiet --resume --set "output_dir=$work/b" >>b.log 2>&1 || fail "resume: $(tail -5 b.log)"
     cmp -s a/metrics.jsonl b/metrics.jsonl || fail "metrics.jsonl differs after SIGTERM + resume: $(diff a/metrics.jsonl b/metrics.jsonl | head -4)"
     cmp -s a/model.safetensors b/model.safetensors || fail "model.safetensors differs after SIGTERM + resume"
+    ;;
+  two_nodes)
+    image_fixture
+    ns=(hpn0-$$ hpn1-$$)
+    if ! ip netns add "${ns[0]}" 2>/dev/null; then
+      echo "SKIP: network namespaces are not permitted here (ip netns add failed)"
+      exit 0
+    fi
+    trap 'ip netns del "${ns[0]}" 2>/dev/null; ip netns del "${ns[1]}" 2>/dev/null; rm -rf "$work"' EXIT
+    ip netns add "${ns[1]}"
+    ip link add "hpv0-$$" type veth peer name "hpv1-$$"
+    for n in 0 1; do
+      ip link set "hpv$n-$$" netns "${ns[$n]}"
+      ip -n "${ns[$n]}" addr add "10.231.0.$((n + 1))/24" dev "hpv$n-$$"
+      ip -n "${ns[$n]}" link set "hpv$n-$$" up
+      ip -n "${ns[$n]}" link set lo up
+    done
+    trun "$hp" train image.yaml --quiet --set "output_dir=$work/one-host" >one-host.log 2>&1 || fail "one host: $(tail -3 one-host.log)"
+    pids=()
+    for n in 0 1; do
+      ip netns exec "${ns[$n]}" env GLOO_SOCKET_IFNAME="hpv$n-$$" "$torchrun" --nnodes 2 --node-rank "$n" \
+        --nproc-per-node 1 --master-addr 10.231.0.1 --master-port 29517 --max-restarts 0 --no-python \
+        "$hp" train image.yaml --quiet --set "output_dir=$work/two-nodes" >"node$n.log" 2>&1 &
+      pids+=($!)
+    done
+    for n in 0 1; do wait "${pids[$n]}" || fail "node $n failed: $(tail -3 "node$n.log")"; done
+    cmp -s one-host/metrics.jsonl two-nodes/metrics.jsonl || fail "2 nodes: metrics differ from one host: $(diff one-host/metrics.jsonl two-nodes/metrics.jsonl | head -4)"
+    cmp -s one-host/model.safetensors two-nodes/model.safetensors || fail "2 nodes: another model than one host"
+    [ "$failures" -eq 0 ] && echo "torchrun --nnodes 2 across two network namespaces (veth, GLOO_SOCKET_IFNAME) == one host, byte for byte"
     ;;
   bad_input)
     image_fixture
