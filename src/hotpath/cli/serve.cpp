@@ -10,6 +10,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -110,7 +111,9 @@ void run(const ServeArgs& a) {
     try {
       runners.push_back(std::make_unique<serve::ModelRunner>(m.name, m.dir, batching, metrics));
     } catch (const Error& e) {
-      throw e.with_context("serve: model " + m.name);
+      const std::string where = "serve: model " + m.name;
+      if (std::string_view(e.what()).starts_with(where)) throw;  // the runner named it already
+      throw e.with_context(where);
     }
     pointers.push_back(runners.back().get());
   }
