@@ -31,6 +31,8 @@ struct ExportArgs {
   std::vector<std::string> calibration;
   std::int64_t calibration_samples = 256;
   std::int64_t max_bad_samples = 100;
+  double max_output_error = 0.02;
+  std::vector<std::string> keep_float;
   double min_agreement = 0.97;
   bool allow_accuracy_loss = false;
   bool overwrite = false;
@@ -60,6 +62,8 @@ void run(const ExportArgs& a) {
                  .calibration = a.calibration,
                  .calibration_samples = a.calibration_samples,
                  .max_bad_samples = a.max_bad_samples,
+                 .max_output_error = a.max_output_error,
+                 .keep_float = a.keep_float,
                  .min_agreement = a.min_agreement,
                  .allow_accuracy_loss = a.allow_accuracy_loss,
                  .overwrite = a.overwrite,
@@ -96,6 +100,11 @@ void add_export(CLI::App& app) {
   cmd->add_option("--calibration-samples", a->calibration_samples)->check(CLI::Range(1, 1000000));
   cmd->add_option("--max-bad-samples", a->max_bad_samples, "Corrupt calibration samples skipped before failing")
       ->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("--max-output-error", a->max_output_error,
+                  "int8: keep layers float until the logits are within this relative error of fp32 on the "
+                  "calibration data (0: no target)")
+      ->check(CLI::Range(0.0, 10.0));
+  cmd->add_option("--keep-float", a->keep_float, "int8: node names (linear/conv2d) never quantized");
   cmd->add_option("--min-agreement", a->min_agreement, "Refuse below this top-1 agreement with fp32 (real data)")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--allow-accuracy-loss", a->allow_accuracy_loss, "Write the package even below --min-agreement");
