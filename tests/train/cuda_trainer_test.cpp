@@ -151,6 +151,10 @@ TEST_F(CudaTrainer, ImageFp16ReachesTheCpuFp32Accuracy) {
   EXPECT_GE(gpu.eval->top1, cpu.eval->top1 - 5.0) << log.str();
   EXPECT_NE(log.str().find("on cuda:0 (cuDNN benchmark on)"), std::string::npos) << log.str();
   EXPECT_FALSE(loss_scales(dir_.file("gpu")).empty()) << "fp16 runs log the loss scale";
+  // The breakdown from CUDA events: every step timed (no every-10th sampling), none left pending.
+  EXPECT_EQ(gpu.breakdown.steps, gpu.steps);
+  EXPECT_GT(gpu.breakdown.forward_s, 0.0);
+  EXPECT_GT(gpu.breakdown.backward_s, 0.0);
 }
 
 TEST_F(CudaTrainer, TextFp16AndBf16ReachTheCpuFp32Accuracy) {

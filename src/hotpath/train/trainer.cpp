@@ -6,7 +6,6 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
-#include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <nlohmann/json.hpp>
@@ -37,6 +36,7 @@
 #include "hotpath/train/grad_scaler.h"
 #include "hotpath/train/optimizer.h"
 #include "hotpath/train/schedule.h"
+#include "hotpath/train/step_clock.h"
 #include "cuda/cuda_training.h"
 #include "run_util.h"
 #include "tasks.h"
@@ -63,10 +63,6 @@ at::Device pick_device(const std::string& name) {
   }
   if (name == "auto" && at::hasCUDA()) return at::Device(at::kCUDA, 0);
   return at::Device(at::kCPU);
-}
-
-void sync(const at::Device& device) {
-  if (device.is_cuda()) at::detail::getCUDAHooks().deviceSynchronize(device.index());
 }
 
 std::string fixed(double v, int digits) {
@@ -545,6 +541,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   result.epochs_completed = state.position.epoch;
   StepBreakdown& bd = result.breakdown;
   bd.remedies = task->remedies();
+  StepClock step_clock(device);  // wall time on the CPU, CUDA events (no synchronisation) on a GPU
 
   TraceRecorder trace(!options.trace_path.empty());
   trace.set_enabled(false);
@@ -616,13 +613,12 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     std::int64_t epoch_samples = 0;
     bool epoch_done = task->position().batch >= micro_in_epoch;
     while (!epoch_done && state.step < total_steps) {
-      const bool timed = !device.is_cuda() || state.step % 10 == 0;
       trace.set_enabled(!options.trace_path.empty() && state.step >= trace_begin && state.step < trace_end);
       TraceScope step_scope(&trace, "step", "train", {{"step", state.step}});
 
       // Data: the step's micro-batches (the last group of an epoch may be shorter; bad samples may end
       // an epoch early).
-      const auto t0 = Clock::now();
+      step_clock.start();
       std::vector<MicroBatch> micro;
       std::int64_t step_samples = 0;
       const std::int64_t wanted = std::min(accum, micro_in_epoch - task->position().batch);
@@ -634,46 +630,39 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
           step_samples += mb->samples;
           micro.push_back(std::move(*mb));
         }
-        if (timed) sync(device);
+        step_clock.lap(StepPhase::kData);
       }
       if (micro.empty()) break;  // the epoch ended early (decode-time bad samples)
-      double t_data = seconds(t0, Clock::now()), t_fwd = 0, t_bwd = 0;
 
       // Forward + backward of each micro-batch; each one's mean loss weighted by its share of the step's
       // samples, so the gradients are those of the mean over their union whatever the micro-batch sizes.
       at::Tensor step_loss_t;
       for (const MicroBatch& mb : micro) {
-        const auto a0 = Clock::now();
         at::Tensor loss;
         {
           TraceScope s(&trace, "forward", "train");
           ops::AutocastGuard autocast(device.type(), precision);
           loss = task->loss(mb, tr.label_smoothing);
-          if (timed) sync(device);
+          step_clock.lap(StepPhase::kForward);
         }
-        const auto a1 = Clock::now();
         const double weight = static_cast<double>(mb.samples) / static_cast<double>(step_samples);
         {
           TraceScope s(&trace, "backward", "train");
           // DDP: buckets all-reduced as backward fills them, on the last micro-batch only (no-sync before).
           if (grad_sync) grad_sync->set_sync(&mb == &micro.back());
           scaler.scale(micro.size() == 1 ? loss : loss * weight).backward();
-          if (timed) sync(device);
+          step_clock.lap(StepPhase::kBackward);
         }
-        const auto a2 = Clock::now();
         const at::Tensor l = micro.size() == 1 ? loss.detach() : loss.detach() * weight;
         step_loss_t = step_loss_t.defined() ? step_loss_t + l : l;
-        t_fwd += seconds(a0, a1);
-        t_bwd += seconds(a1, a2);
       }
 
-      double t_wait = 0;
       if (grad_sync) {
         TraceScope s(&trace, "allreduce_wait", "train");
-        t_wait = grad_sync->finish();
+        (void)grad_sync->finish();
+        step_clock.lap(StepPhase::kAllreduce);
       }
 
-      const auto t3 = Clock::now();
       double grad_norm = -1;
       bool stepped = true;
       {
@@ -691,17 +680,9 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
           optimizer->zero_grad(/*set_to_none=*/true);
         }
         if (ema && stepped) ema->update();
-        if (timed) sync(device);
+        step_clock.lap(StepPhase::kOptimizer);
       }
-      const auto t4 = Clock::now();
-      if (timed) {
-        bd.data_s += t_data;
-        bd.forward_s += t_fwd;
-        bd.backward_s += t_bwd;
-        bd.optimizer_s += seconds(t3, t4);
-        bd.allreduce_s += t_wait;
-        ++bd.steps;
-      }
+      step_clock.finish_step(bd);  // CPU: now; CUDA: the steps whose events have completed, without waiting
       double step_loss = step_loss_t.item<double>();
       bool stop_requested = options.stop != nullptr && options.stop->load();
       if (dist) {  // the global batch's loss and samples; a stop on any rank stops every rank at this step
@@ -818,6 +799,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     const double s = seconds(*steady_start, Clock::now());
     result.steady_samples_per_s = s > 0 ? static_cast<double>(samples_done - steady_samples_base) / s : 0;
   }
+  step_clock.flush(bd);  // the last steps' events (one wait, after the loop)
   json profile = json::parse(bd.to_json());
   task->add_profile(profile);
   if (grad_sync) {
