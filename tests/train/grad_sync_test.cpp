@@ -204,5 +204,31 @@ TEST(DistEnv, ReadsTorchrunAndRefusesMalformedVariables) {
   EXPECT_FALSE(dist_env_from_environment().distributed());
 }
 
+TEST(DistEnv, FallsBackToSlurm) {
+  setenv("SLURM_PROCID", "3", 1);
+  setenv("SLURM_NTASKS", "4", 1);
+  setenv("SLURM_LOCALID", "1", 1);
+  setenv("SLURM_NTASKS_PER_NODE", "2", 1);
+  setenv("MASTER_ADDR", "node0", 1);
+  setenv("MASTER_PORT", "29500", 1);
+  const DistEnv e = dist_env_from_environment();
+  EXPECT_EQ(e.launcher, "slurm");
+  EXPECT_EQ(e.rank, 3);
+  EXPECT_EQ(e.world_size, 4);
+  EXPECT_EQ(e.local_rank, 1);
+  EXPECT_EQ(e.local_world_size, 2);
+  EXPECT_FALSE(e.agent_store);  // rank 0 hosts the store
+  unsetenv("MASTER_PORT");
+  try {
+    (void)dist_env_from_environment();
+    ADD_FAILURE() << "a Slurm job without MASTER_PORT was accepted";
+  } catch (const hotpath::Error& err) {
+    EXPECT_NE(std::string(err.what()).find("$MASTER_ADDR/$MASTER_PORT are not set"), std::string::npos) << err.what();
+  }
+  for (const char* v : {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "MASTER_ADDR"}) {
+    unsetenv(v);
+  }
+}
+
 }  // namespace
 }  // namespace hotpath::train
