@@ -10,9 +10,12 @@
 // candidate node's inputs and output added to the graph's outputs — no engine hook needed. Pass 1 observes
 // each conv input's range (min/max, and a percentile clip averaged over batches); pass 2 runs each candidate
 // node alone quantized (ops::Int8Linear / ops::Int8Conv2d, the kernels the engine runs) on its recorded fp32
-// inputs and measures ‖y_q − y‖/‖y‖ over all batches; a conv takes the observer with the lower error.
-// Finally the quantized graph runs on the same batches and its outputs are compared with fp32 (relative
-// error; top-1 agreement for [N, classes] outputs). Rewritten nodes follow graph.h's "Quantized forms".
+// inputs and measures ‖y_q − y‖/‖y‖ over all batches; a conv takes the observer with the lower error, and its
+// bias is corrected by the mean per-channel shift quantization gives its pre-activation output. Finally the
+// quantized graph and fp32 run side by side on the same batches: every candidate's cumulative error (all of
+// its upstream quantized too) and the outputs' error (relative; top-1 agreement for class logits, cosine for
+// sentence embeddings). While an output misses its target, the nodes adding the most cumulative error stay
+// float and the comparison runs again. Rewritten nodes follow graph.h's "Quantized forms".
 #pragma once
 
 #include <ATen/core/Tensor.h>
