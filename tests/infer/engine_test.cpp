@@ -88,7 +88,7 @@ INSTANTIATE_TEST_SUITE_P(Families, EngineVision,
                                            VisionCase{"resnet18_small", 3, 32}, VisionCase{"resnet50", 3, 64},
                                            VisionCase{"efficientnet_b0", 3, 64},
                                            VisionCase{"efficientnet_lite0", 3, 65}, VisionCase{"vit_tiny", 3, 224}),
-                         [](const auto& info) { return std::string(info.param.name); });
+                         [](const auto& test_info) { return std::string(test_info.param.name); });
 
 formats::BertConfig tiny_bert(formats::BertArch arch) {
   formats::BertConfig c;

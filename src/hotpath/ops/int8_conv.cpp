@@ -280,7 +280,8 @@ at::Tensor Int8Conv2d::forward_chained(const at::Tensor& x, std::string_view act
   }
   const at::ScalarType float_out = u8_in ? float_dtype : x.scalar_type();
   // No output dtype: oneDNN writes u8 requantized with output_scale / output_zero_point.
-  const std::optional<c10::ScalarType> out_dtype = output ? std::nullopt : std::optional<c10::ScalarType>(float_out);
+  std::optional<c10::ScalarType> out_dtype;
+  if (!output) out_dtype = float_out;
   const std::optional<at::Tensor> bias = bias_.defined() ? std::optional<at::Tensor>(bias_) : std::nullopt;
   const FusedAct f = fused_act(act, residual.defined());
   at::Tensor y;
