@@ -257,7 +257,7 @@ Graph deep_cnn(int depth) {
   return g;
 }
 
-TEST(QuantizeGraph, NodesAddingTheMostCumulativeErrorStayFloatUntilTheOutputMeetsItsTarget) {
+TEST(QuantizeGraph, TheMostSensitiveNodesStayFloatUntilTheOutputMeetsItsTarget) {
   const Graph g = deep_cnn(12);
   const auto calib = batches({4, 3, 16, 16}, 2);
   // Without a target every node passes its own gate; the errors add up along the chain.
@@ -275,7 +275,7 @@ TEST(QuantizeGraph, NodesAddingTheMostCumulativeErrorStayFloatUntilTheOutputMeet
   for (const NodeQuantization& n : r.nodes) {
     if (n.quantized) continue;
     ++kept;
-    EXPECT_NE(n.reason.find("cumulative"), std::string::npos) << n.reason;
+    EXPECT_NE(n.reason.find("sensitivity"), std::string::npos) << n.reason;
     EXPECT_EQ(r.graph.find_node(n.name)->attr_str("quant", ""), "");
   }
   EXPECT_GE(kept, 1);
@@ -285,6 +285,22 @@ TEST(QuantizeGraph, NodesAddingTheMostCumulativeErrorStayFloatUntilTheOutputMeet
   EXPECT_FALSE(passes[0]["kept_float"].empty());
   EXPECT_DOUBLE_EQ(passes.back()["outputs"][0]["relative_error"].get<double>(), r.output_error[0]);
   EXPECT_EQ(r.report["totals"]["kept_float"].get<int>(), kept);
+  // The ranking: every node measured (all passed their own gate), most sensitive first; the nodes kept float
+  // are the head of it. Without a target nothing is measured.
+  EXPECT_EQ(r.report["version"].get<int>(), 3);
+  EXPECT_EQ(r.report["fallback"]["method"], "sensitivity");
+  const auto& ranking = r.report["fallback"]["ranking"];
+  ASSERT_EQ(ranking.size(), r.nodes.size());
+  for (std::size_t i = 1; i < ranking.size(); ++i) {
+    EXPECT_GE(ranking[i - 1]["sensitivity"].get<double>(), ranking[i]["sensitivity"].get<double>());
+  }
+  for (int i = 0; i < kept; ++i) {
+    const NodeQuantization& n = node(r, ranking[static_cast<std::size_t>(i)]["name"].get<std::string>());
+    EXPECT_FALSE(n.quantized) << n.name;
+    EXPECT_GT(n.sensitivity, 0.0) << n.name;
+  }
+  EXPECT_TRUE(all.report["nodes"][0]["sensitivity"].is_null());
+  EXPECT_TRUE(all.report["fallback"]["ranking"].empty());
   // The engine agrees with the reported error on the calibration data.
   at::Tensor err2 = at::zeros({}, at::kDouble), ref2 = at::zeros({}, at::kDouble);
   const Engine e32 = Engine::from_graph(g), e8 = Engine::from_graph(r.graph);
@@ -351,7 +367,7 @@ TEST(QuantizeGraph, SentenceEmbeddingOutputsReportCosineNotTop1) {
   EXPECT_FALSE(out.contains("top1_agreement"));
   EXPECT_DOUBLE_EQ(out["min_cosine"].get<double>(), r.min_cosine[0]);
   EXPECT_LE(out["min_cosine"].get<double>(), out["mean_cosine"].get<double>());
-  // A cosine target the graph misses keeps linears float (reported as cumulative).
+  // A cosine target the graph misses keeps linears float (reported by sensitivity).
   const QuantizeResult strict = quantize_graph(g, batches({16, 64}, 2), {.min_output_cosine = 1.0}, engine_runner(1));
   EXPECT_LT(strict.report["totals"]["quantized"].get<int>(), 3);
   // Class logits keep top-1 agreement.

@@ -14,8 +14,10 @@
 // bias is corrected by the mean per-channel shift quantization gives its pre-activation output. Finally the
 // quantized graph and fp32 run side by side on the same batches: every candidate's cumulative error (all of
 // its upstream quantized too) and the outputs' error (relative; top-1 agreement for class logits, cosine for
-// sentence embeddings). While an output misses its target, the nodes adding the most cumulative error stay
-// float and the comparison runs again. Rewritten nodes follow graph.h's "Quantized forms".
+// sentence embeddings). While an output misses its target, the nodes the outputs are most sensitive to (the
+// outputs' error with only that node quantized, one calibration run per node) stay float — the fewest of
+// them that meet the target, found by bisection over that ranking — and the comparison runs again. Rewritten
+// nodes follow graph.h's "Quantized forms".
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -36,7 +38,7 @@ struct QuantizeOptions {
   double max_node_error = 0.05;   // ‖y_q − y‖/‖y‖ of a node alone quantized, past which it stays float
   // The whole quantized graph's target on the calibration data, per output: logits and other tensors
   // ‖y_int8 − y_fp32‖/‖y_fp32‖ ≤ max_output_error (0: no target), sentence embeddings cosine ≥
-  // min_output_cosine. While missed, the nodes adding the most cumulative error stay float (fallback passes).
+  // min_output_cosine. While missed, the nodes the outputs are most sensitive to stay float (fallback passes).
   double max_output_error = 0.0;
   double min_output_cosine = 0.99;
   int max_fallback_passes = 8;
@@ -64,6 +66,9 @@ struct NodeQuantization {
   // node's output, and how much of it the node adds over its inputs' error.
   double cumulative_error = 0.0;
   double added_error = 0.0;
+  // The outputs' largest relative error with only this node quantized, everything else float (-1: not
+  // measured, no fallback ran). The fallback keeps the most sensitive nodes float.
+  double sensitivity = -1.0;
   // conv2d only: the chosen observer ("minmax" | "percentile"), each observer's error, the range and params.
   std::string observer;
   double error_minmax = 0.0;

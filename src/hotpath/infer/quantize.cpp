@@ -20,14 +20,18 @@
 #include "hotpath/ops/int8_linear.h"
 
 // quantization_report.json:
-//   {"format": "hotpath-quantization-report", "version": 2,
+//   {"format": "hotpath-quantization-report", "version": 3,
 //    "options": {"linear", "conv", "max_node_error", "max_output_error", "min_output_cosine", "percentile",
 //                "bias_correction", "max_fallback_passes", "keep_float", "calibration_batches"},
 //    "nodes": [{"name", "op", "scheme", "quantized", "error", "cumulative_error", "added_error",
-//               "reason"?,                                                                  (every candidate)
+//               "sensitivity" (the outputs' relative error with only this node quantized; null: not measured,
+//               the target was met or not set), "reason"?,                                  (every candidate)
 //               conv2d: "observer", "errors": {"minmax", "percentile"}, "range": [lo, hi],
 //                       "input_scale", "input_zero_point", "bias_correction"}],
-//    "fallback": {"passes": [{"kept_float": [names], "outputs": [...]}], "target": {...}},
+//    "fallback": {"target": {...}, "method": "sensitivity",
+//                 "ranking": [{"name", "sensitivity"}] (most sensitive first; empty: no fallback ran),
+//                 "passes": [{"outputs": [...], "search"?: [{"kept_float": count, "outputs"}],
+//                             "kept_float"?: [names]}]},
 //    "totals": {"candidates", "quantized", "kept_float",
 //               "by_op": {"linear": {"quantized", "kept_float"}, "conv2d": {...}},
 //               "outputs": [{"name", "kind": "logits"|"embedding"|"tensor", "relative_error",
@@ -168,7 +172,11 @@ struct Comparison {
   std::vector<double> output_error, top1_agreement, min_cosine, mean_cosine;
 };
 
-Comparison compare_graphs(const BatchRunner& fp32_run, const ObservedGraph& observed_q, const GraphRunner& runner,
+// `want(b)`: the fp32 values of batch b in observed_q's slots (a run of the observed fp32 graph, or the fp32
+// graph's outputs kept from one run when observed_q observes nothing but the outputs).
+using Reference = std::function<std::vector<at::Tensor>(std::size_t)>;
+
+Comparison compare_graphs(const Reference& want_of, const ObservedGraph& observed_q, const GraphRunner& runner,
                           const std::vector<std::vector<at::Tensor>>& batches, const std::vector<OutputKind>& kinds) {
   const std::size_t outputs = kinds.size();
   std::map<std::string, std::pair<double, double>> sums;  // value → (‖Δ‖², ‖y‖²)
@@ -178,7 +186,7 @@ Comparison compare_graphs(const BatchRunner& fp32_run, const ObservedGraph& obse
   for (std::size_t b = 0; b < batches.size(); ++b) {
     std::vector<at::Tensor> want, got;
     try {
-      want = fp32_run(batches[b]);
+      want = want_of(b);
       got = q_run(batches[b]);
     } catch (const Error& e) {
       throw e.with_context("quantize_graph: comparing the quantized graph with fp32, calibration batch " +
@@ -405,10 +413,12 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
   for (const Node& n : fp32.nodes) {
     for (const auto& [role, key] : n.params) ++weight_users[key];
   }
-  const auto rewrite = [&]() {
+  // quantize[k]: whether candidate k is rewritten (the sensitivity runs and the search try other sets than the
+  // nodes' current decisions).
+  const auto rewrite_with = [&](const std::vector<bool>& quantize) {
     Graph q = fp32;
     for (std::size_t k = 0; k < candidates.size(); ++k) {
-      if (!result.nodes[k].quantized) continue;
+      if (!quantize[k]) continue;
       const Candidate& c = candidates[k];
       Node& n = q.nodes[c.index];
       const std::string key = n.params.at("weight");
@@ -440,11 +450,21 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
     q.validate();
     return q;
   };
+  const auto decided = [&]() {
+    std::vector<bool> quantize;
+    for (const NodeQuantization& nq : result.nodes) quantize.push_back(nq.quantized);
+    return quantize;
+  };
 
   // The whole quantized graph against fp32, every candidate's output compared with everything upstream of it
   // quantized too: per-node errors compound (EfficientNet-Lite0: 49 convs of 0.2–2.7 % each gave 14 % on the
-  // logits), which no per-node gate sees. While an output misses its target, the nodes that add the most
-  // error to the value they write (cumulative error of the output minus that of the inputs) stay float.
+  // logits), which no per-node gate sees. While an output misses its target, the nodes the outputs are most
+  // sensitive to stay float. A node's sensitivity is the outputs' relative error with only that node quantized
+  // (everything else float): what its error becomes by the time it reaches the logits, amplified or damped by
+  // every layer downstream. The error a node adds to its own output (added_error) does not see that: error added
+  // early (stem, first stages) is amplified downstream, and keeping deep convs float by their added error barely
+  // moved EfficientNet-Lite0's logits. The fewest of the most sensitive nodes that bring the outputs within the
+  // target are found by bisection over the ranking (outputs only, the fp32 outputs kept from one run).
   std::vector<OutputKind> kinds;
   for (const std::string& out : fp32.outputs) kinds.push_back(output_kind(fp32, out));
   const auto misses_target = [&](const Comparison& c) {
@@ -458,14 +478,33 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
     return false;
   };
   const BatchRunner fp32_run = runner(observed.graph);
+  const Reference fp32_observed = [&](std::size_t b) { return fp32_run(calibration[b]); };
+  std::vector<std::vector<at::Tensor>> fp32_outputs;  // the fp32 graph's outputs per batch, once needed
+  const auto compare_outputs = [&](const Graph& q) {
+    if (fp32_outputs.empty()) {
+      run_all(runner, fp32, calibration, "running the fp32 graph", [&](std::size_t, const std::vector<at::Tensor>& out) {
+        std::vector<at::Tensor> kept;
+        for (const at::Tensor& t : out) kept.push_back(t.clone());
+        fp32_outputs.push_back(std::move(kept));
+      });
+    }
+    return compare_graphs([&](std::size_t b) { return fp32_outputs[b]; }, ObservedGraph{q, {}}, runner, calibration,
+                          kinds);
+  };
+  const auto worst_error = [](const Comparison& c) {
+    double worst = 0.0;
+    for (double e : c.output_error) worst = std::max(worst, e);
+    return worst;
+  };
   nlohmann::ordered_json passes = nlohmann::ordered_json::array();
+  nlohmann::ordered_json ranking = nlohmann::ordered_json::array();
+  bool ranked = false;
   Comparison cmp;
   for (int pass = 0;; ++pass) {
-    result.graph = rewrite();
-    cmp = compare_graphs(fp32_run, observe(result.graph, candidates), runner, calibration, kinds);
+    result.graph = rewrite_with(decided());
+    cmp = compare_graphs(fp32_observed, observe(result.graph, candidates), runner, calibration, kinds);
     nlohmann::ordered_json p = {{"outputs", outputs_json(fp32, kinds, cmp)}};
-    std::vector<double> added(candidates.size(), -1.0);
-    double most = 0.0;
+    bool any_quantized = false;
     for (std::size_t k = 0; k < candidates.size(); ++k) {
       const Node& n = fp32.nodes[candidates[k].index];
       const auto error_of = [&](const std::string& v) {
@@ -475,29 +514,58 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
       NodeQuantization& nq = result.nodes[k];
       nq.cumulative_error = error_of(n.output);
       nq.added_error = nq.cumulative_error - std::max(error_of(n.input(0)), error_of(n.input(1)));
-      if (nq.quantized) {
-        added[k] = nq.added_error;
-        most = std::max(most, nq.added_error);
-      }
+      any_quantized = any_quantized || nq.quantized;
     }
     const bool miss = misses_target(cmp);
-    if (!miss || pass >= options.max_fallback_passes || most <= 0.0) {
+    if (!miss || pass >= options.max_fallback_passes || !any_quantized) {
       passes.push_back(std::move(p));
       break;
     }
-    // Keep float every node within half of the largest addition (at least that one): few passes.
-    nlohmann::ordered_json kept = nlohmann::ordered_json::array();
+    // Sensitivity of every node still quantized, once: one calibration run per node, only it quantized.
+    if (!ranked) {
+      ranked = true;
+      for (std::size_t k = 0; k < candidates.size(); ++k) {
+        if (!result.nodes[k].quantized) continue;
+        std::vector<bool> only(candidates.size(), false);
+        only[k] = true;
+        result.nodes[k].sensitivity = worst_error(compare_outputs(rewrite_with(only)));
+      }
+    }
+    std::vector<std::size_t> order;  // still quantized, most sensitive first
     for (std::size_t k = 0; k < candidates.size(); ++k) {
-      if (added[k] < 0.5 * most) continue;
-      NodeQuantization& nq = result.nodes[k];
+      if (result.nodes[k].quantized && result.nodes[k].sensitivity >= 0.0) order.push_back(k);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return result.nodes[a].sensitivity > result.nodes[b].sensitivity;
+    });
+    if (ranking.empty()) {
+      for (std::size_t k : order) ranking.push_back({{"name", result.nodes[k].name}, {"sensitivity", result.nodes[k].sensitivity}});
+    }
+    // Bisection for the fewest of the most sensitive to keep float: none misses (just measured), all of them
+    // is assumed to meet the target (everything the fallback can do).
+    std::size_t lo = 0, hi = order.size();
+    nlohmann::ordered_json search = nlohmann::ordered_json::array();
+    while (hi - lo > 1) {
+      const std::size_t mid = lo + (hi - lo) / 2;
+      std::vector<bool> quantize = decided();
+      for (std::size_t i = 0; i < mid; ++i) quantize[order[i]] = false;
+      const Comparison c = compare_outputs(rewrite_with(quantize));
+      search.push_back({{"kept_float", mid}, {"outputs", outputs_json(fp32, kinds, c)}});
+      (misses_target(c) ? lo : hi) = mid;
+    }
+    nlohmann::ordered_json kept = nlohmann::ordered_json::array();
+    for (std::size_t i = 0; i < hi; ++i) {
+      NodeQuantization& nq = result.nodes[order[i]];
       nq.quantized = false;
       std::ostringstream why;
-      why << "cumulative: the quantized graph missed its output target (fallback pass " << pass + 1
-          << "); this node added " << nq.added_error << " to the relative error of its output (cumulative "
-          << nq.cumulative_error << ")";
+      why << "sensitivity: the quantized graph missed its output target (fallback pass " << pass + 1
+          << "); this node is the " << i + 1 << "th most sensitive of the " << order.size()
+          << " quantized (the outputs' relative error with only it quantized: " << nq.sensitivity
+          << "), and keeping the " << hi << " most sensitive float meets the target";
       nq.reason = why.str();
       kept.push_back(nq.name);
     }
+    p["search"] = std::move(search);
     p["kept_float"] = std::move(kept);
     passes.push_back(std::move(p));
   }
@@ -508,7 +576,7 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
   // The report.
   nlohmann::ordered_json& j = result.report;
   j["format"] = "hotpath-quantization-report";
-  j["version"] = 2;
+  j["version"] = 3;
   j["options"] = {{"linear", options.linear},
                   {"conv", options.conv},
                   {"max_node_error", options.max_node_error},
@@ -529,7 +597,9 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
                                 {"quantized", nq.quantized},
                                 {"error", nq.error},
                                 {"cumulative_error", nq.cumulative_error},
-                                {"added_error", nq.added_error}};
+                                {"added_error", nq.added_error},
+                                {"sensitivity", nq.sensitivity >= 0.0 ? nlohmann::ordered_json(nq.sensitivity)
+                                                                      : nlohmann::ordered_json(nullptr)}};
     if (!nq.quantized) e["reason"] = nq.reason;
     if (nq.op == "conv2d") {
       e["observer"] = nq.observer;
@@ -547,6 +617,8 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
   j["nodes"] = std::move(nodes);
   j["fallback"] = {{"target", {{"max_output_error", options.max_output_error},
                                {"min_output_cosine", options.min_output_cosine}}},
+                   {"method", "sensitivity"},
+                   {"ranking", std::move(ranking)},
                    {"passes", std::move(passes)}};
   nlohmann::ordered_json totals;
   totals["candidates"] = result.nodes.size();
