@@ -46,7 +46,7 @@ struct ExportOptions {
   std::int64_t calibration_samples = 256;
   std::int64_t max_bad_samples = 100;  // corrupt calibration samples skipped and counted, beyond: error
   // int8 on real calibration data: the quantized graph's logits within this relative error of fp32 on it
-  // (embeddings: cosine >= 0.99), else the layers adding the most error stay float (quantize.h; reported).
+  // (embeddings: cosine >= 0.99), else the fewest most sensitive layers stay float (quantize.h; reported).
   double max_output_error = 0.02;
   std::vector<std::string> keep_float;  // int8: linear/conv2d node names never quantized
   double min_agreement = 0.97;          // top-1 agreement with fp32 below this refuses the export ...
