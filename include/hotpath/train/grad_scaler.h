@@ -13,6 +13,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -53,6 +54,10 @@ class GradScaler {
   // Divides the optimizer's gradients by the scale in place and records whether any is inf/NaN.
   // Throws if called twice for this optimizer before update(), or after step().
   void unscale_(torch::optim::Optimizer& optimizer);
+  // Data parallel with sharded gradients (ZeRO): unscale_() if not done yet, then sums this optimizer's
+  // inf/NaN findings over the ranks with `sum_over_ranks` (an all-reduce), so that every rank skips or takes
+  // the same steps and backs off the scale alike.
+  void agree_on_inf(torch::optim::Optimizer& optimizer, const std::function<void(at::Tensor&)>& sum_over_ranks);
   // unscale_() if not done yet, then optimizer.step() unless a gradient was inf/NaN.
   // Returns whether the optimizer stepped.
   bool step(torch::optim::Optimizer& optimizer);

@@ -60,6 +60,12 @@ struct ParamSplit {
 // betas in [0, 1), eps > 0, weight_decay >= 0) and builds the optimizer.
 [[nodiscard]] std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     const OptimizerConfig& config, const NamedParameters& named_params);
+// The same with the groups decided beforehand: `split` names the decayed and exempt parameters (from the
+// whole parameters), `named_params` may hold any subset of them under those names, e.g. ZeRO's 1-D slices of
+// them (zero.h) — the no-decay rule must see the whole parameter, not its slice. Names in `split` that are
+// absent are skipped, tensors the split lacks are left out (frozen).
+[[nodiscard]] std::unique_ptr<torch::optim::Optimizer> make_optimizer(
+    const OptimizerConfig& config, const NamedParameters& named_params, const ParamSplit& split);
 
 // Every param group's lr.
 void set_lr(torch::optim::Optimizer& optimizer, double lr);

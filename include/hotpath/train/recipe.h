@@ -78,6 +78,7 @@ struct TrainSection {
   std::int64_t max_steps = 0;           // stop after this many optimizer steps (0 = all epochs)
   double scaler_init_scale = 65536.0;
   std::int64_t scaler_growth_interval = 2000;
+  std::int64_t zero = 0;                // data parallel: 0 DDP, 1 ZeRO-1 (optimizer state sharded), 2 ZeRO-2 (+ gradients)
 };
 
 struct OptimizerSection {

@@ -5,6 +5,8 @@
 #include <torch/optim/optimizer.h>
 #include <torch/optim/sgd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <filesystem>
 #include <set>
@@ -14,6 +16,7 @@
 #include "hotpath/core/bounded.h"
 #include "hotpath/core/error.h"
 #include "hotpath/core/input_file.h"
+#include "hotpath/core/json.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/models/weights.h"
 
@@ -56,15 +59,32 @@ std::string checkpoint_name(std::int64_t step) {
   return kPrefix + digits;
 }
 
-void save_checkpoint(const std::string& dir, const CheckpointData& data) {
-  const fs::path final_dir(dir);
-  const fs::path tmp = final_dir.string() + ".tmp";
+void begin_checkpoint(const std::string& dir) {
+  const fs::path tmp = dir + ".tmp";
   std::error_code ec;
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);
   HOTPATH_CHECK(!ec, tmp.string(), ": cannot create the checkpoint directory: ", ec.message());
+}
+
+void save_checkpoint(const std::string& dir, const CheckpointData& data) {
+  const fs::path final_dir(dir);
+  const fs::path tmp = final_dir.string() + ".tmp";
+  std::error_code ec;
+  if (data.optimizer_manifest.empty()) {
+    begin_checkpoint(dir);
+    write_part(tmp, "optimizer.safetensors", data.optimizer);
+  } else {
+    // Sharded: the ranks' shards are in DIR.tmp/ already (begin_checkpoint, write_optimizer_shard, barrier).
+    const auto j = parse_json(data.optimizer_manifest, "optimizer.json");
+    for (const auto& f : j.at("files")) {
+      const fs::path shard = tmp / f.get<std::string>();
+      HOTPATH_CHECK(fs::exists(shard), shard.string(), ": a rank's optimizer shard is missing from the checkpoint "
+                                                        "being written (did every rank write before the barrier?)");
+    }
+    write_file_atomic((tmp / "optimizer.json").string(), data.optimizer_manifest);
+  }
   write_part(tmp, "model.safetensors", data.model);
-  write_part(tmp, "optimizer.safetensors", data.optimizer);
   if (!data.ema.empty()) write_part(tmp, "ema.safetensors", data.ema);
   write_part(tmp, "rng.safetensors", data.rng);
   write_file_atomic((tmp / "trainer.json").string(), data.trainer_json);
@@ -80,7 +100,12 @@ CheckpointData load_checkpoint(const std::string& dir) {
   HOTPATH_CHECK(fs::is_directory(d), dir, ": not a checkpoint directory");
   CheckpointData data;
   data.model = read_part(d, "model.safetensors");
-  data.optimizer = read_part(d, "optimizer.safetensors");
+  if (fs::exists(d / "optimizer.json")) {
+    data.optimizer_manifest = read_file((d / "optimizer.json").string(), read_limit::kConfig, "optimizer manifest");
+    data.optimizer = assemble_optimizer_shards(dir, data.optimizer_manifest);
+  } else {
+    data.optimizer = read_part(d, "optimizer.safetensors");
+  }
   if (fs::exists(d / "ema.safetensors")) data.ema = read_part(d, "ema.safetensors");
   data.rng = read_part(d, "rng.safetensors");
   const fs::path json = d / "trainer.json";
@@ -125,6 +150,161 @@ void prune_checkpoints(const std::string& root, std::int64_t keep_last) {
     const std::string name = entry.path().filename().string();
     if (entry.is_directory() && name.size() > 4 && name.ends_with(".tmp")) fs::remove_all(entry.path(), ec);
   }
+}
+
+// ---- sharded optimizer state (ZeRO) ------------------------------------------------------------
+
+std::vector<ShardLayout::Segment> ShardLayout::segments(int rank) const {
+  std::vector<Segment> out;
+  const std::int64_t lo = std::min(numel, static_cast<std::int64_t>(rank) * shard_numel);
+  const std::int64_t hi = std::min(numel, lo + shard_numel);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Param& p = params[i];
+    const std::int64_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
+    if (a < b) out.push_back({i, a - p.offset, b - a});
+  }
+  return out;
+}
+
+ShardLayout make_shard_layout(const NamedParameters& flat_order, int world_size, std::int64_t align) {
+  HOTPATH_CHECK(world_size >= 1 && align >= 1, "shard layout: world size ", world_size, " and alignment ", align,
+                " must be >= 1");
+  ShardLayout layout;
+  layout.world_size = world_size;
+  for (const auto& [name, t] : flat_order) {
+    layout.params.push_back({name, t.sizes().vec(), layout.numel, t.numel()});
+    layout.numel += t.numel();
+  }
+  const std::int64_t per_rank = (layout.numel + world_size - 1) / world_size;
+  layout.shard_numel = std::max<std::int64_t>(align, (per_rank + align - 1) / align * align);
+  return layout;
+}
+
+std::string optimizer_shard_file(int rank, int world_size) {
+  const auto five = [](int v) {
+    std::string d = std::to_string(v);
+    return std::string(d.size() < 5 ? 5 - d.size() : 0, '0') + d;
+  };
+  return "optimizer-shard-" + five(rank) + "-of-" + five(world_size) + ".safetensors";
+}
+
+std::string optimizer_manifest_json(const ShardLayout& layout, int zero_stage, std::int64_t step) {
+  nlohmann::ordered_json j;
+  j["format"] = 1;
+  j["sharded"] = "zero";
+  j["zero"] = zero_stage;
+  j["world_size"] = layout.world_size;
+  j["numel"] = layout.numel;
+  j["shard_numel"] = layout.shard_numel;
+  j["step"] = step;
+  j["params"] = nlohmann::ordered_json::array();
+  for (const auto& p : layout.params) {
+    j["params"].push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}});
+  }
+  j["files"] = nlohmann::ordered_json::array();
+  for (int r = 0; r < layout.world_size; ++r) j["files"].push_back(optimizer_shard_file(r, layout.world_size));
+  return j.dump(2) + "\n";
+}
+
+void write_optimizer_shard(const std::string& dir, int rank, const ShardLayout& layout, const TensorMap& state) {
+  const fs::path tmp = dir + ".tmp";
+  HOTPATH_CHECK(fs::is_directory(tmp), tmp.string(), ": missing; rank 0 creates it before the ranks write their shards");
+  models::write_tensors((tmp / optimizer_shard_file(rank, layout.world_size)).string(), state);
+}
+
+TensorMap assemble_optimizer_shards(const std::string& dir, const std::string& manifest_json) {
+  const std::string where = (fs::path(dir) / "optimizer.json").string();
+  ShardLayout layout;
+  std::vector<std::string> files;
+  try {
+    const auto j = parse_json(manifest_json, where);
+    HOTPATH_CHECK(j.is_object() && j.value("format", 0) == 1 && j.value("sharded", std::string()) == "zero", where,
+                  ": not a ZeRO optimizer manifest of format 1");
+    const auto integer = [&](const nlohmann::json& v, const char* key, std::int64_t lo, std::int64_t hi) {
+      HOTPATH_CHECK(v.contains(key) && v.at(key).is_number_integer(), where, ": ", key, ": expected an integer");
+      const auto n = v.at(key).get<std::int64_t>();
+      check_int_in(n, lo, hi, where + ": " + key);
+      return n;
+    };
+    constexpr std::int64_t kMaxNumel = std::int64_t{1} << 40;
+    layout.world_size = static_cast<int>(integer(j, "world_size", 1, 1 << 20));
+    layout.numel = integer(j, "numel", 0, kMaxNumel);
+    layout.shard_numel = integer(j, "shard_numel", 1, kMaxNumel);
+    HOTPATH_CHECK(layout.shard_numel * layout.world_size >= layout.numel, where, ": ", layout.world_size, " shards of ",
+                  layout.shard_numel, " elements do not cover ", layout.numel);
+    std::int64_t offset = 0;
+    for (const auto& p : j.at("params")) {
+      ShardLayout::Param param;
+      param.name = p.at("name").get<std::string>();
+      param.shape = p.at("shape").get<std::vector<std::int64_t>>();
+      param.offset = integer(p, "offset", 0, kMaxNumel);
+      param.numel = 1;
+      for (const std::int64_t d : param.shape) {
+        check_int_in(d, 0, kMaxNumel, where + ": " + param.name + ": shape");
+        param.numel *= d;
+        check_int_in(param.numel, 0, kMaxNumel, where + ": " + param.name + ": numel");
+      }
+      HOTPATH_CHECK(param.offset == offset, where, ": ", printable(param.name), ": offset ", param.offset,
+                    ", expected ", offset, " (parameters one after the other)");
+      offset += param.numel;
+      layout.params.push_back(std::move(param));
+    }
+    HOTPATH_CHECK(offset == layout.numel, where, ": the parameters hold ", offset, " elements, numel says ", layout.numel);
+    files = j.at("files").get<std::vector<std::string>>();
+    HOTPATH_CHECK(files.size() == static_cast<std::size_t>(layout.world_size), where, ": ", files.size(),
+                  " shard files for world_size ", layout.world_size);
+    for (int r = 0; r < layout.world_size; ++r) {
+      HOTPATH_CHECK(files[r] == optimizer_shard_file(r, layout.world_size), where, ": files[", r, "] is ",
+                    printable(files[r]), ", expected ", optimizer_shard_file(r, layout.world_size));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    HOTPATH_CHECK(false, where, ": invalid manifest: ", e.what());
+  }
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < layout.params.size(); ++i) index[layout.params[i].name] = i;
+  // name.field → the flattened whole state and how many of its elements the shards covered.
+  std::map<std::string, std::pair<at::Tensor, std::int64_t>> whole;
+  std::map<std::string, std::int64_t> steps;
+  TensorMap out;
+  for (int r = 0; r < layout.world_size; ++r) {
+    const fs::path file = fs::path(dir) / files[r];
+    HOTPATH_CHECK(fs::exists(file), file.string(), ": missing; the checkpoint's optimizer state is sharded over ",
+                  layout.world_size, " ranks and every shard is needed");
+    std::map<std::size_t, ShardLayout::Segment> mine;
+    for (const auto& seg : layout.segments(r)) mine[seg.param] = seg;
+    for (const auto& [key, t] : models::read_tensors(file.string())) {
+      const auto dot = key.rfind('.');
+      const auto it = dot == std::string::npos ? index.end() : index.find(key.substr(0, dot));
+      HOTPATH_CHECK(it != index.end(), file.string(), ": ", printable(key), ": not state of a parameter in ", where);
+      const std::string field = key.substr(dot + 1);
+      const auto seg = mine.find(it->second);
+      HOTPATH_CHECK(seg != mine.end(), file.string(), ": ", printable(key), ": rank ", r,
+                    " owns no part of this parameter in the manifest's layout");
+      if (field == "step") {
+        HOTPATH_CHECK(t.numel() == 1 && !t.is_floating_point(), file.string(), ": ", key, ": expected one integer");
+        const std::int64_t n = t.item<std::int64_t>();
+        const auto [s, fresh] = steps.try_emplace(key, n);
+        HOTPATH_CHECK(fresh || s->second == n, file.string(), ": ", key, ": step ", n, ", another shard says ", s->second);
+        continue;
+      }
+      const ShardLayout::Param& p = layout.params[it->second];
+      HOTPATH_CHECK(t.dim() == 1 && t.size(0) == seg->second.length && t.is_floating_point(), file.string(), ": ", key,
+                    ": expected ", seg->second.length, " floating-point elements (rank ", r, "'s part of ", p.name,
+                    "), got shape ", t.sizes());
+      auto [w, fresh] = whole.try_emplace(key, at::Tensor(), 0);
+      if (fresh) w->second.first = at::zeros({p.numel}, t.options());
+      w->second.first.narrow(0, seg->second.begin, seg->second.length).copy_(t);
+      w->second.second += seg->second.length;
+    }
+  }
+  for (auto& [key, w] : whole) {
+    const ShardLayout::Param& p = layout.params[index.at(key.substr(0, key.rfind('.')))];
+    HOTPATH_CHECK(w.second == p.numel, where, ": ", key, ": the shards hold ", w.second, " of its ", p.numel,
+                  " elements (a shard lacks its part)");
+    out[key] = w.first.view(p.shape);
+  }
+  for (const auto& [key, n] : steps) out[key] = at::scalar_tensor(n, at::kLong);
+  return out;
 }
 
 TensorMap optimizer_state(torch::optim::Optimizer& optimizer, const NamedParameters& params) {

@@ -107,6 +107,20 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
   state.stage = Stage::kUnscaled;
 }
 
+void GradScaler::agree_on_inf(torch::optim::Optimizer& optimizer,
+                              const std::function<void(at::Tensor&)>& sum_over_ranks) {
+  if (!options_.enabled) return;
+  check_initialized("agree_on_inf()");
+  if (per_optimizer_[&optimizer].stage == Stage::kReady) unscale_(optimizer);
+  PerOptimizer& state = per_optimizer_[&optimizer];
+  HOTPATH_CHECK(state.stage == Stage::kUnscaled, "grad scaler: agree_on_inf() is being called after step()");
+  // One float on the scale's device, summed over the ranks (a rank without gradients contributes 0).
+  at::Tensor found = at::zeros({}, scale_.options().dtype(at::kFloat));
+  for (const at::Tensor& f : state.found_inf) found += f.to(found.device());
+  sum_over_ranks(found);
+  state.found_inf = {found};
+}
+
 bool GradScaler::step(torch::optim::Optimizer& optimizer) {
   if (!options_.enabled) {
     optimizer.step();

@@ -8,6 +8,7 @@
 
 #include <chrono>
 
+#include "bucket_plan.h"
 #include "dist_impl.h"
 #include "hotpath/core/error.h"
 
@@ -34,6 +35,28 @@ class ReadyHook final : public torch::autograd::PostAccumulateGradHook {
 
 }  // namespace
 
+std::vector<std::vector<std::size_t>> plan_buckets(const std::vector<at::Tensor>& params,
+                                                   std::int64_t first_bucket_bytes, std::int64_t bucket_bytes) {
+  std::vector<std::vector<std::size_t>> out;
+  std::vector<std::size_t> current;
+  std::int64_t current_bytes = 0;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const at::Tensor& p = params[i];
+    const bool other_dtype = !current.empty() && params[current[0]].scalar_type() != p.scalar_type();
+    const std::int64_t cap = out.empty() ? first_bucket_bytes : bucket_bytes;
+    const auto bytes = static_cast<std::int64_t>(p.nbytes());
+    if (other_dtype || (!current.empty() && current_bytes + bytes > cap)) {
+      out.push_back(std::move(current));
+      current.clear();
+      current_bytes = 0;
+    }
+    current.push_back(i);
+    current_bytes += bytes;
+  }
+  if (!current.empty()) out.push_back(std::move(current));
+  return out;
+}
+
 GradSync::GradSync(DistContext& dist, const NamedParameters& params, const GradSyncOptions& options)
     : dist_(dist), options_(options) {
   HOTPATH_CHECK(!params.empty(), "GradSync: no parameters to synchronise");
@@ -46,16 +69,13 @@ GradSync::GradSync(DistContext& dist, const NamedParameters& params, const GradS
     params_.push_back(it->second);
   }
   bucket_of_.resize(params_.size());
-  std::vector<std::size_t> current;
-  std::int64_t current_bytes = 0;
-  const auto close = [&] {
-    if (current.empty()) return;
+  for (const std::vector<std::size_t>& members : plan_buckets(params_, options.first_bucket_bytes, options.bucket_bytes)) {
     auto b = std::make_unique<Bucket>();
     std::int64_t numel = 0;
-    for (std::size_t i : current) numel += params_[i].numel();
-    b->flat = at::zeros({numel}, params_[current[0]].options().requires_grad(false));
+    for (std::size_t i : members) numel += params_[i].numel();
+    b->flat = at::zeros({numel}, params_[members[0]].options().requires_grad(false));
     std::int64_t offset = 0;
-    for (std::size_t i : current) {
+    for (std::size_t i : members) {
       at::Tensor& p = params_[i];
       at::Tensor view = b->flat.narrow(0, offset, p.numel()).view(p.sizes());
       if (p.grad().defined()) view.copy_(p.grad());
@@ -63,22 +83,11 @@ GradSync::GradSync(DistContext& dist, const NamedParameters& params, const GradS
       offset += p.numel();
       bucket_of_[i] = buckets_.size();
     }
-    b->params = current;
-    b->pending = current.size();
+    b->params = members;
+    b->pending = members.size();
     stats_.bucket_bytes_total += numel * static_cast<std::int64_t>(b->flat.element_size());
     buckets_.push_back(std::move(b));
-    current.clear();
-    current_bytes = 0;
-  };
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const at::Tensor& p = params_[i];
-    const bool other_dtype = !current.empty() && params_[current[0]].scalar_type() != p.scalar_type();
-    const std::int64_t cap = buckets_.empty() ? options.first_bucket_bytes : options.bucket_bytes;
-    if (other_dtype || (!current.empty() && current_bytes + p.nbytes() > static_cast<std::size_t>(cap))) close();
-    current.push_back(i);
-    current_bytes += static_cast<std::int64_t>(p.nbytes());
   }
-  close();
   stats_.buckets = static_cast<std::int64_t>(buckets_.size());
   if (options_.overlap) {
     for (std::size_t i = 0; i < params_.size(); ++i) {

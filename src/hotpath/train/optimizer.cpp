@@ -63,8 +63,23 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& c
   HOTPATH_CHECK(!split.decay.empty() || !split.no_decay.empty(),
                 "optimizer: no trainable parameters (", named_params.size(),
                 " given, all with requires_grad false)");
+  return make_optimizer(config, named_params, split);
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& config,
+                                                        const NamedParameters& named_params, const ParamSplit& given) {
+  validate(config);
   std::map<std::string, at::Tensor> by_name(named_params.begin(), named_params.end());
   HOTPATH_CHECK(by_name.size() == named_params.size(), "optimizer: duplicate parameter names");
+  // The split's names that are here, in the split's order (tensors the split lacks are frozen: left out).
+  ParamSplit split;
+  for (const bool decayed : {true, false}) {
+    for (const std::string& name : decayed ? given.decay : given.no_decay) {
+      if (by_name.contains(name)) (decayed ? split.decay : split.no_decay).push_back(name);
+    }
+  }
+  HOTPATH_CHECK(!split.decay.empty() || !split.no_decay.empty(), "optimizer: none of the ", named_params.size(),
+                " given parameters is in a weight-decay group of the split (frozen, or a split of other parameters)");
   const auto tensors = [&](const std::vector<std::string>& names) {
     std::vector<at::Tensor> out;
     out.reserve(names.size());

@@ -84,6 +84,7 @@ void visit_recipe(R& r, V& v) {
   v("train.max_steps", t.max_steps);
   v("train.scaler_init_scale", t.scaler_init_scale);
   v("train.scaler_growth_interval", t.scaler_growth_interval);
+  v("train.zero", t.zero);
 
   auto& o = r.optimizer;
   v("optimizer.name", o.name, Allowed{"sgd", "adamw"});
@@ -453,6 +454,7 @@ void validate(const Recipe& r) {
   check_range(t.max_steps >= 0, r, "train.max_steps", ">= 0 (0 = all epochs)");
   check_range(t.scaler_init_scale > 0, r, "train.scaler_init_scale", "> 0");
   check_range(t.scaler_growth_interval >= 1, r, "train.scaler_growth_interval", ">= 1");
+  check_range(t.zero >= 0 && t.zero <= 2, r, "train.zero", "0 (DDP), 1 (ZeRO-1) or 2 (ZeRO-2), got " + std::to_string(t.zero));
   check_range(r.optimizer.lr > 0, r, "optimizer.lr", "> 0");
   check_range(r.schedule.warmup_epochs >= 0, r, "schedule.warmup_epochs", ">= 0");
   check_range(r.schedule.step_epochs > 0, r, "schedule.step_epochs", "> 0");

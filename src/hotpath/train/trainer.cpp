@@ -37,6 +37,7 @@
 #include "hotpath/train/optimizer.h"
 #include "hotpath/train/schedule.h"
 #include "hotpath/train/step_clock.h"
+#include "hotpath/train/zero.h"
 #include "cuda/cuda_training.h"
 #include "run_util.h"
 #include "tasks.h"
@@ -452,7 +453,12 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   for (std::int64_t e = 0; e < tr.epochs; ++e) planned_steps += steps_in_epoch(e);
   const std::int64_t total_steps = tr.max_steps > 0 ? std::min(planned_steps, tr.max_steps) : planned_steps;
 
-  auto optimizer = make_optimizer(optimizer_config_for(recipe), trainable);
+  // ZeRO (train.zero 1|2, several ranks): the optimizer is built over this rank's slice once the weights are
+  // broadcast (zero.h); its state is restored then.
+  const int zero_stage = dist ? static_cast<int>(tr.zero) : 0;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  if (zero_stage == 0) optimizer = make_optimizer(optimizer_config_for(recipe), trainable);
+  std::optional<TensorMap> zero_resume_state;
   const Schedule schedule(schedule_config_for(recipe, steps_per_epoch, planned_steps));
   GradScaler scaler({.init_scale = tr.scaler_init_scale,
                      .growth_interval = tr.scaler_growth_interval,
@@ -474,7 +480,11 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
                   *latest, "/trainer.json: position epoch ", state.position.epoch, " batch ", state.position.batch,
                   " is outside this recipe's ", tr.epochs, " epochs and their batches");
     restore_tensors(task->checkpoint_tensors(), data.model, *latest + "/model.safetensors");
-    load_optimizer_state(*optimizer, trainable, data.optimizer);
+    if (zero_stage == 0) {  // a sharded checkpoint's state comes assembled (any world size or stage)
+      load_optimizer_state(*optimizer, trainable, data.optimizer);
+    } else {
+      zero_resume_state = data.optimizer;
+    }
     if (ema) {
       HOTPATH_CHECK(!data.ema.empty(), *latest, ": train.ema_decay is on but the checkpoint has no ema.safetensors");
       // Format 1 image checkpoints kept a whole averaged model: its frozen and integer tensors are skipped.
@@ -490,6 +500,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
 
   // DDP: every rank starts from rank 0's parameters and buffers; gradients are synchronised in buckets.
   std::unique_ptr<GradSync> grad_sync;
+  std::unique_ptr<ZeroSync> zero;
   if (dist) {
     at::NoGradGuard no_grad;
     std::vector<at::Tensor> tensors;
@@ -500,8 +511,15 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
       dist->broadcast(one, 0, "the initial broadcast of the model from rank 0");
       if (!one[0].is_same(t)) t.copy_(one[0]);
     }
-    grad_sync = std::make_unique<GradSync>(*dist, trainable, grad_sync_options_from_environment());
+    if (zero_stage == 0) {
+      grad_sync = std::make_unique<GradSync>(*dist, trainable, grad_sync_options_from_environment());
+    } else {
+      zero = std::make_unique<ZeroSync>(*dist, trainable, optimizer_config_for(recipe),
+                                        ZeroOptions{.stage = zero_stage, .buckets = grad_sync_options_from_environment()});
+      if (zero_resume_state) zero->load_state(*zero_resume_state);
+    }
   }
+  torch::optim::Optimizer& opt = zero ? zero->optimizer() : *optimizer;
 
   if (clear_first) {  // --overwrite: only now that the new run has been built and checked
     clear_run_outputs(run_dir);
@@ -531,7 +549,8 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
         << " epochs, batch " << tr.batch_size
         << (accum > 1 ? " (" + std::to_string(accum) + " micro-batches a step)" : "")
         << (dist ? " on each of " + std::to_string(world_size) + " ranks (Gloo, " +
-                       std::to_string(grad_sync->stats().buckets) + " gradient buckets)"
+                       std::to_string(zero ? zero->stats().buckets : grad_sync->stats().buckets) + " gradient buckets" +
+                       (zero ? ", ZeRO-" + std::to_string(zero_stage) : std::string()) + ")"
                  : "")
         << "\n";
   }
@@ -553,11 +572,21 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   if (benchmark && options.benchmark_warmup_steps == 0) steady_start = Clock::now();
 
   const auto save = [&] {
-    if (benchmark || !is_main) return;  // DDP: every rank holds the same state; rank 0 writes it
-    if (scaler.is_enabled()) state.scaler = scaler.state();
+    if (benchmark || (!is_main && !zero)) return;  // DDP: every rank holds the same state; rank 0 writes it
     CheckpointData data;
+    if (zero) {  // each rank its optimizer shard into DIR.tmp/, then rank 0 the rest and the manifest
+      const std::string dir = (ckpt_root / checkpoint_name(state.step)).string();
+      if (is_main) begin_checkpoint(dir);
+      dist->barrier("checkpoint " + dir + ": the directory for the optimizer shards");
+      write_optimizer_shard(dir, dist->rank(), zero->layout(), zero->shard_state());
+      dist->barrier("checkpoint " + dir + ": every rank's optimizer shard written");
+      if (!is_main) return;
+      data.optimizer_manifest = optimizer_manifest_json(zero->layout(), zero_stage, state.step);
+    } else {
+      data.optimizer = optimizer_state(opt, trainable);
+    }
+    if (scaler.is_enabled()) state.scaler = scaler.state();
     data.model = task->checkpoint_tensors();
-    data.optimizer = optimizer_state(*optimizer, trainable);
     if (ema) data.ema = ema->state();
     data.rng = rng_state(device);
     data.trainer_json = trainer_state_json(state, recipe, *task, world_size);
@@ -568,8 +597,8 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   // again, and one that has its last checkpoint has its model. An interrupted run leaves only its
   // checkpoint: resume finishes the run.
   const auto finish = [&] {
-    if (benchmark || !is_main) return;
-    {
+    if (benchmark || (!is_main && !zero)) return;
+    if (is_main) {
       const EmaSwap ema_in(ema.get());
       task->export_model(run_dir, ExportPlace::kRunDir);
     }
@@ -650,6 +679,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
           TraceScope s(&trace, "backward", "train");
           // DDP: buckets all-reduced as backward fills them, on the last micro-batch only (no-sync before).
           if (grad_sync) grad_sync->set_sync(&mb == &micro.back());
+          if (zero) zero->set_sync(&mb == &micro.back());
           scaler.scale(micro.size() == 1 ? loss : loss * weight).backward();
           step_clock.lap(StepPhase::kBackward);
         }
@@ -657,9 +687,9 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
         step_loss_t = step_loss_t.defined() ? step_loss_t + l : l;
       }
 
-      if (grad_sync) {
+      if (grad_sync || zero) {
         TraceScope s(&trace, "allreduce_wait", "train");
-        (void)grad_sync->finish();
+        (void)(zero ? zero->finish() : grad_sync->finish());
         step_clock.lap(StepPhase::kAllreduce);
       }
 
@@ -668,13 +698,18 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
       {
         TraceScope s(&trace, "optimizer", "train");
         if (tr.clip_grad_norm > 0) {
-          scaler.unscale_(*optimizer);
-          grad_norm = clip_grad_norm(trainable_tensors, tr.clip_grad_norm);
+          scaler.unscale_(opt);
+          // ZeRO: the global norm of the slices (an all-reduce of their squared norms).
+          grad_norm = zero ? zero->clip_grad_norm(tr.clip_grad_norm) : clip_grad_norm(trainable_tensors, tr.clip_grad_norm);
         }
-        schedule.apply(*optimizer, state.step);
-        stepped = scaler.step(*optimizer);
+        schedule.apply(opt, state.step);
+        if (zero && scaler.is_enabled()) zero->agree_on_inf(scaler);  // each rank saw only its slice
+        stepped = scaler.step(opt);
         scaler.update();
-        if (grad_sync) {
+        if (zero && stepped) zero->refresh_parameters();  // every rank's slice all-gathered into the model
+        if (zero) {
+          zero->zero_grad();
+        } else if (grad_sync) {
           grad_sync->zero_grad();  // the gradients stay views into the buckets
         } else {
           optimizer->zero_grad(/*set_to_none=*/true);
@@ -809,6 +844,23 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
                               {"allreduce_bytes_per_step", gs.bucket_bytes_total},
                               {"buckets_launched_in_backward", gs.launched_in_backward},
                               {"allreduce_wait_s", gs.wait_s}};
+    std::int64_t state_bytes = 0;  // every rank holds all of it (ZeRO: its slice; below)
+    for (const auto& [key, t] : optimizer_state(opt, trainable)) state_bytes += static_cast<std::int64_t>(t.nbytes());
+    profile["distributed"]["optimizer_state_bytes"] = state_bytes;
+  }
+  if (zero) {
+    const ZeroStats zs = zero->stats();
+    profile["distributed"] = {{"world_size", world_size},
+                              {"zero", zs.stage},
+                              {"buckets", zs.buckets},
+                              {"flat_numel", zs.flat_numel},
+                              {"shard_numel", zs.shard_numel},
+                              {"allreduce_bytes_per_step", zs.reduce_bytes},
+                              {"allgather_bytes_per_step", zs.allgather_bytes},
+                              {"optimizer_state_bytes", zs.optimizer_state_bytes},
+                              {"gradient_bytes_kept", zs.gradient_bytes_kept},
+                              {"buckets_launched_in_backward", zs.launched_in_backward},
+                              {"allreduce_wait_s", zs.wait_s}};
   }
   if (is_main) write_file_atomic((run_dir / "profile.json").string(), profile.dump(2) + "\n");
   if (!options.trace_path.empty() && is_main) trace.write(options.trace_path);
