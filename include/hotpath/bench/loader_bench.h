@@ -22,6 +22,7 @@ struct LoaderBenchResult {
   std::int64_t images = 0;
   double seconds = 0;
   data::LoaderStats stats{};  // counters of the timed part only
+  std::string loader;         // Loader::describe() after the run: which decode path ran
 };
 
 // Pulls `warmup_batches` untimed, then `batches` timed batches (epochs roll over as needed).
@@ -49,6 +50,9 @@ struct DataBenchOptions {
   std::string compare;  // "" or "torch"
   std::string python;   // venv python for the peer ("" = the setup venv)
 };
+// With loader.device = cuda, "hotpath" is the loader's CUDA mode (loader.decode: nvJPEG or CPU threads) and the
+// contender "cpu_decode" runs the same options on the CPU path with the same threads, side by side
+// (ratio_vs_cpu_decode = CUDA mode / CPU path).
 
 // Contenders hotpath (the loader), ceiling (the decoder alone) and, with compare "torch", torch.
 // JSON: the harness' fields (benchmark.*, ratio_vs_torch, host, dispatch, load) plus the historic ones

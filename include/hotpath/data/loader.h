@@ -11,9 +11,18 @@
 //
 // Every random choice is a function of (seed, epoch, sample position), so batches are identical
 // for any number of decode threads, and seek(position) resumes exactly where a run stopped.
+//
+// CUDA ("mixed") mode, LoaderOptions::device = cuda: a stage thread finishes each batch on the GPU on
+// its own stream and hands out device tensors. decode = kCpu: the decode threads crop, resize and flip
+// into pinned uint8 batches, copied non_blocking and normalised on the device. decode = kNvjpeg: the
+// decode threads only read headers and draw the crops; whole JPEGs go to nvJPEG (loaded with dlopen,
+// nvjpeg_library.h), then crop/resize/flip/normalise run as ATen ops (device_augment.h). The crops
+// come from the same draws as on the CPU (draw_sample_augment); pixels differ within the tolerance
+// docs/gpu.md gives.
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <atomic>
 #include <cstdint>
@@ -31,6 +40,12 @@ enum class CropMode {
   kRandomResizedCrop,  // train: torchvision RandomResizedCrop(size, scale, ratio)
   kResizeCenterCrop,   // eval: Resize(resize_shorter) + CenterCrop(size)
   kResize,             // whole image resized to size × size (small fixed-size data)
+};
+
+// Where JPEGs are decoded (PNG always decodes on the CPU threads).
+enum class DecodeBackend {
+  kCpu,     // libjpeg-turbo on the decode threads (crop and DCT downscale during decode)
+  kNvjpeg,  // nvJPEG on the GPU (needs device = cuda); what nvJPEG rejects is decoded on the CPU
 };
 
 struct LoaderOptions {
@@ -64,7 +79,23 @@ struct LoaderOptions {
   std::int64_t num_classes = 0;        // > 0: a label outside [0, num_classes) is a bad sample (negative: always)
   DecodeLimits limits{};
   bool pin_memory = true;              // only takes effect when a CUDA device is present
+  at::Device device = at::kCPU;        // cuda: batches are finished on this GPU (the mode above)
+  DecodeBackend decode = DecodeBackend::kCpu;
 };
+
+// The random choices of one sample's train transform, in source pixels.
+struct SampleAugment {
+  Box box;             // the crop (or the whole image), as random_resized_crop_box / resize_center_crop_box give it
+  bool flip = false;   // mirrored left-right
+  int shift_x = 0;     // translate: the resized image moves by (shift_x, shift_y), uncovered pixels 0
+  int shift_y = 0;
+};
+
+// The draws of sample `position` (its place in the epoch's global batch order) of `epoch` for an image of
+// width × height: crop box, flip, translate, in that order from the sample's own stream. The CPU and the
+// CUDA paths both call this, so the crops of a seed are the same whichever decodes.
+SampleAugment draw_sample_augment(const LoaderOptions& options, int width, int height, std::int64_t epoch,
+                                  std::int64_t position);
 
 struct Batch {
   at::Tensor images;  // [n, C, H, W] (channels-last strides when format.layout == kHWC), or uint8
@@ -88,6 +119,7 @@ struct LoaderStats {
   double decode_seconds = 0;        // workers: decode + crop + resize
   double store_seconds = 0;         // workers: flip + normalise + write to the batch
   double wait_seconds = 0;          // consumer: blocked waiting for the next batch
+  double device_seconds = 0;        // CUDA mode: the stage thread (nvJPEG decode, copies, augment, its stream's wait)
 };
 
 // Samples one epoch of `options` yields before batching (this rank's shards, all with split_batches; samples without an
@@ -115,6 +147,9 @@ class Loader {
   // "shard:offset:member: reason" of every skipped sample so far (capped at 1000 entries).
   [[nodiscard]] std::vector<std::string> bad_samples() const;
   [[nodiscard]] const LoaderOptions& options() const;
+  // Which path decodes and where batches are finished, for the run's header line: "decode cpu (libjpeg-turbo,
+  // 4 threads), augment cpu" or "decode nvjpeg (/path/libnvjpeg.so.13, hardware backend), augment cuda:0".
+  [[nodiscard]] std::string describe() const;
 
   // Range over the batches of one epoch: `for (const Batch& b : loader.epoch(e))`.
   class EpochRange;

@@ -53,6 +53,9 @@ struct DataSection {
   std::int64_t prefetch = 4;
   std::int64_t shuffle_buffer = 2000;
   std::int64_t max_bad_samples = 100;
+  // The loader's CUDA ("mixed") mode, train.device: cuda only (docs/gpu.md).
+  std::string decode = "cpu";           // cpu (libjpeg-turbo threads) | nvjpeg (whole JPEGs decoded on the GPU)
+  std::string augment = "auto";         // auto (device with nvjpeg, else cpu) | cpu | device (normalise on the GPU)
   std::vector<std::string> class_names; // "" = taken from the shards' pack report (train.json) if any
   // Text (data.kind: text):
   std::string tokenizer;                // tokenizer directory ("" = model.pretrained)

@@ -27,7 +27,7 @@ using TjHandle = std::unique_ptr<void, TjDeleter>;
 data::LoaderStats minus(const data::LoaderStats& a, const data::LoaderStats& b) {
   return {a.samples - b.samples,           a.bad_samples - b.bad_samples,       a.batches - b.batches,
           a.plan_seconds - b.plan_seconds, a.decode_seconds - b.decode_seconds, a.store_seconds - b.store_seconds,
-          a.wait_seconds - b.wait_seconds};
+          a.wait_seconds - b.wait_seconds,  a.device_seconds - b.device_seconds};
 }
 
 }  // namespace
@@ -52,6 +52,7 @@ LoaderBenchResult bench_loader(const data::LoaderOptions& options, int warmup_ba
   result.images = images;
   result.images_per_s = static_cast<double>(images) / result.seconds;
   result.stats = minus(loader.stats(), before);
+  result.loader = loader.describe();
   return result;
 }
 
@@ -120,18 +121,38 @@ BenchReport run_data_bench(const DataBenchOptions& a, std::ostream* log) {
     return Json{{"plan", s.plan_seconds},
                 {"decode_crop_resize", s.decode_seconds},
                 {"store_normalize", s.store_seconds},
-                {"consumer_wait", s.wait_seconds}};
+                {"consumer_wait", s.wait_seconds},
+                {"device_stage", s.device_seconds}};
   };
+  const bool on_device = o.device.is_cuda();
   Benchmark bench("loader", "images/s", a.repeats);
-  bench.add({"hotpath", "hotpath::data::Loader: shard mmap, libjpeg-turbo crop+scale during decode, RandomResizedCrop, "
-                        "flip, normalize into pinned batches",
-             [&](int) {
-               const LoaderBenchResult r = bench_loader(o, a.warmup_batches, a.batches);
-               return RunFigures{r.images_per_s, {{"images", r.images},
-                                                  {"seconds", r.seconds},
-                                                  {"bad_samples", r.stats.bad_samples},
-                                                  {"stage_seconds", stats_json(r.stats)}}};
-             }});
+  const auto loader_contender = [&](const data::LoaderOptions& options) {
+    return [&, options](int) {
+      const LoaderBenchResult r = bench_loader(options, a.warmup_batches, a.batches);
+      return RunFigures{r.images_per_s, {{"images", r.images},
+                                         {"seconds", r.seconds},
+                                         {"bad_samples", r.stats.bad_samples},
+                                         {"loader", r.loader},
+                                         {"stage_seconds", stats_json(r.stats)}}};
+    };
+  };
+  bench.add({"hotpath",
+             on_device ? std::string("hotpath::data::Loader, CUDA mode: ") +
+                             (o.decode == data::DecodeBackend::kNvjpeg
+                                  ? "whole JPEGs decoded by nvJPEG, RandomResizedCrop/flip/normalize as ATen ops on "
+                                    "the GPU (own stream), batches on the device"
+                                  : "libjpeg-turbo crop+scale during decode into pinned uint8, copied non_blocking, "
+                                    "normalized on the GPU (own stream), batches on the device")
+                       : "hotpath::data::Loader: shard mmap, libjpeg-turbo crop+scale during decode, RandomResizedCrop, "
+                         "flip, normalize into pinned batches",
+             loader_contender(o)});
+  if (on_device) {
+    data::LoaderOptions cpu = o;
+    cpu.device = at::kCPU;
+    cpu.decode = data::DecodeBackend::kCpu;
+    bench.add({"cpu_decode", "the same loader on the CPU path (libjpeg-turbo, the same threads), host batches",
+               loader_contender(cpu)});
+  }
   const std::int64_t ceiling_images = static_cast<std::int64_t>(a.batches) * o.batch_size;
   bench.add({"ceiling", "full-size libjpeg-turbo decode alone (tjDecompress2 to RGB) on the same threads",
              [&](int) { return RunFigures{bench_decode_ceiling(o.shards, o.workers, ceiling_images)}; }});
@@ -178,7 +199,21 @@ BenchReport run_data_bench(const DataBenchOptions& a, std::ostream* log) {
       {"ceiling_runs_images_per_s", r.at("ceiling").rates()},
       {"torch_images_per_s", nullptr},
       {"ratio", nullptr},
+      {"device", o.device.str()},
+      {"decode", o.decode == data::DecodeBackend::kNvjpeg ? "nvjpeg" : "cpu"},
+      {"loader", best.value("loader", std::string())},
   };
+  if (on_device) {
+    const ContenderResult& cpu = r.at("cpu_decode");
+    report["cpu_decode_images_per_s"] = cpu.best_per_s;
+    report["cpu_decode_runs_images_per_s"] = cpu.rates();
+    report["ratio_vs_cpu_decode"] = r.ratio_vs("cpu_decode");
+    if (log) {
+      *log << "  CUDA mode:        " << best.value("loader", std::string()) << "\n  CPU path:         "
+           << rate_text(cpu.best_per_s) << " images/s (" << o.workers << " decode threads)\n  CUDA / CPU:       "
+           << r.ratio_vs("cpu_decode") << "x\n";
+    }
+  }
   if (log) {
     *log << "  hotpath loader:   " << rate_text(hp.best_per_s) << " images/s (median " << rate_text(hp.median_per_s)
          << ")\n  decode ceiling:   " << rate_text(ceiling) << " images/s (full-size libjpeg-turbo decode, "

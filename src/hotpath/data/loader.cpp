@@ -18,6 +18,7 @@
 #include "hotpath/core/error.h"
 #include "hotpath/core/random.h"
 #include "hotpath/data/tar.h"
+#include "cuda/device_stage.h"
 
 namespace hotpath::data {
 namespace {
@@ -151,7 +152,8 @@ class EpochPlan {
   std::vector<SampleRef> buffer_;
 };
 
-enum class SlotState { kFree, kPlanning, kFilling, kReady, kHeld };
+// kReady → kStaging → kStaged only in the CUDA mode (the stage thread finishes the batch on the device).
+enum class SlotState { kFree, kPlanning, kFilling, kReady, kStaging, kStaged, kHeld };
 
 struct Slot {
   SlotState state = SlotState::kFree;
@@ -163,6 +165,12 @@ struct Slot {
   std::vector<std::string> errors;  // per row: empty = ok
   std::vector<std::string> plan_bad;  // samples the planner skipped while filling this batch
   int remaining = 0;
+  // CUDA mode.
+  std::vector<SampleAugment> augments;  // decode nvjpeg: per row, drawn by the decode threads
+  at::Tensor device_images;             // the finished batch (good rows only)
+  at::Tensor device_labels;
+  std::optional<c10::Event> done;       // recorded on the stage's stream after the batch
+  std::vector<std::string> stage_bad;   // every row left out of the batch, with its reason
 };
 
 struct Task {
@@ -192,6 +200,27 @@ std::int64_t count_samples(const LoaderOptions& options) {
   return n;
 }
 
+SampleAugment draw_sample_augment(const LoaderOptions& o, int width, int height, std::int64_t epoch,
+                                  std::int64_t position) {
+  Rng rng = Rng::for_stream(o.seed, {kSampleStream, static_cast<std::uint64_t>(epoch), static_cast<std::uint64_t>(position)});
+  SampleAugment a;
+  a.box = Box{0, 0, static_cast<double>(width), static_cast<double>(height)};
+  if (o.crop == CropMode::kRandomResizedCrop) {
+    a.box = random_resized_crop_box(width, height, o.rrc, rng);
+  } else if (o.crop == CropMode::kResizeCenterCrop) {
+    a.box = resize_center_crop_box(width, height, o.resize_shorter, o.size);
+  }
+  a.flip = o.flip_probability > 0 && rng.bernoulli(o.flip_probability);
+  if (o.translate > 0) {
+    // RandomCrop(size, padding=t) on the resized image: top-left of the crop in the padded image.
+    const auto top = rng.uniform_int(0, 2 * o.translate);
+    const auto left = rng.uniform_int(0, 2 * o.translate);
+    a.shift_x = static_cast<int>(o.translate - left);
+    a.shift_y = static_cast<int>(o.translate - top);
+  }
+  return a;
+}
+
 struct Loader::State {
   explicit State(LoaderOptions opts) : options(std::move(opts)) {}
 
@@ -202,6 +231,10 @@ struct Loader::State {
     return std::int64_t{options.batch_size} * (options.split_batches ? options.world_size : 1);
   }
   bool pinned = false;
+  // What the decode threads write: options.format, or uint8 HWC (normalised on the device) in the CUDA mode.
+  StoreFormat host_format{};
+  bool nvjpeg = false;                 // decode threads only draw; the stage decodes
+  std::unique_ptr<DeviceStage> stage;  // CUDA mode
 
   std::mutex mu;
   std::condition_variable work_cv;   // workers: tasks available / stop
@@ -213,6 +246,8 @@ struct Loader::State {
   std::deque<Task> tasks;
   int active_tasks = 0;
   bool planner_busy = false;
+  bool stage_busy = false;
+  std::uint64_t stage_seq = 0;  // the next slot (in ring order) the stage thread finishes
   std::uint64_t generation = 0;
 
   // Planner side (the EpochPlan itself is touched only by the planner thread).
@@ -240,6 +275,7 @@ struct Loader::State {
 
   std::thread planner_thread;
   std::vector<std::thread> workers;
+  std::thread stage_thread;
 
   void record_bad(std::vector<std::string>& found) {  // requires mu
     bad_total += static_cast<std::int64_t>(found.size());
@@ -256,21 +292,57 @@ struct Loader::State {
                   " (max_bad_samples); last: ", bad_messages.empty() ? std::string("?") : bad_messages.back());
   }
 
-  void allocate(Slot& slot) const {
+  // Reuse the slot's memory unless the consumer still holds a reference to it.
+  void allocate_if_held(Slot& slot) const {
     const auto& o = options;
-    at::ScalarType dtype = at::kFloat;
-    if (o.format.type == PixelType::kUInt8) dtype = at::kByte;
-    if (o.format.type == PixelType::kBFloat16) dtype = at::kBFloat16;
-    const std::vector<std::int64_t> shape =
-        o.format.layout == PixelLayout::kCHW
-            ? std::vector<std::int64_t>{o.batch_size, o.channels, o.size, o.size}
-            : std::vector<std::int64_t>{o.batch_size, o.size, o.size, o.channels};
-    slot.images = at::empty(shape, at::TensorOptions().dtype(dtype).pinned_memory(pinned));
-    slot.labels = at::empty({o.batch_size}, at::TensorOptions().dtype(at::kLong).pinned_memory(pinned));
+    const auto in_use = [](const at::Tensor& t) { return !t.defined() || t.storage().use_count() > 1; };
+    if (!nvjpeg && in_use(slot.images)) {  // decode nvjpeg: no host pixels
+      at::ScalarType dtype = at::kFloat;
+      if (host_format.type == PixelType::kUInt8) dtype = at::kByte;
+      if (host_format.type == PixelType::kBFloat16) dtype = at::kBFloat16;
+      const std::vector<std::int64_t> shape =
+          host_format.layout == PixelLayout::kCHW
+              ? std::vector<std::int64_t>{o.batch_size, o.channels, o.size, o.size}
+              : std::vector<std::int64_t>{o.batch_size, o.size, o.size, o.channels};
+      slot.images = at::empty(shape, at::TensorOptions().dtype(dtype).pinned_memory(pinned));
+    }
+    if (in_use(slot.labels)) {
+      slot.labels = at::empty({o.batch_size}, at::TensorOptions().dtype(at::kLong).pinned_memory(pinned));
+    }
+  }
+
+  // Moves the rows that decoded up over the ones that did not (keeping order) in the host batch; the reasons
+  // of the others go to `bad`. Returns the number of good rows.
+  int compact_rows(Slot& slot, std::vector<std::string>& bad) const {
+    int good = 0;
+    const int rows = static_cast<int>(slot.samples.size());
+    const std::size_t row_bytes =
+        slot.images.defined() ? static_cast<std::size_t>(row_elements) * slot.images.element_size() : 0;
+    auto* images = slot.images.defined() ? static_cast<std::uint8_t*>(slot.images.data_ptr()) : nullptr;
+    auto* labels = slot.labels.data_ptr<std::int64_t>();
+    for (int r = 0; r < rows; ++r) {
+      if (!slot.errors[static_cast<std::size_t>(r)].empty()) {
+        bad.push_back(std::move(slot.errors[static_cast<std::size_t>(r)]));
+        continue;
+      }
+      if (good != r) {
+        if (images != nullptr) {
+          std::memmove(images + static_cast<std::size_t>(good) * row_bytes,
+                       images + static_cast<std::size_t>(r) * row_bytes, row_bytes);
+        }
+        labels[good] = labels[r];
+        if (!slot.augments.empty()) slot.augments[static_cast<std::size_t>(good)] = slot.augments[static_cast<std::size_t>(r)];
+        slot.samples[static_cast<std::size_t>(good)] = slot.samples[static_cast<std::size_t>(r)];
+      }
+      ++good;
+    }
+    return good;
   }
 
   void planner_loop();
   void worker_loop();
+  void stage_loop();
+  void finish_on_device(Slot& slot, std::vector<std::string>& bad);
   void process(Slot& slot, int row, std::uint8_t* scratch_hwc, DecodeScratch& scratch, LoaderStats& local);
 };
 
@@ -347,11 +419,7 @@ void Loader::State::planner_loop() {
                                         std::make_move_iterator(first + options.batch_size));
       }
       if (!picked.empty()) {
-        // Reuse the slot's memory unless the consumer still holds a reference to it.
-        if (!slot.images.defined() || slot.images.storage().use_count() > 1 ||
-            slot.labels.storage().use_count() > 1) {
-          allocate(slot);
-        }
+        allocate_if_held(slot);
         auto* labels = slot.labels.data_ptr<std::int64_t>();
         for (std::size_t i = 0; i < picked.size(); ++i) labels[i] = picked[i].label;
       }
@@ -382,6 +450,7 @@ void Loader::State::planner_loop() {
       slot.samples = std::move(picked);
       slot.plan_bad = std::move(bad);
       slot.errors.assign(slot.samples.size(), std::string());
+      if (nvjpeg) slot.augments.assign(slot.samples.size(), SampleAugment{});
       slot.remaining = static_cast<int>(slot.samples.size());
       slot.state = SlotState::kFilling;
       for (int r = 0; r < slot.remaining; ++r) tasks.push_back({slot_id, r});
@@ -462,32 +531,24 @@ void Loader::State::process(Slot& slot, int row, std::uint8_t* hwc, DecodeScratc
   // The global position: with split_batches, rank r's rows follow the ranks before it in the global batch.
   const std::int64_t position_in_epoch =
       slot.index * global_batch() + (o.split_batches ? std::int64_t{o.rank} * o.batch_size : 0) + row;
-  Rng rng = Rng::for_stream(o.seed, {kSampleStream, static_cast<std::uint64_t>(slot.epoch),
-                                     static_cast<std::uint64_t>(position_in_epoch)});
   const auto t0 = Clock::now();
   const std::span<const std::byte> bytes = ref.shard->bytes(*ref.image);
-  const ImageInfo info = probe_image(bytes, o.limits);
-  Box box{0, 0, static_cast<double>(info.width), static_cast<double>(info.height)};
-  if (o.crop == CropMode::kRandomResizedCrop) {
-    box = random_resized_crop_box(info.width, info.height, o.rrc, rng);
-  } else if (o.crop == CropMode::kResizeCenterCrop) {
-    box = resize_center_crop_box(info.width, info.height, o.resize_shorter, o.size);
+  // decode nvjpeg: a truncated JPEG is rejected here, as the CPU decoder would (nvJPEG may not notice).
+  const ImageInfo info = nvjpeg ? probe_image_complete(bytes, o.limits) : probe_image(bytes, o.limits);
+  const SampleAugment a = draw_sample_augment(o, info.width, info.height, slot.epoch, position_in_epoch);
+  if (nvjpeg) {  // the stage thread decodes the whole image on the GPU and applies `a` there
+    slot.augments[static_cast<std::size_t>(row)] = a;
+    local.decode_seconds += seconds_since(t0);
+    return;
   }
-  const bool flip = o.flip_probability > 0 && rng.bernoulli(o.flip_probability);
   DecodeResizeOptions decode{.channels = o.channels, .allow_dct_scaling = o.allow_dct_scaling, .limits = o.limits};
-  decode_box_resized(bytes, box, o.size, o.size, decode, hwc, scratch);
-  if (o.translate > 0) {
-    // RandomCrop(size, padding=t) on the resized image: top-left of the crop in the padded image.
-    const auto top = rng.uniform_int(0, 2 * o.translate);
-    const auto left = rng.uniform_int(0, 2 * o.translate);
-    shift_image(hwc, o.size, o.size, o.channels, static_cast<int>(o.translate - left),
-                static_cast<int>(o.translate - top));
-  }
+  decode_box_resized(bytes, a.box, o.size, o.size, decode, hwc, scratch);
+  shift_image(hwc, o.size, o.size, o.channels, a.shift_x, a.shift_y);
   const auto t1 = Clock::now();
   const std::size_t elem = slot.images.element_size();
   auto* dst = static_cast<std::uint8_t*>(slot.images.data_ptr()) +
               static_cast<std::size_t>(row) * static_cast<std::size_t>(row_elements) * elem;
-  store_sample(hwc, o.size, o.size, o.channels, flip, o.normalization, o.format, dst);
+  store_sample(hwc, o.size, o.size, o.channels, a.flip, o.normalization, host_format, dst);
   local.decode_seconds += std::chrono::duration<double>(t1 - t0).count();
   local.store_seconds += seconds_since(t1);
 }
@@ -527,6 +588,82 @@ void Loader::State::worker_loop() {
   }
 }
 
+namespace {
+
+// Where a sample's image lives, for messages: "shard:offset:member".
+std::string image_where(const SampleRef& ref) {
+  return ref.shard->path() + ":" + std::to_string(ref.image->header_offset) + ":" + ref.image->name;
+}
+
+}  // namespace
+
+// The stage thread's work on one batch (CUDA mode); the slot is kStaging, so nothing else touches it.
+void Loader::State::finish_on_device(Slot& slot, std::vector<std::string>& bad) {
+  int good = compact_rows(slot, bad);
+  at::Tensor images;
+  if (nvjpeg && good > 0) {
+    std::vector<std::span<const std::byte>> encoded;
+    for (int r = 0; r < good; ++r) {
+      const SampleRef& ref = slot.samples[static_cast<std::size_t>(r)];
+      encoded.push_back(ref.shard->bytes(*ref.image));
+    }
+    std::vector<std::string> errors;
+    images = stage->decode(encoded, std::span(slot.augments).first(static_cast<std::size_t>(good)), errors);
+    // Rows nvJPEG and the CPU decoders both rejected: out of the batch (decode() already left them out).
+    auto* labels = slot.labels.data_ptr<std::int64_t>();
+    int kept = 0;
+    for (int r = 0; r < good; ++r) {
+      if (!errors[static_cast<std::size_t>(r)].empty()) {
+        bad.push_back(image_where(slot.samples[static_cast<std::size_t>(r)]) + ": " + errors[static_cast<std::size_t>(r)]);
+        continue;
+      }
+      labels[kept++] = labels[r];
+    }
+    good = kept;
+  } else if (good > 0) {
+    images = stage->from_host(slot.images.narrow(0, 0, good));
+  }
+  slot.device_images = good > 0 ? images : at::Tensor();
+  slot.device_labels = good > 0 ? stage->labels(slot.labels.narrow(0, 0, good)) : at::Tensor();
+  slot.done = stage->finish();  // after this the slot's host memory is free to be refilled
+}
+
+void Loader::State::stage_loop() {
+  std::unique_lock lk(mu);
+  while (true) {
+    done_cv.wait(lk, [&] { return stop || slots[stage_seq % slots.size()].state == SlotState::kReady; });
+    if (stop) return;
+    const std::uint64_t gen = generation;
+    Slot& slot = slots[stage_seq % slots.size()];
+    slot.state = SlotState::kStaging;
+    stage_busy = true;
+    lk.unlock();
+
+    const auto t0 = Clock::now();
+    std::vector<std::string> bad = std::move(slot.plan_bad);
+    std::exception_ptr error;
+    try {
+      finish_on_device(slot, bad);
+    } catch (...) {
+      error = std::current_exception();
+    }
+
+    lk.lock();
+    stage_busy = false;
+    stats.device_seconds += seconds_since(t0);
+    done_cv.notify_all();
+    if (gen != generation) continue;  // seek() frees every slot once this thread is idle
+    if (error) {  // a device failure (out of memory, a CUDA error): the consumer rethrows it
+      planner_error = error;
+      slot.state = SlotState::kFree;
+      continue;
+    }
+    slot.stage_bad = std::move(bad);
+    slot.state = SlotState::kStaged;
+    ++stage_seq;
+  }
+}
+
 Loader::Loader(LoaderOptions options) : state_(std::make_unique<State>(std::move(options))) {
   State& s = *state_;
   const auto& o = s.options;
@@ -542,12 +679,23 @@ Loader::Loader(LoaderOptions options) : state_(std::make_unique<State>(std::move
                 o.flip_probability);
   shards_for_rank(o.shards, o.rank, o.world_size);  // validates rank/world_size
   HOTPATH_CHECK(!o.split_batches || o.drop_last, "loader: split_batches needs drop_last (every rank its full share)");
+  HOTPATH_CHECK(o.decode != DecodeBackend::kNvjpeg || o.device.is_cuda(),
+                "loader: decode nvjpeg needs a CUDA device (LoaderOptions::device), got ", o.device.str());
+  HOTPATH_CHECK(o.device.is_cpu() || o.device.is_cuda(), "loader: device must be cpu or cuda, got ", o.device.str());
   s.row_elements = static_cast<std::int64_t>(o.size) * o.size * o.channels;
   s.pinned = o.pin_memory && at::globalContext().hasCUDA();
+  s.host_format = o.format;
+  if (o.device.is_cuda()) {
+    s.stage = std::make_unique<DeviceStage>(o);  // one line when there is no CUDA device or no nvJPEG
+    s.host_format = {.type = PixelType::kUInt8, .layout = PixelLayout::kHWC, .normalize = false};
+    s.nvjpeg = o.decode == DecodeBackend::kNvjpeg;
+    s.pinned = true;
+  }
   // prefetch batches being prepared + the batch the trainer is using + the one it just dropped.
   s.slots.resize(static_cast<std::size_t>(o.prefetch) + 2);
   s.planner_thread = std::thread([&s] { s.planner_loop(); });
   for (int i = 0; i < o.workers; ++i) s.workers.emplace_back([&s] { s.worker_loop(); });
+  if (s.stage) s.stage_thread = std::thread([&s] { s.stage_loop(); });
   seek({0, 0});
 }
 
@@ -558,8 +706,10 @@ Loader::~Loader() {
   }
   state_->work_cv.notify_all();
   state_->plan_cv.notify_all();
+  state_->done_cv.notify_all();
   state_->planner_thread.join();
   for (auto& w : state_->workers) w.join();
+  if (state_->stage_thread.joinable()) state_->stage_thread.join();
 }
 
 void Loader::seek(LoaderPosition position) {
@@ -570,11 +720,14 @@ void Loader::seek(LoaderPosition position) {
   ++s.generation;
   s.tasks.clear();
   s.planner_active = false;
-  s.done_cv.wait(lk, [&] { return s.active_tasks == 0 && !s.planner_busy; });
+  s.done_cv.wait(lk, [&] { return s.active_tasks == 0 && !s.planner_busy && !s.stage_busy; });
   for (Slot& slot : s.slots) {
     slot.state = SlotState::kFree;
     slot.samples.clear();
+    slot.device_images = at::Tensor();
+    slot.device_labels = at::Tensor();
   }
+  s.stage_seq = 0;
   s.held.clear();
   s.epoch_batches.clear();
   s.epoch_tail_bad.clear();
@@ -606,7 +759,8 @@ std::optional<Batch> Loader::next() {
         return true;
       }
       Slot& candidate = s.slots[s.consume_seq % s.slots.size()];
-      if (candidate.state == SlotState::kReady && candidate.epoch == s.position.epoch &&
+      const SlotState finished = s.stage ? SlotState::kStaged : SlotState::kReady;
+      if (candidate.state == finished && candidate.epoch == s.position.epoch &&
           candidate.index == s.position.batch) {
         slot = &candidate;
         return true;
@@ -630,34 +784,27 @@ std::optional<Batch> Loader::next() {
       return std::nullopt;
     }
 
-    // Compact rows that failed to decode (rare): move later good rows up, keep order.
-    std::vector<std::string> bad = std::move(slot->plan_bad);
-    int good = 0;
-    const int rows = static_cast<int>(slot->samples.size());
-    const std::size_t row_bytes = static_cast<std::size_t>(s.row_elements) * slot->images.element_size();
-    auto* images = static_cast<std::uint8_t*>(slot->images.data_ptr());
-    auto* labels = slot->labels.data_ptr<std::int64_t>();
-    for (int r = 0; r < rows; ++r) {
-      if (!slot->errors[static_cast<std::size_t>(r)].empty()) {
-        bad.push_back(std::move(slot->errors[static_cast<std::size_t>(r)]));
-        continue;
-      }
-      if (good != r) {
-        std::memmove(images + static_cast<std::size_t>(good) * row_bytes, images + static_cast<std::size_t>(r) * row_bytes,
-                     row_bytes);
-        labels[good] = labels[r];
-      }
-      ++good;
-    }
-    s.record_bad(bad);
-    s.check_bad_budget();
-
     Batch batch;
     batch.epoch = slot->epoch;
     batch.index = slot->index;
-    batch.images = slot->images.narrow(0, 0, good);
-    if (o.format.layout == PixelLayout::kHWC) batch.images = batch.images.permute({0, 3, 1, 2});
-    batch.labels = slot->labels.narrow(0, 0, good);
+    int good = 0;
+    if (s.stage) {  // finished on the device by the stage thread
+      s.record_bad(slot->stage_bad);
+      s.check_bad_budget();
+      batch.images = std::move(slot->device_images);
+      batch.labels = std::move(slot->device_labels);
+      good = batch.labels.defined() ? static_cast<int>(batch.labels.size(0)) : 0;
+      if (good > 0) DeviceStage::hand_over(*slot->done, {batch.images, batch.labels});
+    } else {
+      // Compact rows that failed to decode (rare): move later good rows up, keep order.
+      std::vector<std::string> bad = std::move(slot->plan_bad);
+      good = s.compact_rows(*slot, bad);
+      s.record_bad(bad);
+      s.check_bad_budget();
+      batch.images = slot->images.narrow(0, 0, good);
+      if (o.format.layout == PixelLayout::kHWC) batch.images = batch.images.permute({0, 3, 1, 2});
+      batch.labels = slot->labels.narrow(0, 0, good);
+    }
     slot->state = SlotState::kHeld;
     s.held.push_back(s.consume_seq % s.slots.size());
     ++s.consume_seq;
@@ -685,6 +832,13 @@ std::vector<std::string> Loader::bad_samples() const {
 }
 
 const LoaderOptions& Loader::options() const { return state_->options; }
+
+std::string Loader::describe() const {
+  const State& s = *state_;
+  const std::string threads = std::to_string(s.options.workers) + " decode thread(s)";
+  if (s.stage) return s.stage->describe() + ", " + threads;
+  return "decode cpu (libjpeg-turbo, " + threads + "), augment cpu";
+}
 
 Loader::EpochRange Loader::epoch(std::int64_t epoch) {
   const LoaderPosition p = position();

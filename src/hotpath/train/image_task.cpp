@@ -28,12 +28,24 @@ void to_channels_last(torch::nn::Module& module) {
   }
 }
 
+// data.decode / data.augment: the loader's CUDA ("mixed") mode finishes the batches on the training GPU.
+void configure_loader_device(data::LoaderOptions& o, const Recipe& recipe, const at::Device& device) {
+  const auto& d = recipe.data;
+  const bool nvjpeg = d.decode == "nvjpeg";
+  if (!nvjpeg && d.augment != "device") return;
+  HOTPATH_CHECK(device.is_cuda(), recipe.source, ": data.", nvjpeg ? "decode: nvjpeg" : "augment: device",
+                " needs train.device: cuda (this run is on ", device.str(), ")");
+  o.device = device;
+  o.decode = nvjpeg ? data::DecodeBackend::kNvjpeg : data::DecodeBackend::kCpu;
+}
+
 class ImageTask final : public Task {
  public:
   ImageTask(const Recipe& recipe, const TaskOptions& options)
       : recipe_(recipe),
         device_(options.device),
         train_options_(train_loader_options(recipe, options.rank, options.world_size)) {
+    configure_loader_device(train_options_, recipe, device_);
     const auto& tr = recipe.train;
     samples_ = data::count_samples(train_options_);  // all ranks' (split_batches)
     micro_per_epoch_ = samples_ / (std::int64_t{train_options_.batch_size} * train_options_.world_size);
@@ -72,7 +84,8 @@ class ImageTask final : public Task {
   [[nodiscard]] std::string describe() const override {
     return recipe_.model.name + ", " + std::to_string(recipe_.model.num_classes) + " classes, " +
            std::to_string(recipe_.data.image_size) + "×" + std::to_string(recipe_.data.image_size) + "×" +
-           std::to_string(recipe_.data.channels) + (recipe_.model.channels_last ? " channels-last" : "");
+           std::to_string(recipe_.data.channels) + (recipe_.model.channels_last ? " channels-last" : "") +
+           "; data: " + loader_->describe();
   }
   [[nodiscard]] torch::nn::Module& module() override { return *model_; }
   [[nodiscard]] NamedParameters trainable() const override { return trainable_; }
@@ -127,6 +140,7 @@ class ImageTask final : public Task {
   void add_profile(nlohmann::ordered_json& profile) const override {
     profile["bad_samples"] = {{"train", loader_->stats().bad_samples},
                               {"eval", eval_loader_ ? eval_loader_->stats().bad_samples : 0}};
+    profile["train_loader"] = loader_->describe();  // which decode path ran (nvJPEG: images per decoder)
   }
   [[nodiscard]] Remedies remedies() const override {
     return {"input-bound: raise data.workers, use smaller images or uint8 batches",

@@ -61,6 +61,8 @@ void visit_recipe(R& r, V& v) {
   v("data.prefetch", d.prefetch);
   v("data.shuffle_buffer", d.shuffle_buffer);
   v("data.max_bad_samples", d.max_bad_samples);
+  v("data.decode", d.decode, Allowed{"cpu", "nvjpeg"});
+  v("data.augment", d.augment, Allowed{"auto", "cpu", "device"});
   v("data.class_names", d.class_names);
   v("data.tokenizer", d.tokenizer);
   v("data.max_length", d.max_length);
@@ -440,6 +442,10 @@ void validate(const Recipe& r) {
   check_range(d.workers >= 1 && d.workers <= 256, r, "data.workers", "in [1, 256]");
   check_range(d.prefetch >= 1 && d.prefetch <= 64, r, "data.prefetch", "in [1, 64]");
   check_range(d.shuffle_buffer >= 1, r, "data.shuffle_buffer", ">= 1");
+  check_range(d.decode == "cpu" || d.augment != "cpu", r, "data.augment",
+              "auto or device with data.decode: nvjpeg (the images are decoded on the GPU)");
+  check_range(d.kind == "image" || (d.decode == "cpu" && d.augment == "auto"), r,
+              d.decode != "cpu" ? "data.decode" : "data.augment", "left out for data.kind: text (images only)");
   check_range(t.epochs >= 1, r, "train.epochs", ">= 1, got " + std::to_string(t.epochs));
   check_range(t.batch_size >= 1, r, "train.batch_size", ">= 1, got " + std::to_string(t.batch_size));
   check_range(t.accum_steps >= 1 && t.batch_size % t.accum_steps == 0, r, "train.accum_steps",

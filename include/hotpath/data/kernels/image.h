@@ -36,6 +36,9 @@ struct ImageInfo {
 };
 
 ImageInfo probe_image(std::span<const std::byte> bytes, const DecodeLimits& limits = {});
+// probe_image, and for JPEG the check decode_box_resized makes that an end-of-image marker follows the scan data
+// (a truncated file throws the same message): for callers whose decoder reads the file elsewhere (nvJPEG).
+ImageInfo probe_image_complete(std::span<const std::byte> bytes, const DecodeLimits& limits = {});
 
 // A decoded image, rows packed (stride = width * channels).
 struct Image {

@@ -12,6 +12,8 @@
 namespace hotpath::data::detail {
 
 ImageInfo jpeg_probe(std::span<const std::byte> bytes, const DecodeLimits& limits);
+// jpeg_probe + the end-of-image check jpeg_decode_box_resized makes (a truncated file throws the same message).
+ImageInfo jpeg_probe_complete(std::span<const std::byte> bytes, const DecodeLimits& limits);
 // Full decode into `pixels` (resized to width * height * channels); returns the size.
 ImageInfo jpeg_decode(std::span<const std::byte> bytes, int channels, const DecodeLimits& limits,
                       std::vector<std::uint8_t>& pixels);

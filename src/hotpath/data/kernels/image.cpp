@@ -54,6 +54,11 @@ ImageInfo probe_image(std::span<const std::byte> bytes, const DecodeLimits& limi
   fail_unknown(bytes);
 }
 
+ImageInfo probe_image_complete(std::span<const std::byte> bytes, const DecodeLimits& limits) {
+  if (sniff_format(bytes) == ImageFormat::kJpeg) return detail::jpeg_probe_complete(bytes, limits);
+  return probe_image(bytes, limits);
+}
+
 Image decode_image(std::span<const std::byte> bytes, int channels, const DecodeLimits& limits) {
   check_channels(channels);
   Image image;

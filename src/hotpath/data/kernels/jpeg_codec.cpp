@@ -227,6 +227,16 @@ ImageInfo jpeg_probe(std::span<const std::byte> bytes, const DecodeLimits& limit
           d.cinfo.num_components};
 }
 
+ImageInfo jpeg_probe_complete(std::span<const std::byte> bytes, const DecodeLimits& limits) {
+  Decompressor d;
+  read_header(d, bytes, limits);
+  const auto* begin = reinterpret_cast<const unsigned char*>(bytes.data());
+  HOTPATH_CHECK(has_end_marker(d.cinfo.src->next_input_byte, begin + bytes.size()),
+                "JPEG: truncated file (no end-of-image marker after the scan data)");
+  return {ImageFormat::kJpeg, static_cast<int>(d.cinfo.image_width), static_cast<int>(d.cinfo.image_height),
+          d.cinfo.num_components};
+}
+
 ImageInfo jpeg_decode(std::span<const std::byte> bytes, int channels, const DecodeLimits& limits,
                       std::vector<std::uint8_t>& pixels) {
   Decompressor d;

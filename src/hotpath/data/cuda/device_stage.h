@@ -1,0 +1,59 @@
+// data/cuda/device_stage.h (private to hotpath_data) — the loader's CUDA ("mixed") mode: finishes each batch
+// on the GPU, on a stream of its own, from the loader's stage thread; the consumer's stream waits on an
+// event instead of the host synchronising it.
+//
+//   DeviceStage stage(options);                                  // opens nvJPEG for decode = kNvjpeg
+//   at::Tensor x = stage.from_host(pinned_u8_hwc);               // cpu decode: copy non_blocking + normalise
+//   at::Tensor y = stage.decode(jpegs, augments, errors);        // nvjpeg: decode + crop/resize/flip/normalise
+//   c10::Event done = stage.finish();                            // stage thread: host buffers reusable now
+//   DeviceStage::hand_over(done, {x, labels});                   // consumer: its current stream waits on `done`
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hotpath/data/loader.h"
+
+namespace hotpath::data {
+
+class NvjpegDecoder;
+
+class DeviceStage {
+ public:
+  // options.device must be a CUDA device that is present; decode = kNvjpeg opens nvJPEG. One line otherwise.
+  explicit DeviceStage(const LoaderOptions& options);
+  ~DeviceStage();
+  DeviceStage(const DeviceStage&) = delete;
+  DeviceStage& operator=(const DeviceStage&) = delete;
+
+  // Host [B, S, S, C] uint8 (pinned), already cropped, resized, flipped and shifted on the CPU: copied
+  // non_blocking to the device and normalised there into options.format.
+  at::Tensor from_host(const at::Tensor& host_u8_hwc);
+  // Whole encoded images decoded on the device (nvJPEG), then crop_resize_batch + normalize_batch. Row i that
+  // no decoder accepts gets its reason in errors[i] and is left out of the batch (the rows keep their order).
+  at::Tensor decode(std::span<const std::span<const std::byte>> encoded, std::span<const SampleAugment> augments,
+                    std::vector<std::string>& errors);
+  // Host labels to the device (non_blocking from pinned memory).
+  at::Tensor labels(const at::Tensor& host_labels);
+  // Records an event after the work so far on the stage's stream and waits for it (this thread only: the
+  // compute stream is never synchronised), so the batch's host memory may be reused.
+  c10::Event finish();
+  // Consumer thread: the current stream of the tensors' device waits for `done`; the caching allocator learns
+  // that the tensors are used on that stream (they were allocated on the stage's).
+  static void hand_over(const c10::Event& done, std::initializer_list<at::Tensor> tensors);
+
+  [[nodiscard]] std::string describe() const;
+
+ private:
+  LoaderOptions options_;
+  c10::Stream stream_;
+  std::unique_ptr<NvjpegDecoder> decoder_;
+};
+
+}  // namespace hotpath::data

@@ -1,0 +1,57 @@
+// tests/data/jpeg_fixture.h — JPEG shards for the loader's CUDA-mode tests (fast twin tests and gpu tests):
+// photo-like images of several sizes whose label is their id, so any batch row can be traced to its file.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hotpath/data/kernels/image.h"
+#include "hotpath/data/tar_writer.h"
+#include "support/test_support.h"
+
+namespace hotpath::data::fixture {
+
+using hotpath::test::as_bytes;
+
+// A photo-like JPEG whose content tells left from right and top from bottom (so a wrong crop or flip shows):
+// smooth colour ramps plus a low-frequency wave, quality 92, 4:2:0. Size varies with the id.
+inline std::vector<std::byte> textured_jpeg(int id, int& w, int& h) {
+  w = 96 + 17 * (id % 5);
+  h = 72 + 23 * (id % 4);
+  std::vector<std::uint8_t> px(static_cast<std::size_t>(w) * h * 3);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      auto* p = &px[(static_cast<std::size_t>(y) * w + x) * 3];
+      p[0] = static_cast<std::uint8_t>(30 + 190 * x / w);
+      p[1] = static_cast<std::uint8_t>(30 + 190 * y / h);
+      p[2] = static_cast<std::uint8_t>(128 + 90 * std::sin((x + 2 * y + 5 * id) / 9.0));
+    }
+  }
+  return encode_jpeg(px.data(), w, h, 3, 92);
+}
+
+struct Fixture {
+  std::vector<std::string> shards;
+  std::map<std::int64_t, std::vector<std::byte>> jpegs;  // by label (= sample id)
+};
+
+// `n` samples, label = id, over shards of 16.
+inline Fixture make_jpeg_shards(const hotpath::test::TempDir& dir, int n) {
+  Fixture f;
+  ShardWriter writer(dir.file("j-%06d.tar"), {.max_samples = 16});
+  for (int i = 0; i < n; ++i) {
+    int w = 0, h = 0;
+    f.jpegs[i] = textured_jpeg(i, w, h);
+    const std::string label = std::to_string(i);
+    writer.write({std::to_string(200000 + i), {{"jpg", f.jpegs[i]}, {"cls", as_bytes(label)}}});
+  }
+  writer.close();
+  f.shards = writer.shards();
+  return f;
+}
+
+}  // namespace hotpath::data::fixture
