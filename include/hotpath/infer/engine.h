@@ -8,12 +8,19 @@
 //
 // One API for every model: inputs in the order of graph().inputs (image models: one float image batch;
 // text models: input_ids, attention_mask, token_type_ids as int64 [B, L]). Outputs in the order of
-// graph().outputs, float32, contiguous. run() is thread-compatible, not thread-safe: one caller at a
-// time per Engine (the server gives each batcher its own).
+// graph().outputs, float32, contiguous, owned by the caller (never a view of the engine's buffers).
+//
+// Buffers (EngineOptions::plan_buffers): the first run of an input shape records every tensor each node
+// writes (output, scratch) and how long it lives; a liveness pass packs them into one arena where tensors
+// whose lifetimes do not overlap share bytes; later runs of that shape write every planned node's output
+// into its place (out= kernels), so a steady-state text run allocates almost nothing. A bounded number of
+// shapes keep plans (least recently used dropped). run() may be called from several threads at once: plans
+// are shared, each concurrent run holds an arena of its own. describe() lists the arena bytes per shape.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -40,6 +47,16 @@ struct EngineOptions {
   // synchronisation per run instead of several per node. Results equal the unsplit run (every op is per
   // sample); false keeps every node's own intra-op parallelism. describe() says which.
   bool split_batch = true;
+  // Batch 1 of a text graph on >= 2 threads, once its shape is planned: one parallel region per run; each
+  // thread runs every per-token node (linear, LayerNorm, attention's queries, ...) on its rows of the
+  // sequence and waits for the others only where a node reads every row (before each attention, before
+  // the pooling tail) — one wait per layer instead of a parallel region per node. int8 results equal the
+  // unsplit run bit for bit; fp32 ones within GEMM rounding.
+  bool split_rows = true;
+  // Per-shape buffer plans (see above); false allocates every value on every run.
+  bool plan_buffers = true;
+  // How many input shapes keep a plan and its arenas (least recently used dropped first).
+  std::size_t planned_shapes = 8;
   // Channels-last memory for image activations (oneDNN's fast conv layout).
   bool channels_last = true;
   // Where the graph runs. CUDA: weights and activations on the device in cuda_dtype (fp16 by default; bf16,
@@ -72,8 +89,22 @@ class Engine {
 
   [[nodiscard]] const Graph& graph() const;
   [[nodiscard]] const EngineOptions& options() const;
-  // Several lines: precision asked and used, per op kind the kernel chosen and why a faster one was not.
+  // Several lines: precision asked and used, per op kind the kernel chosen and why a faster one was not,
+  // and a line per planned input shape (arena bytes, buffers, planned tensors).
   [[nodiscard]] std::string describe() const;
+
+  // The buffer plans held now, most recently used first.
+  struct BufferPlanInfo {
+    std::vector<std::vector<std::int64_t>> input_shapes;
+    std::int64_t arena_bytes = 0;  // one arena; each concurrent run of this shape holds one
+    int buffers = 0;               // distinct buffers the tensors were packed into
+    int planned = 0;               // tensors placed in the arena
+    int unplanned = 0;             // node outputs that still allocate (graph outputs, ops without out= kernels)
+    std::int64_t planned_bytes = 0;  // their bytes summed: what an arena without reuse would take
+    std::size_t arenas = 0;        // arenas made so far (concurrent runs)
+    bool split_rows = false;       // batch-1 runs of this shape split along the tokens
+  };
+  [[nodiscard]] std::vector<BufferPlanInfo> buffer_plans() const;
 
  private:
   struct Impl;

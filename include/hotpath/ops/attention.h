@@ -81,6 +81,14 @@ at::Tensor attention_dropout_mask(const AttentionDropout& dropout, std::int64_t 
 const char* attention_skip_reason(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   const at::Tensor& key_padding_mask);
 
+// Inference (no autograd, no dropout): the fused forward read straight from a packed projection
+// qkv [B, L, 3·hidden] (q | k | v, each heads × head_dim; contiguous f32 or bf16) into out [B, L, hidden]
+// (contiguous, qkv's dtype), without copying q, k, v per head or the context back. Only query rows
+// [q_begin, q_end) of each sequence are written (q_end < 0: L): the engine's row split gives each thread
+// its own rows. Same tiles and arithmetic as attention(), so its rows equal attention()'s bit for bit.
+void attention_packed_qkv_out(const at::Tensor& qkv, std::int64_t heads, const at::Tensor& key_padding_mask,
+                              at::Tensor& out, std::int64_t q_begin = 0, std::int64_t q_end = -1);
+
 // PyTorch's scaled_dot_product_attention with this header's mask semantics (additive mask of the dtype's
 // lowest value, so an all-masked sequence gets the mean of V): what attention() runs for CUDA tensors
 // under kAuto, where ATen picks FlashAttention-2, memory-efficient, cuDNN or math. Its dropout draws

@@ -31,6 +31,8 @@ enum class Int8MatmulMode {
 // Row-wise symmetric quantization of x [M, K] (f32 or bf16): (int8 [M, K], f32 scale [M]),
 // scale = max|row|/qmax (1 for an all-zero row), q = round_half_even(x · (qmax/max|row|)).
 std::pair<at::Tensor, at::Tensor> int8_quantize_rows(const at::Tensor& x, int qmax = 127);
+// The same into caller-owned q (contiguous int8, M·K elements) and scale (contiguous f32 [M]).
+void int8_quantize_rows_out(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale, int qmax = 127);
 
 // out [M, N] = act(acc · x_scale[m] · w_scale[n] + bias[n] + residual[m, n]) from acc int32 [M, N];
 // bias/residual optional (residual f32 or bf16, M·N elements); out_dtype f32 or bf16.
@@ -41,6 +43,15 @@ at::Tensor int8_dequantize_epilogue(const at::Tensor& acc, const at::Tensor& x_s
 void int8_dequantize_epilogue_out(const at::Tensor& acc, const at::Tensor& x_scale, const at::Tensor& w_scale,
                                   const at::Tensor& bias, const at::Tensor& residual, std::string_view act,
                                   at::Tensor& out);
+
+// out = LayerNorm(x + residual) over rows of x [M, K] (contiguous f32; residual optional, same shape),
+// weight/bias f32 [K], with ATen's formula (biased variance; moments more precise than ATen's, ~1e-7
+// apart). With q (int8, M·K) and x_scale (f32 [M]) defined, the row quantization of out is written in the
+// same pass over each row, equal to int8_quantize_rows(out): the next int8 linear skips its quantizer.
+// Op "int8_linear"'s dispatch; twin: at::layer_norm (+ int8_quantize_rows).
+void layer_norm_rows_out(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
+                         const at::Tensor& bias, double eps, const at::Tensor& out, const at::Tensor& q = at::Tensor(),
+                         const at::Tensor& x_scale = at::Tensor());
 
 // Per-tensor affine quantization of an image batch x [N, C, H, W] (f32 or bf16, any memory format):
 // u8 channels-last, q = clamp(round_half_even(x · (1/scale)) + zero_point, 0, 255).

@@ -50,6 +50,18 @@ class Int8Linear {
   // residual (optional, [..., O], f32 or bf16) is added before the activation.
   [[nodiscard]] at::Tensor forward(const at::Tensor& x, std::string_view act = "none",
                                    const at::Tensor& residual = at::Tensor()) const;
+  // forward() into caller-owned memory (the engine's planned buffers): out contiguous with M·O elements
+  // (M = x.numel() / I) in f32 or bf16; buf.q int8 M·I, buf.x_scale f32 [M], buf.acc int32 [rows, O] (rows ≥ 1:
+  // the matmul runs in blocks of that many rows; acc_rows(M) is what forward() uses). quantized = true: buf.q
+  // and buf.x_scale already hold x's row quantization (layer_norm_rows_out wrote them) and x is not read.
+  // Same kernels as forward(), so the same bits.
+  struct Buffers {
+    at::Tensor q, x_scale, acc;
+  };
+  void forward_out(const at::Tensor& x, std::string_view act, const at::Tensor& residual, const at::Tensor& out,
+                   const Buffers& buf, bool quantized = false) const;
+  [[nodiscard]] std::int64_t acc_rows(std::int64_t m) const;
+
   // The same computation in ATen ops (quantize, _int_mm, scale, bias, residual, activation): the twin.
   [[nodiscard]] at::Tensor forward_reference(const at::Tensor& x, std::string_view act = "none",
                                              const at::Tensor& residual = at::Tensor()) const;

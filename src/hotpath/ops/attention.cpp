@@ -76,14 +76,17 @@ struct HeadArgs {
   std::int64_t lq = 0;
   std::int64_t lk = 0;
   std::int64_t d = 0;
+  std::int64_t ldq = 0;  // elements between rows of q, and of k and v (forward only): d when packed per head
+  std::int64_t ldk = 0;
   float scale = 1.0F;
   DropoutArgs dropout;
 };
 
 struct ForwardArgs {
   HeadArgs head;
-  void* out = nullptr;   // [Lq, d], T
-  float* lse = nullptr;  // [Lq]
+  void* out = nullptr;   // [Lq, d], T, rows ldo elements apart
+  std::int64_t ldo = 0;
+  float* lse = nullptr;  // [Lq], or nullptr (inference)
   std::int64_t q0 = 0;   // query rows [q0, q1) of this task
   std::int64_t q1 = 0;
   bool pack_kv = true;   // false: the scratch still holds this head's packed K and V
@@ -249,9 +252,12 @@ std::pair<at::Tensor, at::Tensor> fused_forward(const at::Tensor& q, const at::T
       a.head.lq = lq;
       a.head.lk = lk;
       a.head.d = d;
+      a.head.ldq = d;
+      a.head.ldk = d;
       a.head.scale = scale;
       a.head.dropout = dropout_args(dropout, b, bh % heads);
       a.out = op + static_cast<std::size_t>(bh * lq * d) * es;
+      a.ldo = d;
       a.lse = lp + bh * lq;
       a.q0 = blk * kFwdQueries;
       a.q1 = std::min(lq, a.q0 + kFwdQueries);
@@ -397,6 +403,78 @@ AttentionDropout AttentionDropout::from_generator(double p, std::optional<at::Ge
   // One random64() of the generator, drawn as the fused hidden dropout draws its seed (dropout.h).
   dropout.seed = DropoutDraw::from_generator(p, std::move(generator)).seed;
   return dropout;
+}
+
+void attention_packed_qkv_out(const at::Tensor& qkv, std::int64_t heads, const at::Tensor& key_padding_mask,
+                              at::Tensor& out, std::int64_t q_begin, std::int64_t q_end) {
+  HOTPATH_CHECK(qkv.defined() && qkv.dim() == 3 && qkv.device().is_cpu() &&
+                    (qkv.scalar_type() == at::kFloat || qkv.scalar_type() == at::kBFloat16) && qkv.is_contiguous(),
+                "attention_packed_qkv_out: qkv must be a contiguous CPU float32 or bfloat16 [batch, length, 3·hidden]; got ",
+                qkv.defined() ? qkv.toString() : std::string("undefined"), " ",
+                qkv.defined() ? qkv.sizes() : c10::IntArrayRef{});
+  HOTPATH_CHECK(heads >= 1 && qkv.size(2) % (3 * heads) == 0 && qkv.size(2) > 0, "attention_packed_qkv_out: qkv ",
+                qkv.sizes(), " does not split into q | k | v of ", heads, " heads");
+  const std::int64_t batch = qkv.size(0);
+  const std::int64_t len = qkv.size(1);
+  const std::int64_t hidden = qkv.size(2) / 3;
+  const std::int64_t d = hidden / heads;
+  if (q_end < 0) q_end = len;
+  HOTPATH_CHECK(0 <= q_begin && q_begin <= q_end && q_end <= len, "attention_packed_qkv_out: query rows [", q_begin,
+                ", ", q_end, ") outside [0, ", len, ")");
+  HOTPATH_CHECK(out.defined() && out.scalar_type() == qkv.scalar_type() && out.is_contiguous() &&
+                    out.sizes() == c10::IntArrayRef({batch, len, hidden}),
+                "attention_packed_qkv_out: out must be a contiguous ", qkv.scalar_type(), " [", batch, ", ", len, ", ",
+                hidden, "]; got ", out.scalar_type(), " ", out.sizes());
+  if (key_padding_mask.defined()) {
+    HOTPATH_CHECK(key_padding_mask.dim() == 2 && key_padding_mask.size(0) == batch && key_padding_mask.size(1) == len,
+                  "attention_packed_qkv_out: key_padding_mask must be [", batch, ", ", len, "]; got ",
+                  key_padding_mask.sizes());
+  }
+  if (q_begin == q_end || batch == 0) return;
+  const at::Tensor mask = key_padding_mask.defined() ? key_padding_mask : at::empty({0}, at::kBool);
+  const KeyBias kb = key_bias(mask, batch, len, round_up(len, kFwdKeys));
+  const bool bf16 = qkv.scalar_type() == at::kBFloat16;
+  const Kernels& ker = kernels();
+  const auto run = bf16 ? ker.forward_bf16 : ker.forward_f32;
+  const std::size_t es = element_size(qkv);
+  const auto* base = static_cast<const char*>(qkv.const_data_ptr());
+  auto* op = static_cast<char*>(out.data_ptr());
+  const float* bias = kb.bias.const_data_ptr<float>();
+  const std::int64_t lkp = kb.bias.size(1);
+  const std::int64_t rows = q_end - q_begin;
+  const std::int64_t blocks = (rows + kFwdQueries - 1) / kFwdQueries;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  const std::int64_t scratch_floats = forward_scratch_floats(len, d);
+  at::parallel_for(0, batch * heads * blocks, 1, [&](std::int64_t t0, std::int64_t t1) {
+    float* scratch = thread_scratch(scratch_floats);
+    std::int64_t packed_head = -1;
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const std::int64_t bh = t / blocks;
+      const std::int64_t blk = t % blocks;
+      const std::int64_t b = bh / heads;
+      const std::int64_t h = bh % heads;
+      const std::size_t row0 = static_cast<std::size_t>(b * len * 3 * hidden + h * d);
+      ForwardArgs a;
+      a.head.q = base + row0 * es;
+      a.head.k = base + (row0 + static_cast<std::size_t>(hidden)) * es;
+      a.head.v = base + (row0 + static_cast<std::size_t>(2 * hidden)) * es;
+      a.head.bias = bias + b * lkp;
+      a.head.uniform = kb.uniform[static_cast<std::size_t>(b)] != 0;
+      a.head.lq = len;
+      a.head.lk = len;
+      a.head.d = d;
+      a.head.ldq = 3 * hidden;
+      a.head.ldk = 3 * hidden;
+      a.head.scale = scale;
+      a.out = op + static_cast<std::size_t>(b * len * hidden + h * d) * es;
+      a.ldo = hidden;
+      a.q0 = q_begin + blk * kFwdQueries;
+      a.q1 = std::min(q_end, a.q0 + kFwdQueries);
+      a.pack_kv = packed_head != bh;
+      packed_head = bh;
+      run(a, scratch);
+    }
+  });
 }
 
 at::Tensor attention_dropout_mask(const AttentionDropout& dropout, std::int64_t batch, std::int64_t heads,

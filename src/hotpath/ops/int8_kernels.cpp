@@ -45,6 +45,19 @@ struct QuantizeArgs {
   float qmax = 127.0F;
 };
 
+struct LayerNormArgs {
+  const float* x = nullptr;         // [M, K]
+  const float* residual = nullptr;  // [M, K] or nullptr
+  const float* weight = nullptr;    // [K]
+  const float* bias = nullptr;      // [K]
+  float eps = 1e-5F;
+  float* out = nullptr;             // [M, K]
+  std::int8_t* q = nullptr;         // [M, K] or nullptr: out's row quantization too
+  float* scale = nullptr;           // [M]
+  float qmax = 127.0F;
+  std::int64_t k = 0;
+};
+
 struct QuantizeU8Args {
   const void* x = nullptr;  // f32 or bf16, numel elements
   std::uint8_t* q = nullptr;
@@ -79,9 +92,10 @@ struct Kernels {
   void (*epilogue)(const EpilogueArgs&, std::int64_t, std::int64_t);
   void (*quantize_u8_f32)(const QuantizeU8Args&, std::int64_t, std::int64_t);
   void (*quantize_u8_bf16)(const QuantizeU8Args&, std::int64_t, std::int64_t);
+  void (*layer_norm)(const LayerNormArgs&, std::int64_t, std::int64_t);
 };
 const Kernels kPortable{portable::quantize_rows_f32, portable::quantize_rows_bf16, portable::epilogue,
-                        portable::quantize_u8_f32, portable::quantize_u8_bf16};
+                        portable::quantize_u8_f32, portable::quantize_u8_bf16, portable::layer_norm_rows};
 
 #ifdef HOTPATH_X86_KERNELS
 #pragma GCC push_options
@@ -92,7 +106,7 @@ constexpr int W = 8;
 }  // namespace avx2
 #pragma GCC pop_options
 const Kernels kAvx2{avx2::quantize_rows_f32, avx2::quantize_rows_bf16, avx2::epilogue, avx2::quantize_u8_f32,
-                    avx2::quantize_u8_bf16};
+                    avx2::quantize_u8_bf16, avx2::layer_norm_rows};
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")
@@ -102,7 +116,7 @@ constexpr int W = 16;
 }  // namespace avx512
 #pragma GCC pop_options
 const Kernels kAvx512{avx512::quantize_rows_f32, avx512::quantize_rows_bf16, avx512::epilogue,
-                      avx512::quantize_u8_f32, avx512::quantize_u8_bf16};
+                      avx512::quantize_u8_f32, avx512::quantize_u8_bf16, avx512::layer_norm_rows};
 #endif
 #undef HOTPATH_BODY
 
@@ -244,25 +258,76 @@ at::Tensor apply_activation_reference(const at::Tensor& x, std::string_view act)
   return x;
 }
 
-std::pair<at::Tensor, at::Tensor> int8_quantize_rows(const at::Tensor& x, int qmax) {
+void int8_quantize_rows_out(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale, int qmax) {
   HOTPATH_CHECK(x.defined() && x.dim() == 2 && x.device().is_cpu() && is_float_or_bf16(x),
                 "int8_quantize_rows: expected a CPU float32 or bfloat16 tensor [M, K]; got ",
                 x.defined() ? x.toString() : std::string("an undefined tensor"), " ",
                 x.defined() ? x.sizes() : c10::IntArrayRef{});
   HOTPATH_CHECK(qmax >= 1 && qmax <= 127, "int8_quantize_rows: qmax must be in [1, 127]; got ", qmax);
+  HOTPATH_CHECK(q.defined() && q.scalar_type() == at::kChar && q.is_contiguous() && q.numel() == x.numel() &&
+                    scale.defined() && scale.scalar_type() == at::kFloat && scale.is_contiguous() &&
+                    scale.numel() == x.size(0),
+                "int8_quantize_rows: q must be contiguous int8 with ", x.size(0), " x ", x.size(1),
+                " elements and scale contiguous float32 [", x.size(0), "]");
   const at::Tensor xc = x.contiguous();
-  at::Tensor q = at::empty(xc.sizes(), xc.options().dtype(at::kChar));
-  at::Tensor scale = at::empty({xc.size(0)}, xc.options().dtype(at::kFloat));
   QuantizeArgs a;
   a.x = xc.const_data_ptr();
-  a.q = q.data_ptr<std::int8_t>();
-  a.scale = scale.data_ptr<float>();
+  a.q = static_cast<std::int8_t*>(q.data_ptr());
+  a.scale = static_cast<float*>(scale.data_ptr());
   a.k = xc.size(1);
   a.qmax = static_cast<float>(qmax);
   const Kernels& k = kernels(kLinearDispatch);
   const auto run = xc.scalar_type() == at::kFloat ? k.quantize_f32 : k.quantize_bf16;
   at::parallel_for(0, xc.size(0), row_grain(a.k), [&](std::int64_t m0, std::int64_t m1) { run(a, m0, m1); });
+}
+
+std::pair<at::Tensor, at::Tensor> int8_quantize_rows(const at::Tensor& x, int qmax) {
+  HOTPATH_CHECK(x.defined() && x.dim() == 2 && x.device().is_cpu() && is_float_or_bf16(x),
+                "int8_quantize_rows: expected a CPU float32 or bfloat16 tensor [M, K]; got ",
+                x.defined() ? x.toString() : std::string("an undefined tensor"), " ",
+                x.defined() ? x.sizes() : c10::IntArrayRef{});
+  at::Tensor q = at::empty(x.sizes(), x.options().dtype(at::kChar));
+  at::Tensor scale = at::empty({x.size(0)}, x.options().dtype(at::kFloat));
+  int8_quantize_rows_out(x, q, scale, qmax);
   return {q, scale};
+}
+
+void layer_norm_rows_out(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
+                         const at::Tensor& bias, double eps, const at::Tensor& out, const at::Tensor& q,
+                         const at::Tensor& x_scale) {
+  HOTPATH_CHECK(x.defined() && x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous() && x.device().is_cpu(),
+                "layer_norm_rows_out: x must be a contiguous CPU float32 tensor [M, K]; got ",
+                x.defined() ? x.toString() : std::string("undefined"), " ", x.defined() ? x.sizes() : c10::IntArrayRef{});
+  const std::int64_t m = x.size(0);
+  const std::int64_t k = x.size(1);
+  const auto rows_like_x = [&](const at::Tensor& t) {
+    return t.defined() && t.scalar_type() == at::kFloat && t.is_contiguous() && t.numel() == m * k;
+  };
+  HOTPATH_CHECK(!residual.defined() || rows_like_x(residual), "layer_norm_rows_out: residual must be contiguous float32 with ",
+                m, " x ", k, " elements");
+  HOTPATH_CHECK(rows_like_x(out), "layer_norm_rows_out: out must be contiguous float32 with ", m, " x ", k, " elements");
+  HOTPATH_CHECK(weight.defined() && bias.defined() && weight.scalar_type() == at::kFloat &&
+                    bias.scalar_type() == at::kFloat && weight.is_contiguous() && bias.is_contiguous() &&
+                    weight.numel() == k && bias.numel() == k,
+                "layer_norm_rows_out: weight and bias must be contiguous float32 [", k, "]");
+  HOTPATH_CHECK(q.defined() == x_scale.defined(), "layer_norm_rows_out: q and x_scale go together");
+  if (q.defined()) {
+    HOTPATH_CHECK(q.scalar_type() == at::kChar && q.is_contiguous() && q.numel() == m * k && x_scale.scalar_type() == at::kFloat &&
+                      x_scale.is_contiguous() && x_scale.numel() == m,
+                  "layer_norm_rows_out: q must be contiguous int8 with ", m, " x ", k, " elements, x_scale float32 [", m, "]");
+  }
+  LayerNormArgs a;
+  a.x = x.const_data_ptr<float>();
+  a.residual = residual.defined() ? residual.const_data_ptr<float>() : nullptr;
+  a.weight = weight.const_data_ptr<float>();
+  a.bias = bias.const_data_ptr<float>();
+  a.eps = static_cast<float>(eps);
+  a.out = static_cast<float*>(out.data_ptr());
+  a.q = q.defined() ? static_cast<std::int8_t*>(q.data_ptr()) : nullptr;
+  a.scale = q.defined() ? static_cast<float*>(x_scale.data_ptr()) : nullptr;
+  a.k = k;
+  const auto run = kernels(kLinearDispatch).layer_norm;
+  at::parallel_for(0, m, row_grain(k), [&](std::int64_t m0, std::int64_t m1) { run(a, m0, m1); });
 }
 
 void int8_dequantize_epilogue_out(const at::Tensor& acc, const at::Tensor& x_scale, const at::Tensor& w_scale,

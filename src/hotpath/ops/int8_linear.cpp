@@ -89,33 +89,67 @@ at::Tensor residual_rows(const at::Tensor& residual, const std::vector<std::int6
 
 }  // namespace
 
+// Past 16 MiB of int32 sums, row blocks of ≤ 2 MiB that stay in cache between the matmul and the
+// epilogue: for BERT's 4096 × 768 → 3072 (48 MiB) that took 220 → 90 ms on one thread; at 4096 × 768 → 768
+// (12 MiB) blocks were no faster (bench/int8_bench.cpp LinearInt8 vs LinearInt8Unblocked).
+std::int64_t Int8Linear::acc_rows(std::int64_t m) const {
+  constexpr std::int64_t kWholeBytes = std::int64_t{16} << 20;
+  constexpr std::int64_t kBlockBytes = std::int64_t{2} << 20;
+  const std::int64_t n = out_features();
+  const std::int64_t block = 4 * m * n <= kWholeBytes ? m : std::max<std::int64_t>(64, kBlockBytes / (4 * n) / 16 * 16);
+  return std::max<std::int64_t>(1, std::min(block, m));
+}
+
 at::Tensor Int8Linear::forward(const at::Tensor& x, std::string_view act, const at::Tensor& residual) const {
   const at::Tensor rows = rows_of(x, in_features());
   const auto shape = out_shape(x, out_features());
-  const at::Tensor r = residual_rows(residual, shape);
   check_activation(act, "Int8Linear::forward");
   if (rows.size(0) == 0) return at::empty(shape, x.options());
-  const auto [q, x_scale] = int8_quantize_rows(rows);
   const std::int64_t m = rows.size(0);
+  at::Tensor out = at::empty(shape, rows.options());
+  Buffers buf;
+  buf.q = at::empty({m, in_features()}, rows.options().dtype(at::kChar));
+  buf.x_scale = at::empty({m}, rows.options().dtype(at::kFloat));
+  buf.acc = at::empty({acc_rows(m), out_features()}, rows.options().dtype(at::kInt));
+  forward_out(rows, act, residual.defined() ? residual_rows(residual, shape) : residual, out, buf);
+  return out;
+}
+
+void Int8Linear::forward_out(const at::Tensor& x, std::string_view act, const at::Tensor& residual, const at::Tensor& out,
+                             const Buffers& buf, bool quantized) const {
+  const std::int64_t k = in_features();
   const std::int64_t n = out_features();
-  at::Tensor out = at::empty({m, n}, rows.options());
-  // Past 16 MiB of int32 sums, row blocks of ≤ 2 MiB that stay in cache between the matmul and the
-  // epilogue: for BERT's 4096 × 768 → 3072 (48 MiB) that took 220 → 90 ms on one thread; at 4096 × 768 → 768
-  // (12 MiB) blocks were no faster (bench/int8_bench.cpp LinearInt8 vs LinearInt8Unblocked).
-  constexpr std::int64_t kWholeBytes = std::int64_t{16} << 20;
-  constexpr std::int64_t kBlockBytes = std::int64_t{2} << 20;
-  const std::int64_t block =
-      4 * m * n <= kWholeBytes ? m : std::max<std::int64_t>(64, kBlockBytes / (4 * n) / 16 * 16);
-  at::Tensor acc = at::empty({std::min(block, m), n}, rows.options().dtype(at::kInt));
+  HOTPATH_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == k, "Int8Linear::forward_out: x ",
+                x.defined() ? x.sizes() : c10::IntArrayRef{}, " must end in in_features = ", k);
+  const std::int64_t m = x.numel() / k;
+  check_activation(act, "Int8Linear::forward_out");
+  HOTPATH_CHECK(out.defined() && out.is_contiguous() && out.numel() == m * n && is_float_or_bf16(out),
+                "Int8Linear::forward_out: out must be a contiguous float32/bfloat16 tensor of ", m, " x ", n, " elements");
+  HOTPATH_CHECK(buf.q.defined() && buf.q.scalar_type() == at::kChar && buf.q.is_contiguous() && buf.q.numel() == m * k,
+                "Int8Linear::forward_out: buffer q must be contiguous int8 with ", m, " x ", k, " elements");
+  HOTPATH_CHECK(buf.x_scale.defined() && buf.x_scale.scalar_type() == at::kFloat && buf.x_scale.numel() == m,
+                "Int8Linear::forward_out: buffer x_scale must be float32 [", m, "]");
+  HOTPATH_CHECK(buf.acc.defined() && buf.acc.scalar_type() == at::kInt && buf.acc.is_contiguous() && buf.acc.dim() == 2 &&
+                    buf.acc.size(1) == n && buf.acc.size(0) >= 1,
+                "Int8Linear::forward_out: buffer acc must be contiguous int32 [rows, ", n, "]");
+  if (m == 0) return;
+  const at::Tensor q = buf.q.view({m, k});
+  const at::Tensor x_scale = buf.x_scale.view({m});
+  if (!quantized) {
+    const at::Tensor rows = rows_of(x, k);
+    int8_quantize_rows_out(rows, q, x_scale);
+  }
+  const at::Tensor out2 = out.view({m, n});
+  const at::Tensor r = residual.defined() ? residual.reshape({m, n}) : residual;
+  const std::int64_t block = buf.acc.size(0);
   for (std::int64_t m0 = 0; m0 < m; m0 += block) {
     const std::int64_t len = std::min(block, m - m0);
-    at::Tensor acc_block = acc.narrow(0, 0, len);
+    at::Tensor acc_block = buf.acc.narrow(0, 0, len);
     at::_int_mm_out(acc_block, q.narrow(0, m0, len), weight_kn_);
-    at::Tensor out_block = out.narrow(0, m0, len);
+    at::Tensor out_block = out2.narrow(0, m0, len);
     int8_dequantize_epilogue_out(acc_block, x_scale.narrow(0, m0, len), weight_scale_, bias_,
                                  r.defined() ? r.narrow(0, m0, len) : r, act, out_block);
   }
-  return out.view(shape);
 }
 
 at::Tensor Int8Linear::forward_reference(const at::Tensor& x, std::string_view act, const at::Tensor& residual) const {
