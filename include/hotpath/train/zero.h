@@ -38,10 +38,18 @@ namespace hotpath::train {
 
 class GradScaler;
 
+// How clip_grad_norm gets the global norm. kWhole: from each parameter's whole averaged gradient — ZeRO-1
+// has them, ZeRO-2 takes each parameter's norm while the whole reduced bucket is at hand (Gloo all-reduces
+// it anyway) — then torch's norm of the norms: DDP's clip_grad_norm bit for bit. kSlices: each rank's
+// squared slice norm summed over ranks (one more all-reduce): what a real reduce-scatter (NCCL) leaves,
+// equal to DDP's within float rounding.
+enum class ZeroNorm { kWhole, kSlices };
+
 struct ZeroOptions {
   int stage = 1;                       // 1: optimizer state sharded; 2: gradients too
   GradSyncOptions buckets;             // bucket sizes and overlap, as DDP's
   std::int64_t align_bytes = 64;       // slice boundaries are multiples of this
+  ZeroNorm norm = ZeroNorm::kWhole;
 };
 
 // Per rank, per synchronised step; bytes are what this rank hands to (and gets from) the collectives.
@@ -72,8 +80,8 @@ class ZeroSync {
   void set_sync(bool sync);
   // After the last backward of a step: gradients reduced and averaged, this rank's slice ready. Seconds waited.
   double finish();
-  // Global L2 norm over every rank's slice (all-reduce of the squared norms), then the slice scaled by
-  // min(1, max_norm / (norm + 1e-6)). Returns the norm (inf/NaN when a gradient is).
+  // The global L2 norm of the gradients (ZeroOptions::norm says how), then this rank's slice scaled by
+  // min(1, max_norm / (norm + 1e-6)). Returns the norm (inf/NaN when a gradient is); the same on every rank.
   double clip_grad_norm(double max_norm);
   // fp16: the loss scaler's inf/NaN findings on this rank's slice summed over ranks (before scaler.step).
   void agree_on_inf(GradScaler& scaler);

@@ -32,13 +32,16 @@ double since(std::chrono::steady_clock::time_point t0) {
 
 class ZeroSync::Reducer {
  public:
+  // whole_norms: each parameter's norm of its whole averaged gradient, taken before the bucket is freed.
   Reducer(DistContext& dist, const std::vector<at::Tensor>& params, const ShardLayout& layout, at::Tensor grad_shard,
-          const GradSyncOptions& options)
-      : dist_(dist), params_(params), grad_shard_(std::move(grad_shard)), overlap_(options.overlap) {
+          const GradSyncOptions& options, bool whole_norms)
+      : dist_(dist), params_(params), grad_shard_(std::move(grad_shard)), overlap_(options.overlap),
+        whole_norms_(whole_norms) {
     shard_begin_ = static_cast<std::int64_t>(dist.rank()) * layout.shard_numel;
     bucket_of_.resize(params_.size());
     offset_in_bucket_.resize(params_.size());
     taken_.assign(params_.size(), false);
+    norms_.resize(params_.size());
     for (const auto& members : plan_buckets(params_, options.first_bucket_bytes, options.bucket_bytes)) {
       Bucket b;
       b.params = members;
@@ -106,7 +109,18 @@ class ZeroSync::Reducer {
       b.work.reset();
       // Keep this rank's slice of the bucket (averaged: Gloo has no AVG), free the rest.
       const std::int64_t lo = std::max(shard_begin_, b.begin), hi = std::min(shard_end, b.begin + b.numel);
-      if (lo < hi) grad_shard_.narrow(0, lo - shard_begin_, hi - lo).copy_(b.flat.narrow(0, lo - b.begin, hi - lo)).div_(world);
+      if (whole_norms_) {  // the whole bucket averaged (as DDP does), each parameter's norm, then the slice
+        b.flat.div_(world);
+        std::vector<at::Tensor> views;
+        for (std::size_t i : b.params) {
+          views.push_back(b.flat.narrow(0, offset_in_bucket_[i], params_[i].numel()).view(params_[i].sizes()));
+        }
+        const std::vector<at::Tensor> n = at::_foreach_norm(views, 2.0);
+        for (std::size_t j = 0; j < b.params.size(); ++j) norms_[b.params[j]] = n[j];
+        if (lo < hi) grad_shard_.narrow(0, lo - shard_begin_, hi - lo).copy_(b.flat.narrow(0, lo - b.begin, hi - lo));
+      } else if (lo < hi) {
+        grad_shard_.narrow(0, lo - shard_begin_, hi - lo).copy_(b.flat.narrow(0, lo - b.begin, hi - lo)).div_(world);
+      }
       b.flat = at::Tensor();
       b.pending = b.params.size();
     }
@@ -123,6 +137,8 @@ class ZeroSync::Reducer {
     return waited;
   }
 
+  // Parameter i's (flat order) whole-gradient norm of the last finish() (whole_norms only).
+  [[nodiscard]] const std::vector<at::Tensor>& norms() const { return norms_; }
   [[nodiscard]] std::int64_t buckets() const { return static_cast<std::int64_t>(buckets_.size()); }
   [[nodiscard]] double wait_s() const { return wait_s_; }
   [[nodiscard]] double launched_in_backward() const { return launched_in_backward_; }
@@ -174,6 +190,8 @@ class ZeroSync::Reducer {
   std::vector<at::Tensor> params_;
   at::Tensor grad_shard_;
   bool overlap_;
+  bool whole_norms_;
+  std::vector<at::Tensor> norms_;
   std::int64_t shard_begin_ = 0;
   std::vector<std::size_t> bucket_of_;
   std::vector<std::int64_t> offset_in_bucket_;
@@ -225,7 +243,8 @@ ZeroSync::ZeroSync(DistContext& dist, const NamedParameters& trainable, const Op
     grad_sync_ = std::make_unique<GradSync>(dist, trainable, options.buckets);  // .grad: views into its buckets
   } else {
     grad_shard_ = at::zeros({s}, first.options().requires_grad(false));
-    reducer_ = std::make_unique<Reducer>(dist, params_, layout_, grad_shard_, options.buckets);
+    reducer_ = std::make_unique<Reducer>(dist, params_, layout_, grad_shard_, options.buckets,
+                                         options.norm == ZeroNorm::kWhole);
   }
   for (const auto& seg : segments_) {
     const ShardLayout::Param& p = layout_.params[seg.param];
@@ -252,11 +271,26 @@ double ZeroSync::clip_grad_norm(double max_norm) {
   c10::NoGradGuard no_grad;
   std::vector<at::Tensor> grads;
   for (const auto& [name, part] : segment_params_) grads.push_back(part.grad());
-  at::Tensor sq = at::stack(at::_foreach_norm(grads, 2.0)).to(at::kDouble).pow(2).sum().reshape({1});
-  dist_.all_reduce_sum(sq, "the gradient norm (sum of the ranks' squared slice norms)");
-  const at::Tensor total = sq.sqrt().reshape({});  // 0-dim: _foreach_mul_ takes a scalar tensor
+  at::Tensor total;
+  if (options_.norm == ZeroNorm::kWhole) {
+    // torch's clip_grad_norm_ (optimizer.h): the parameters' norms in registration order (the reverse of the
+    // flat order), their norm, in the gradients' dtype.
+    std::vector<at::Tensor> norms;
+    if (grad_sync_) {
+      std::vector<at::Tensor> whole;
+      for (auto it = params_.rbegin(); it != params_.rend(); ++it) whole.push_back(it->grad());
+      norms = at::_foreach_norm(whole, 2.0);
+    } else {
+      norms.assign(reducer_->norms().rbegin(), reducer_->norms().rend());
+    }
+    total = at::linalg_vector_norm(at::stack(norms), 2.0);
+  } else {
+    at::Tensor sq = at::stack(at::_foreach_norm(grads, 2.0)).to(at::kDouble).pow(2).sum().reshape({1});
+    dist_.all_reduce_sum(sq, "the gradient norm (sum of the ranks' squared slice norms)");
+    total = sq.sqrt().reshape({}).to(grads.front().scalar_type());  // 0-dim: _foreach_mul_ takes a scalar tensor
+  }
   const at::Tensor coef = at::clamp((total + 1e-6).reciprocal() * max_norm, std::nullopt, 1.0);
-  at::_foreach_mul_(grads, coef.to(grads.front().scalar_type()));
+  at::_foreach_mul_(grads, coef);
   return total.item<double>();
 }
 
