@@ -37,4 +37,8 @@ expect_one_line "train.device: cuda was asked for but no CUDA device is availabl
 expect_one_line "fp16 needs a CUDA device" \
   "$hp" bench text --part finetune --device cpu --precision fp16 --config "$tmp/bert.json" --seq-len 8 \
   --batch-size 2 --steps 1 --warmup 0
+# The loader's CUDA mode (data bench side by side with the CPU path).
+expect_one_line "data bench: --device cuda was asked for but no CUDA device is available" \
+  "$hp" data bench "$tmp/none-*.tar" --device cuda --decode nvjpeg
+expect_one_line "data bench: --decode nvjpeg needs --device cuda" "$hp" data bench "$tmp/none-*.tar" --decode nvjpeg
 echo ok

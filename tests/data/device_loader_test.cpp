@@ -190,6 +190,41 @@ TEST(LoaderCudaMode, RefusalsAreOneLine) {
   EXPECT_EQ(cpu.describe(), "decode cpu (libjpeg-turbo, 2 decode thread(s)), augment cpu");
 }
 
+// decode nvjpeg reads every header on the decode threads with probe_image_complete: it must reject exactly the
+// samples the CPU path's decode rejects, with the same reason, so both paths skip and count the same samples
+// (CudaLoader.CorruptSamplesAreSkippedAndCountedLikeTheCpuPath checks the GPU side on the same fixture).
+TEST(LoaderCudaMode, TheDecodeThreadsRejectWhatTheCpuDecoderRejects) {
+  TempDir dir;
+  const fixture::CorruptFixture f = fixture::make_corrupt_jpeg_shards(dir, 40);
+  LoaderOptions o;
+  o.shards = f.shards;
+  o.batch_size = 8;
+  o.size = 32;
+  o.drop_last = false;
+  Loader loader(o);
+  std::int64_t good = 0;
+  for (const Batch& b : loader.epoch(0)) good += b.labels.size(0);
+  EXPECT_EQ(good, 28);
+  EXPECT_EQ(loader.stats().bad_samples, 12);
+  std::map<std::string, std::string> reasons;  // key → the CPU path's message
+  for (const std::string& m : loader.bad_samples()) {
+    const auto key_at = m.find(":3000");
+    ASSERT_NE(key_at, std::string::npos) << m;
+    reasons[m.substr(key_at + 1, 6)] = m;
+  }
+  for (const auto& [id, bytes] : f.files) {
+    const std::string key = std::to_string(300000 + id);
+    try {
+      probe_image_complete(bytes);
+      EXPECT_EQ(reasons.count(key), 0u) << "the CPU path rejected " << key << " but the header check passes it";
+    } catch (const Error& e) {
+      ASSERT_EQ(reasons.count(key), 1u) << key << " rejected by the header check only: " << e.what();
+      const std::string& cpu = reasons[key];
+      EXPECT_EQ(cpu.substr(cpu.size() - std::string(e.what()).size()), e.what()) << cpu;
+    }
+  }
+}
+
 TEST(NvjpegLibrary, AMissingLibraryIsOneLineNamingWhatWasTried) {
   try {
     NvjpegLibrary::open({"/nonexistent/libnvjpeg.so.13", "libnvjpeg-not-there.so.12"});

@@ -2,6 +2,7 @@
 // photo-like images of several sizes whose label is their id, so any batch row can be traced to its file.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -48,6 +49,31 @@ inline Fixture make_jpeg_shards(const hotpath::test::TempDir& dir, int n) {
     f.jpegs[i] = textured_jpeg(i, w, h);
     const std::string label = std::to_string(i);
     writer.write({std::to_string(200000 + i), {{"jpg", f.jpegs[i]}, {"cls", as_bytes(label)}}});
+  }
+  writer.close();
+  f.shards = writer.shards();
+  return f;
+}
+
+// `n` samples (label = id, key 300000 + id, shards of 16) where id % 10 == 3 is truncated in the scan data,
+// == 6 has its header cut, == 8 is not an image: n / 10 * 3 bad samples, the rest good.
+struct CorruptFixture {
+  std::vector<std::string> shards;
+  std::map<std::int64_t, std::vector<std::byte>> files;  // by id, as written
+};
+
+inline CorruptFixture make_corrupt_jpeg_shards(const hotpath::test::TempDir& dir, int n) {
+  CorruptFixture f;
+  ShardWriter writer(dir.file("c-%06d.tar"), {.max_samples = 16});
+  for (int i = 0; i < n; ++i) {
+    int w = 0, h = 0;
+    std::vector<std::byte> jpeg = textured_jpeg(i, w, h);
+    if (i % 10 == 3) jpeg.resize(jpeg.size() * 6 / 10);
+    if (i % 10 == 6) jpeg.resize(40);
+    if (i % 10 == 8) std::fill(jpeg.begin(), jpeg.end(), std::byte{0x5a});
+    f.files[i] = jpeg;
+    const std::string label = std::to_string(i);
+    writer.write({std::to_string(300000 + i), {{"jpg", jpeg}, {"cls", as_bytes(label)}}});
   }
   writer.close();
   f.shards = writer.shards();

@@ -1,6 +1,7 @@
 // `hotpath data bench` (also `hotpath bench data`): images/s of the train transform through the loader,
 // the JPEG decoder's ceiling on the same files and threads, and (--compare torch) the PyTorch DataLoader
 // pipeline in the same invocation (the benchmark: hotpath/bench/loader_bench.h).
+#include <ATen/Context.h>
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -11,6 +12,7 @@
 #include "cli/bench_util.h"
 #include "cli/commands.h"
 #include "hotpath/bench/loader_bench.h"
+#include "hotpath/core/error.h"
 #include "hotpath/data/shard_list.h"
 
 namespace hotpath::cli {
@@ -33,9 +35,14 @@ struct BenchArgs {
   std::string json_path;
   std::string python;
   std::uint64_t seed = 0;
+  std::string device = "cpu";
+  std::string decode = "cpu";
 };
 
 void run(const BenchArgs& a) {
+  HOTPATH_CHECK(a.decode == "cpu" || a.device == "cuda", "data bench: --decode nvjpeg needs --device cuda");
+  HOTPATH_CHECK(a.device == "cpu" || at::globalContext().hasCUDA(),
+                "data bench: --device cuda was asked for but no CUDA device is available");
   bench::DataBenchOptions b;
   data::LoaderOptions& o = b.loader;
   o.shards = data::resolve_shards(a.shards);
@@ -51,6 +58,8 @@ void run(const BenchArgs& a) {
                   : a.dtype == "bfloat16" ? data::PixelType::kBFloat16
                                           : data::PixelType::kFloat32;
   o.format.layout = a.layout == "nhwc" ? data::PixelLayout::kHWC : data::PixelLayout::kCHW;
+  o.device = a.device == "cuda" ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  o.decode = a.decode == "nvjpeg" ? data::DecodeBackend::kNvjpeg : data::DecodeBackend::kCpu;
   b.warmup_batches = a.warmup_batches;
   b.batches = a.batches;
   b.repeats = a.repeats;
@@ -85,6 +94,11 @@ void add_loader_bench(CLI::App& parent, const char* name) {
   cmd->add_option("--json", args->json_path, "Write the JSON report here ('-' = stdout)");
   cmd->add_option("--python", args->python, "Python of the venv for --compare (default: the setup venv)");
   cmd->add_option("--seed", args->seed, "Shuffle/augmentation seed");
+  cmd->add_option("--device", args->device,
+                  "cuda: the loader's CUDA mode (batches finished on GPU 0), side by side with the CPU path")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--decode", args->decode, "nvjpeg: decode the JPEGs on the GPU (needs --device cuda)")
+      ->check(CLI::IsMember({"cpu", "nvjpeg"}));
   cmd->callback([args] { run(*args); });
 }
 

@@ -1,0 +1,181 @@
+// The loader's CUDA ("mixed") mode on a GPU (label gpu; each test skips with one line without a CUDA device):
+// nvJPEG-decoded, device-augmented batches against the CPU loader for the same seed, the pinned-uint8 path,
+// corrupt samples skipped and counted like the CPU path, and the decode throughput side by side.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "data/jpeg_fixture.h"
+#include "hotpath/core/error.h"
+#include "hotpath/data/loader.h"
+#include "support/cuda_test_support.h"
+#include "support/test_support.h"
+
+namespace hotpath::data {
+namespace {
+
+using fixture::Fixture;
+using fixture::make_jpeg_shards;
+using hotpath::test::TempDir;
+
+// docs/gpu.md: nvJPEG against libjpeg-turbo, in normalised units (one uint8 level ≈ 0.017). The CPU twin
+// (data_device_tests, DeviceAugment.*) measures the resize/rounding part; nvJPEG's IDCT and chroma upsampling
+// add a few levels on top.
+constexpr double kNvjpegMeanTolerance = 0.08;
+constexpr double kNvjpegRowTolerance = 0.25;
+
+LoaderOptions options_for(const Fixture& f) {
+  LoaderOptions o;
+  o.shards = f.shards;
+  o.batch_size = 16;
+  o.workers = 2;
+  o.size = 48;
+  o.shuffle_buffer = 32;
+  o.seed = 3;
+  o.format.layout = PixelLayout::kHWC;  // the channels-last batches training uses
+  return o;
+}
+
+struct Comparison {
+  int batches = 0;
+  double mean = 0;
+  double worst_row = 0;
+};
+
+// Two epochs of `device_o` against the CPU loader of the same options: labels in the same order, images close.
+Comparison compare_with_cpu(const LoaderOptions& cpu_o, const LoaderOptions& device_o) {
+  Loader cpu(cpu_o);
+  Loader gpu(device_o);
+  Comparison c;
+  std::int64_t rows = 0;
+  for (std::int64_t epoch = 0; epoch < 2; ++epoch) {
+    cpu.seek({epoch, 0});
+    gpu.seek({epoch, 0});
+    while (auto want = cpu.next()) {
+      auto got = gpu.next();
+      EXPECT_TRUE(got.has_value());
+      if (!got) break;
+      EXPECT_TRUE(got->images.is_cuda());
+      EXPECT_TRUE(got->labels.is_cuda());
+      EXPECT_EQ(got->images.sizes(), want->images.sizes());
+      EXPECT_EQ(got->images.is_contiguous(at::MemoryFormat::ChannelsLast),
+                want->images.is_contiguous(at::MemoryFormat::ChannelsLast));
+      EXPECT_TRUE(at::equal(got->labels.cpu(), want->labels)) << "epoch " << epoch << " batch " << want->index;
+      const at::Tensor err =
+          (got->images.cpu().to(at::kFloat) - want->images).abs().reshape({want->labels.size(0), -1}).mean(1);
+      c.mean += err.sum().item<double>();
+      c.worst_row = std::max(c.worst_row, err.max().item<double>());
+      rows += want->labels.size(0);
+      ++c.batches;
+    }
+    EXPECT_FALSE(gpu.next().has_value());
+  }
+  c.mean /= static_cast<double>(std::max<std::int64_t>(rows, 1));
+  return c;
+}
+
+TEST(CudaLoader, NvjpegBatchesMatchTheCpuLoaderForTheSameSeed) {
+  HOTPATH_REQUIRE_CUDA();
+  TempDir dir;
+  const Fixture f = make_jpeg_shards(dir, 96);
+  const LoaderOptions cpu_o = options_for(f);
+  LoaderOptions gpu_o = cpu_o;
+  gpu_o.device = at::Device(at::kCUDA, 0);
+  gpu_o.decode = DecodeBackend::kNvjpeg;
+  const Comparison c = compare_with_cpu(cpu_o, gpu_o);
+  std::cout << "[ measured ] nvjpeg vs cpu: " << c.batches << " batches, mean |diff| " << c.mean << ", worst row "
+            << c.worst_row << "\n";
+  EXPECT_EQ(c.batches, 12);
+  EXPECT_LT(c.mean, kNvjpegMeanTolerance);
+  EXPECT_LT(c.worst_row, kNvjpegRowTolerance);
+  Loader gpu(gpu_o);
+  gpu.next();
+  std::cout << "[ describe ] " << gpu.describe() << "\n";
+  EXPECT_NE(gpu.describe().find("decode nvjpeg ("), std::string::npos) << gpu.describe();
+  EXPECT_NE(gpu.describe().find("augment cuda:0"), std::string::npos) << gpu.describe();
+}
+
+TEST(CudaLoader, PinnedUint8BatchesNormalisedOnTheDeviceEqualTheCpuLoader) {
+  HOTPATH_REQUIRE_CUDA();
+  TempDir dir;
+  const Fixture f = make_jpeg_shards(dir, 64);
+  for (const PixelLayout layout : {PixelLayout::kCHW, PixelLayout::kHWC}) {
+    LoaderOptions cpu_o = options_for(f);
+    cpu_o.format.layout = layout;
+    LoaderOptions gpu_o = cpu_o;
+    gpu_o.device = at::Device(at::kCUDA, 0);  // decode stays on the CPU threads
+    const Comparison c = compare_with_cpu(cpu_o, gpu_o);
+    EXPECT_EQ(c.batches, 8);
+    EXPECT_LT(c.worst_row, 1e-5);  // the same uint8 pixels, the same float formula
+  }
+}
+
+// Garbage named .jpg, a truncated JPEG and one with its header cut: skipped and counted on both paths, with
+// the same reasons, and the same good samples delivered.
+TEST(CudaLoader, CorruptSamplesAreSkippedAndCountedLikeTheCpuPath) {
+  HOTPATH_REQUIRE_CUDA();
+  TempDir dir;
+  const fixture::CorruptFixture f = fixture::make_corrupt_jpeg_shards(dir, 40);
+  LoaderOptions cpu_o;
+  cpu_o.shards = f.shards;
+  cpu_o.batch_size = 8;
+  cpu_o.size = 32;
+  cpu_o.shuffle = false;
+  cpu_o.drop_last = false;
+  LoaderOptions gpu_o = cpu_o;
+  gpu_o.device = at::Device(at::kCUDA, 0);
+  gpu_o.decode = DecodeBackend::kNvjpeg;
+  const auto run = [](const LoaderOptions& o, std::vector<std::int64_t>& labels, std::vector<std::string>& bad) {
+    Loader loader(o);
+    for (const Batch& b : loader.epoch(0)) {
+      const at::Tensor l = b.labels.cpu();
+      labels.insert(labels.end(), l.data_ptr<std::int64_t>(), l.data_ptr<std::int64_t>() + l.numel());
+    }
+    bad = loader.bad_samples();
+    return loader.stats().bad_samples;
+  };
+  std::vector<std::int64_t> cpu_labels, gpu_labels;
+  std::vector<std::string> cpu_bad, gpu_bad;
+  EXPECT_EQ(run(cpu_o, cpu_labels, cpu_bad), 12);
+  EXPECT_EQ(run(gpu_o, gpu_labels, gpu_bad), 12);
+  EXPECT_EQ(gpu_labels, cpu_labels);
+  EXPECT_EQ(gpu_bad, cpu_bad);
+}
+
+// The decode throughput stage in miniature: both paths on the same shards, side by side, images/s printed (the
+// figures gpu-check reports come from `hotpath data bench --device cuda --decode nvjpeg`); no bound on time.
+TEST(CudaLoader, DecodeThroughputBothPathsSideBySide) {
+  HOTPATH_REQUIRE_CUDA();
+  TempDir dir;
+  const Fixture f = make_jpeg_shards(dir, 256);
+  LoaderOptions o = options_for(f);
+  o.batch_size = 64;
+  o.workers = 4;
+  o.size = 64;
+  const auto images_per_s = [](const LoaderOptions& opts) {
+    Loader loader(opts);
+    loader.next();  // warm-up: threads, nvJPEG handles, allocator
+    std::int64_t images = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::int64_t epoch = 0; epoch < 3; ++epoch) {
+      while (auto b = loader.next()) images += b->labels.size(0);
+    }
+    return static_cast<double>(images) /
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  LoaderOptions gpu_o = o;
+  gpu_o.device = at::Device(at::kCUDA, 0);
+  gpu_o.decode = DecodeBackend::kNvjpeg;
+  const double cpu = images_per_s(o);
+  const double gpu = images_per_s(gpu_o);
+  std::cout << "[ measured ] images/s: cpu decode " << cpu << ", nvjpeg " << gpu << " (4 threads, 64 px)\n";
+  EXPECT_GT(cpu, 0);
+  EXPECT_GT(gpu, 0);
+}
+
+}  // namespace
+}  // namespace hotpath::data
