@@ -9,8 +9,9 @@
 // Start-up: the store is torchrun's (TORCHELASTIC_USE_AGENT_STORE: every rank a client) or rank 0's own
 // TCPStore; keys live under "hotpath/<restart count>/" so a restarted job never reads the last attempt's.
 // Before any collective, every rank's recipe keys and world size are compared with rank 0's; a difference
-// stops every rank with one line naming the key. Every wait is bounded (dist_timeout: HOTPATH_DIST_TIMEOUT_S,
-// default 300 s); a collective that fails or times out names the ranks that stopped answering.
+// stops every rank with one line naming the key. Every wait is bounded (dist_timeout: train.dist_timeout_s,
+// default 300 s); a collective that fails or times out names the ranks that stopped answering. The backend is
+// Gloo for a CPU device and NCCL (builds with HOTPATH_TORCH_CUDA) for a CUDA one, behind the same calls.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -22,6 +23,9 @@
 #include <utility>
 #include <vector>
 
+#include <c10/core/Device.h>
+
+#include "hotpath/models/batch_norm.h"
 #include "hotpath/train/checkpoint.h"
 #include "hotpath/train/recipe.h"
 
@@ -45,34 +49,47 @@ struct DistEnv {
 
 // Reads the environment; a malformed or inconsistent variable is one error naming it.
 DistEnv dist_env_from_environment();
-// HOTPATH_DIST_TIMEOUT_S (seconds, > 0; default 300): the store's and every collective's timeout.
+// The store's and every collective's timeout: train.dist_timeout_s, overridden by $HOTPATH_DIST_TIMEOUT_S
+// (seconds in (0, 86400]). The zero-argument form: the default (300 s) or the variable.
+std::chrono::milliseconds dist_timeout(const Recipe& recipe);
 std::chrono::milliseconds dist_timeout();
+
+// A rank that stops on an error of its own (a bad recipe or shard) publishes `message` in the job's store (a
+// bounded, best-effort connection of its own), so the others stop at once with one line naming it instead of
+// waiting out the timeout: at start-up, and in a failed collective. Nothing for a single process.
+void report_rank_error(const DistEnv& env, std::chrono::milliseconds timeout, const std::string& message);
 
 // Recipe keys and values every rank must share ("optimizer.lr" → "0.1").
 using AgreementKeys = std::vector<std::pair<std::string, std::string>>;
 
 // Every key of the resolved recipe (to_yaml) but those that may differ between ranks without changing
-// the training (data.workers, data.prefetch, train.threads).
+// the training (data.workers, data.prefetch, train.threads); train.dist_timeout_s, train.ddp_overlap and
+// train.ddp_bucket_mb with the values in effect (after the environment's overrides).
 AgreementKeys recipe_agreement_keys(const Recipe& recipe);
 
 // The process group of one job. Collectives are on CPU tensors (Gloo). Not copyable.
 class DistContext {
  public:
   struct Impl;
-  // Store, agreement check (keys and world size against rank 0's), then the Gloo group.
+  // Store, agreement check (keys and world size against rank 0's), then the group: Gloo for a CPU `device`,
+  // NCCL on that GPU for a CUDA one (an error naming the device when the build has no NCCL).
   static std::unique_ptr<DistContext> connect(const DistEnv& env, std::chrono::milliseconds timeout,
-                                              const AgreementKeys& keys);
+                                              const AgreementKeys& keys, at::Device device = at::kCPU);
   // The same with a FileStore at `path` as the rendezvous (threads or processes of one host; tests).
   static std::unique_ptr<DistContext> connect_file(const std::string& path, int rank, int world_size,
-                                                   std::chrono::milliseconds timeout, const AgreementKeys& keys);
+                                                   std::chrono::milliseconds timeout, const AgreementKeys& keys,
+                                                   at::Device device = at::kCPU);
   ~DistContext();
   DistContext(const DistContext&) = delete;
   DistContext& operator=(const DistContext&) = delete;
 
   [[nodiscard]] int rank() const;
   [[nodiscard]] int world_size() const;
+  [[nodiscard]] at::Device device() const;   // where the backend's tensors live
+  [[nodiscard]] const char* backend_name() const;  // "gloo" or "nccl"
 
-  // Blocking collectives; `what` names the operation in an error.
+  // Blocking collectives; `what` names the operation in an error. A tensor on another device than the
+  // backend's goes through a copy on it.
   void all_reduce_sum(at::Tensor& tensor, const std::string& what);
   void broadcast(std::vector<at::Tensor>& tensors, int root, const std::string& what);
   // Rank 0's `value` on every rank (through the store).
@@ -102,9 +119,16 @@ struct GradSyncOptions {
   bool overlap = true;
 };
 
-// HOTPATH_DDP_OVERLAP=0 runs the reference twin (for measuring how much of the all-reduce backward hides);
-// HOTPATH_DDP_BUCKET_MB sets the bucket size after the first (default 25). A bad value is one error.
+// train.ddp_overlap (false: the reference twin, for measuring how much of the all-reduce backward hides) and
+// train.ddp_bucket_mb (the bucket size after the first), each overridden by $HOTPATH_DDP_OVERLAP (0|1) and
+// $HOTPATH_DDP_BUCKET_MB when set. A bad value is one error naming the variable. The zero-argument form:
+// the defaults with the variables' overrides.
+GradSyncOptions grad_sync_options(const Recipe& recipe);
 GradSyncOptions grad_sync_options_from_environment();
+
+// model.sync_batchnorm: the group a synchronised BatchNorm's statistics span (every rank of `dist`, through
+// its backend). `dist` must outlive the model that holds it.
+std::shared_ptr<models::BatchNormGroup> batchnorm_group(DistContext& dist);
 
 struct GradSyncStats {
   std::int64_t buckets = 0;

@@ -24,6 +24,7 @@ struct ModelSection {
   std::vector<std::string> freeze;      // parameter-name prefixes that are not trained
   bool channels_last = true;            // NHWC activations (faster convolutions in oneDNN/cuDNN)
   bool zero_init_residual = false;      // ResNet: last BN of each block starts at 0
+  bool sync_batchnorm = false;          // data parallel: BatchNorm statistics over every rank's batch
   // Text models (data.kind: text): model.name bert | distilbert (read from the directory's config.json).
   std::string pretrained;               // Hugging Face model directory (config.json + weights)
   std::string attention = "fused";      // fused | reference
@@ -81,6 +82,10 @@ struct TrainSection {
   std::int64_t max_steps = 0;           // stop after this many optimizer steps (0 = all epochs)
   double scaler_init_scale = 65536.0;
   std::int64_t scaler_growth_interval = 2000;
+  // Data parallel (docs/distributed.md); $HOTPATH_DIST_TIMEOUT_S, $HOTPATH_DDP_OVERLAP, $HOTPATH_DDP_BUCKET_MB override.
+  double dist_timeout_s = 300.0;        // the store's and every collective's timeout
+  bool ddp_overlap = true;              // all-reduce gradient buckets during backward (false: after it)
+  std::int64_t ddp_bucket_mb = 25;      // gradient bucket size after the first (1 MiB) bucket
   std::int64_t zero = 0;                // data parallel: 0 DDP, 1 ZeRO-1 (optimizer state sharded), 2 ZeRO-2 (+ gradients)
 };
 

@@ -26,6 +26,7 @@
 #include "cli/commands.h"
 #include "hotpath/core/error.h"
 #include "hotpath/core/progress.h"
+#include "hotpath/train/distributed.h"
 #include "hotpath/train/recipe.h"
 #include "hotpath/train/trainer.h"
 
@@ -168,8 +169,25 @@ extern "C" void on_launcher_signal(int signal) { g_forward_signal.store(signal);
   std::exit(first_failure);
 }
 
+void train_this_rank(const TrainArgs& a);
+
 void run(const TrainArgs& a) {
   if (a.nproc > 1) launch_local(a.nproc);
+  try {
+    train_this_rank(a);
+  } catch (const std::exception& e) {
+    // Data parallel: the other ranks stop at once naming this one (distributed.h), not at the timeout.
+    std::string line = e.what();
+    line = line.substr(0, line.find('\n'));
+    try {
+      train::report_rank_error(train::dist_env_from_environment(), train::dist_timeout(), line);
+    } catch (const std::exception&) {  // a malformed environment: the error below says enough
+    }
+    throw;
+  }
+}
+
+void train_this_rank(const TrainArgs& a) {
   const train::Recipe recipe = train::load_recipe(a.config, a.overrides);
   if (a.print_config) {
     std::cout << train::to_yaml(recipe);

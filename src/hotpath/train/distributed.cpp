@@ -1,5 +1,5 @@
 // DistEnv from the environment, the store, the start-up agreement check and the blocking collectives
-// (distributed.h). The Gloo backend itself is built in gloo_backend.cpp.
+// (distributed.h). The backends themselves are built in gloo_backend.cpp and nccl_backend.cpp.
 #include "hotpath/train/distributed.h"
 
 #include <ATen/ATen.h>
@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <optional>
 #include <cstdlib>
 #include <sstream>
 #include <thread>
@@ -87,16 +88,18 @@ DistEnv dist_env_from_environment() {
   return e;
 }
 
-std::chrono::milliseconds dist_timeout() {
-  const char* v = env("HOTPATH_DIST_TIMEOUT_S");
-  if (v == nullptr) return std::chrono::seconds(300);
-  double s = 0;
-  const std::string t = v;
-  const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), s);
-  HOTPATH_CHECK(ec == std::errc() && ptr == t.data() + t.size() && s > 0 && s <= 86400,
-                "distributed: $HOTPATH_DIST_TIMEOUT_S='", t, "': expected seconds in (0, 86400]");
+std::chrono::milliseconds dist_timeout(const Recipe& recipe) {
+  double s = recipe.train.dist_timeout_s;
+  if (const char* v = env("HOTPATH_DIST_TIMEOUT_S")) {
+    const std::string t = v;
+    const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), s);
+    HOTPATH_CHECK(ec == std::errc() && ptr == t.data() + t.size() && s > 0 && s <= 86400,
+                  "distributed: $HOTPATH_DIST_TIMEOUT_S='", t, "': expected seconds in (0, 86400]");
+  }
   return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
 }
+
+std::chrono::milliseconds dist_timeout() { return dist_timeout(Recipe{}); }
 
 AgreementKeys recipe_agreement_keys(const Recipe& recipe) {
   AgreementKeys keys;
@@ -116,11 +119,20 @@ AgreementKeys recipe_agreement_keys(const Recipe& recipe) {
     if (dotted == "data.workers" || dotted == "data.prefetch" || dotted == "train.threads") continue;
     keys.emplace_back(dotted, value);
   }
+  // The values in effect: an environment override on one rank only is a difference like any other.
+  const GradSyncOptions sync = grad_sync_options(recipe);
+  for (auto& [k, v] : keys) {
+    if (k == "train.dist_timeout_s") v = std::to_string(static_cast<double>(dist_timeout(recipe).count()) / 1000.0);
+    if (k == "train.ddp_overlap") v = sync.overlap ? "true" : "false";
+    if (k == "train.ddp_bucket_mb") v = std::to_string(sync.bucket_bytes >> 20);
+  }
   return keys;
 }
 
-GradSyncOptions grad_sync_options_from_environment() {
+GradSyncOptions grad_sync_options(const Recipe& recipe) {
   GradSyncOptions o;
+  o.overlap = recipe.train.ddp_overlap;
+  o.bucket_bytes = recipe.train.ddp_bucket_mb << 20;
   if (const char* v = env("HOTPATH_DDP_OVERLAP")) {
     const std::string s = v;
     HOTPATH_CHECK(s == "0" || s == "1", "distributed: $HOTPATH_DDP_OVERLAP='", s, "': expected 0 or 1");
@@ -132,18 +144,52 @@ GradSyncOptions grad_sync_options_from_environment() {
   return o;
 }
 
+GradSyncOptions grad_sync_options_from_environment() { return grad_sync_options(Recipe{}); }
+
 namespace {
+
+// A rank's own fatal error (report_rank_error): "error/<rank>" holds its message, "errors" counts them.
+std::string error_key(int rank) { return "error/" + std::to_string(rank); }
+
+// The first rank other than `rank` that reported a fatal error, with its message, or nullopt.
+std::optional<std::pair<int, std::string>> reported_error(c10d::Store& store, int rank, int world_size) {
+  if (store.add("errors", 0) == 0) return std::nullopt;
+  for (int r = 0; r < world_size; ++r) {
+    if (r != rank && store.check({error_key(r)})) return std::make_pair(r, text(store.get(error_key(r))));
+  }
+  return std::nullopt;
+}
+
+// store.get(key), except that a rank that reported a fatal error meanwhile stops this one at once, naming it
+// (instead of waiting out the timeout for a key it will never write). `what` names the wait in messages.
+std::vector<std::uint8_t> get_or_fail(c10d::Store& store, const std::string& key, int rank, int world_size,
+                                      const std::string& what) {
+  const auto deadline = std::chrono::steady_clock::now() + store.getTimeout();
+  while (!store.check({key})) {
+    if (const auto error = reported_error(store, rank, world_size)) {
+      store.add("errors_seen", 1);  // the reporter (if it hosts the store) may go now
+      HOTPATH_CHECK(false, "distributed: rank ", rank, ": ", what, ": rank ", error->first,
+                    " stopped with an error: ", error->second);
+    }
+    HOTPATH_CHECK(std::chrono::steady_clock::now() < deadline, "distributed: rank ", rank, ": ", what,
+                  ": no answer within ", std::chrono::duration<double>(store.getTimeout()).count(),
+                  " s (did every rank start? train.dist_timeout_s)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return store.get(key);
+}
 
 // Every rank publishes {world_size, keys}; each compares with rank 0's and reports a verdict; rank 0
 // publishes the first bad verdict (or ""), so every rank stops with the same line or none does.
 void check_agreement(c10d::Store& store, int rank, int world_size, const AgreementKeys& keys) {
+  const std::string what = "start-up (the recipe agreement)";
   nlohmann::ordered_json mine;
   mine["world_size"] = world_size;
   for (const auto& [k, v] : keys) mine["keys"][k] = v;
   store.set("agree/" + std::to_string(rank), bytes(mine.dump()));
   std::string verdict;
   if (rank != 0) {
-    const auto theirs = nlohmann::ordered_json::parse(text(store.get("agree/0")));
+    const auto theirs = nlohmann::ordered_json::parse(text(get_or_fail(store, "agree/0", rank, world_size, what)));
     if (theirs["world_size"] != mine["world_size"]) {
       verdict = "distributed: rank " + std::to_string(rank) + " was started for a world of " +
                 std::to_string(world_size) + " ranks, rank 0 for " + theirs["world_size"].dump() +
@@ -166,31 +212,63 @@ void check_agreement(c10d::Store& store, int rank, int world_size, const Agreeme
     }
     store.set("verdict/" + std::to_string(rank), bytes(verdict));
   } else {
-    for (int r = 1; r < world_size && verdict.empty(); ++r) verdict = text(store.get("verdict/" + std::to_string(r)));
+    for (int r = 1; r < world_size && verdict.empty(); ++r) {
+      verdict = text(get_or_fail(store, "verdict/" + std::to_string(r), rank, world_size, what));
+    }
     store.set("verdict/all", bytes(verdict));
   }
-  if (rank != 0) verdict = text(store.get("verdict/all"));
+  if (rank != 0) verdict = text(get_or_fail(store, "verdict/all", rank, world_size, what));
   HOTPATH_CHECK(verdict.empty(), verdict);
 }
 
 std::unique_ptr<DistContext::Impl> make_impl(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
-                                             std::chrono::milliseconds timeout, const AgreementKeys& keys) {
+                                             std::chrono::milliseconds timeout, const AgreementKeys& keys,
+                                             at::Device device) {
   auto impl = std::make_unique<DistContext::Impl>();
   impl->store = store;
   impl->rank = rank;
   impl->world_size = world_size;
   impl->timeout = timeout;
+  impl->device = device;
+  HOTPATH_CHECK(device.is_cpu() || device.is_cuda(), "distributed: rank ", rank, ": device ", device.str(),
+                " has no process group backend (Gloo: cpu, NCCL: cuda)");
+#ifndef HOTPATH_WITH_NCCL
+  HOTPATH_CHECK(device.is_cpu(), "distributed: rank ", rank, ": device ", device.str(),
+                " needs the NCCL backend, which this build does not have (built without HOTPATH_TORCH_CUDA or without the nvidia-nccl wheel's nccl.h)");
+#endif
   check_agreement(*store, rank, world_size, keys);
+  const char* name = device.is_cuda() ? "NCCL" : "Gloo";
   try {
-    impl->backend = make_gloo_backend(c10::make_intrusive<c10d::PrefixStore>("gloo", store), rank, world_size,
-                                      timeout, /*threads=*/1);
+#ifdef HOTPATH_WITH_NCCL
+    if (device.is_cuda()) {
+      impl->backend_name = "nccl";
+      impl->backend = make_nccl_backend(c10::make_intrusive<c10d::PrefixStore>("nccl", store), rank, world_size,
+                                        timeout, device);
+    }
+#endif
+    if (device.is_cpu()) {
+      impl->backend = make_gloo_backend(c10::make_intrusive<c10d::PrefixStore>("gloo", store), rank, world_size,
+                                        timeout, /*threads=*/1);
+    }
   } catch (const std::exception& e) {
-    HOTPATH_CHECK(false, "distributed: rank ", rank, " of ", world_size,
-                  ": the Gloo process group did not form within ", timeout.count() / 1000.0,
-                  " s (set GLOO_SOCKET_IFNAME to an interface the ranks reach each other on): ", exception_line(e));
+    HOTPATH_CHECK(false, "distributed: rank ", rank, " of ", world_size, ": the ", name,
+                  " process group did not form within ", timeout.count() / 1000.0, " s",
+                  device.is_cpu() ? " (set GLOO_SOCKET_IFNAME to an interface the ranks reach each other on)" : "",
+                  ": ", exception_line(e));
   }
   return impl;
 }
+
+// model.sync_batchnorm's collectives on the job's process group.
+class DistBatchNormGroup final : public models::BatchNormGroup {
+ public:
+  explicit DistBatchNormGroup(DistContext& dist) : dist_(dist) {}
+  [[nodiscard]] int world_size() const override { return dist_.world_size(); }
+  void all_reduce_sum(at::Tensor& tensor, const std::string& what) override { dist_.all_reduce_sum(tensor, what); }
+
+ private:
+  DistContext& dist_;
+};
 
 }  // namespace
 
@@ -198,7 +276,7 @@ DistContext::DistContext(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DistContext::~DistContext() = default;
 
 std::unique_ptr<DistContext> DistContext::connect(const DistEnv& env, std::chrono::milliseconds timeout,
-                                                  const AgreementKeys& keys) {
+                                                  const AgreementKeys& keys, at::Device device) {
   HOTPATH_CHECK(env.distributed(), "distributed: connect() needs a world of more than one rank");
   // c10d logs each failed connect/collective with a backtrace; hotpath reports them as one line instead.
   // TORCH_CPP_LOG_LEVEL set by the user keeps its say.
@@ -219,7 +297,7 @@ std::unique_ptr<DistContext> DistContext::connect(const DistEnv& env, std::chron
   }
   auto store = c10::make_intrusive<c10d::PrefixStore>("hotpath/" + std::to_string(env.restart_count), tcp);
   try {
-    return std::unique_ptr<DistContext>(new DistContext(make_impl(store, env.rank, env.world_size, timeout, keys)));
+    return std::unique_ptr<DistContext>(new DistContext(make_impl(store, env.rank, env.world_size, timeout, keys, device)));
   } catch (const hotpath::Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -229,17 +307,32 @@ std::unique_ptr<DistContext> DistContext::connect(const DistEnv& env, std::chron
 }
 
 std::unique_ptr<DistContext> DistContext::connect_file(const std::string& path, int rank, int world_size,
-                                                       std::chrono::milliseconds timeout, const AgreementKeys& keys) {
+                                                       std::chrono::milliseconds timeout, const AgreementKeys& keys,
+                                                       at::Device device) {
   auto file = c10::make_intrusive<c10d::FileStore>(path, world_size);
   file->setTimeout(timeout);
-  return std::unique_ptr<DistContext>(new DistContext(make_impl(file, rank, world_size, timeout, keys)));
+  return std::unique_ptr<DistContext>(new DistContext(make_impl(file, rank, world_size, timeout, keys, device)));
 }
 
 int DistContext::rank() const { return impl_->rank; }
 int DistContext::world_size() const { return impl_->world_size; }
+at::Device DistContext::device() const { return impl_->device; }
+const char* DistContext::backend_name() const { return impl_->backend_name; }
 
 void DistContext::fail(const std::string& what, const std::string& cause) {
   std::vector<int> silent;
+  std::optional<std::pair<int, std::string>> error;
+  try {
+    auto& store = *impl_->store;
+    // A rank that stopped on an error of its own (a bad shard, say) reported it on its way out.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (!(error = reported_error(store, impl_->rank, impl_->world_size)) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  } catch (const std::exception&) {
+  }
+  HOTPATH_CHECK(!error, "distributed: rank ", impl_->rank, ": ", what, " failed: rank ", error->first,
+                " stopped with an error: ", error->second);
   try {
     auto& store = *impl_->store;
     store.set("failed/" + std::to_string(impl_->rank), bytes(cause));
@@ -264,24 +357,31 @@ void DistContext::fail(const std::string& what, const std::string& cause) {
 }
 
 void DistContext::all_reduce_sum(at::Tensor& tensor, const std::string& what) {
-  std::vector<at::Tensor> v{tensor};
+  const bool copy = tensor.device() != impl_->device || !tensor.is_contiguous();
+  std::vector<at::Tensor> v{copy ? tensor.to(impl_->device).contiguous() : tensor};
   try {
     impl_->backend->allreduce(v)->wait();
   } catch (const std::exception& e) {
     fail(what, exception_line(e));
   }
+  if (copy) tensor.copy_(v[0]);
 }
 
 void DistContext::broadcast(std::vector<at::Tensor>& tensors, int root, const std::string& what) {
   try {
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<at::Tensor> on_device;  // the backend's copies of tensors that live elsewhere
     for (auto& t : tensors) {
-      std::vector<at::Tensor> one{t};
+      on_device.push_back(t.device() == impl_->device && t.is_contiguous() ? t : t.to(impl_->device).contiguous());
+      std::vector<at::Tensor> one{on_device.back()};
       c10d::BroadcastOptions o;
       o.rootRank = root;
       works.push_back(impl_->backend->broadcast(one, o));
     }
     for (auto& w : works) w->wait();
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      if (!on_device[i].is_same(tensors[i])) tensors[i].copy_(on_device[i]);
+    }
   } catch (const std::exception& e) {
     fail(what, exception_line(e));
   }
@@ -293,15 +393,46 @@ std::string DistContext::broadcast_string(const std::string& key, const std::str
       impl_->store->set("bcast/" + key, bytes(value));
       return value;
     }
-    return text(impl_->store->get("bcast/" + key));
+    return text(get_or_fail(*impl_->store, "bcast/" + key, impl_->rank, impl_->world_size, "sharing " + key));
+  } catch (const hotpath::Error&) {
+    throw;
   } catch (const std::exception& e) {
     fail("sharing " + key, exception_line(e));
   }
 }
 
 void DistContext::barrier(const std::string& what) {
-  at::Tensor t = at::zeros({1});
+  at::Tensor t = at::zeros({1}, at::TensorOptions(impl_->device));
   all_reduce_sum(t, what);
+}
+
+void report_rank_error(const DistEnv& env, std::chrono::milliseconds timeout, const std::string& message) {
+  if (!env.distributed()) return;
+  try {
+    // Best effort, bounded: the store may be gone (rank 0 hosted it) or never have existed.
+    const auto wait = std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(10));
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<std::uint16_t>(env.master_port);
+    o.isServer = env.rank == 0 && !env.agent_store;
+    o.numWorkers = static_cast<std::size_t>(env.world_size);
+    o.waitWorkers = false;
+    o.timeout = wait;
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+    c10d::PrefixStore store("hotpath/" + std::to_string(env.restart_count), tcp);
+    store.set(error_key(env.rank), bytes(message));
+    store.add("errors", 1);
+    if (o.isServer) {  // this process hosts the store: keep it up until every other rank has read the error
+      const auto deadline = std::chrono::steady_clock::now() + wait;
+      while (store.add("errors_seen", 0) < env.world_size - 1 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+  } catch (const std::exception&) {
+  }
+}
+
+std::shared_ptr<models::BatchNormGroup> batchnorm_group(DistContext& dist) {
+  return std::make_shared<DistBatchNormGroup>(dist);
 }
 
 }  // namespace hotpath::train

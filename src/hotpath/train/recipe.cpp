@@ -34,6 +34,7 @@ void visit_recipe(R& r, V& v) {
   v("model.freeze", m.freeze);
   v("model.channels_last", m.channels_last);
   v("model.zero_init_residual", m.zero_init_residual);
+  v("model.sync_batchnorm", m.sync_batchnorm);
   v("model.pretrained", m.pretrained);
   v("model.attention", m.attention, Allowed{"fused", "reference"});
   v("model.gradient_checkpointing", m.gradient_checkpointing);
@@ -86,6 +87,9 @@ void visit_recipe(R& r, V& v) {
   v("train.max_steps", t.max_steps);
   v("train.scaler_init_scale", t.scaler_init_scale);
   v("train.scaler_growth_interval", t.scaler_growth_interval);
+  v("train.dist_timeout_s", t.dist_timeout_s);
+  v("train.ddp_overlap", t.ddp_overlap);
+  v("train.ddp_bucket_mb", t.ddp_bucket_mb);
   v("train.zero", t.zero);
 
   auto& o = r.optimizer;
@@ -460,6 +464,8 @@ void validate(const Recipe& r) {
   check_range(t.max_steps >= 0, r, "train.max_steps", ">= 0 (0 = all epochs)");
   check_range(t.scaler_init_scale > 0, r, "train.scaler_init_scale", "> 0");
   check_range(t.scaler_growth_interval >= 1, r, "train.scaler_growth_interval", ">= 1");
+  check_range(t.dist_timeout_s > 0 && t.dist_timeout_s <= 86400, r, "train.dist_timeout_s", "seconds in (0, 86400]");
+  check_range(t.ddp_bucket_mb >= 1 && t.ddp_bucket_mb <= 4096, r, "train.ddp_bucket_mb", "MiB in [1, 4096]");
   check_range(t.zero >= 0 && t.zero <= 2, r, "train.zero", "0 (DDP), 1 (ZeRO-1) or 2 (ZeRO-2), got " + std::to_string(t.zero));
   check_range(r.optimizer.lr > 0, r, "optimizer.lr", "> 0");
   check_range(r.schedule.warmup_epochs >= 0, r, "schedule.warmup_epochs", ">= 0");

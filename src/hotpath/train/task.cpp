@@ -87,6 +87,7 @@ void check_task_keys(const Recipe& recipe) {
       {"model.weights", m.weights != dm.weights},
       {"model.allow_partial", m.allow_partial != dm.allow_partial},
       {"model.zero_init_residual", m.zero_init_residual != dm.zero_init_residual},
+      {"model.sync_batchnorm", m.sync_batchnorm != dm.sync_batchnorm},
       {"data.image_size", d.image_size != dd.image_size},
       {"data.channels", d.channels != dd.channels},
       {"data.train_crop", d.train_crop != dd.train_crop},

@@ -380,23 +380,31 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   const auto t_start = Clock::now();
   std::ostream& out = options.out ? *options.out : std::cerr;
   const auto& tr = recipe.train;
-  const at::Device device = pick_device(tr.device);
+  // Data parallel on CUDA: rank r of a host takes GPU LOCAL_RANK (NCCL needs one GPU per rank).
+  const DistEnv dist_env = dist_env_from_environment();
+  at::Device device = pick_device(tr.device);
+  if (device.is_cuda() && dist_env.distributed()) {
+    const int gpus = static_cast<int>(at::getNumGPUs());
+    HOTPATH_CHECK(dist_env.local_world_size <= gpus, recipe.source, ": train.device: cuda with ",
+                  dist_env.local_world_size, " ranks on this host but ", gpus,
+                  " GPU(s): NCCL needs one GPU per rank (fewer ranks per host, or train.device: cpu for Gloo)");
+    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(dist_env.local_rank));
+  }
   HOTPATH_CHECK(tr.precision != "fp16" || device.is_cuda(), recipe.source,
                 ": train.precision: fp16 needs a CUDA device; use bf16 on CPU");
   // cuDNN benchmark, bf16 only where the GPU has it (cuda/cuda_training.h).
   const std::string cuda_settings = configure_cuda_training(device, tr.precision, recipe.source);
   // Data parallel when torchrun (or Slurm) says so: one process group for the run, checked at start
   // (every rank the same recipe keys and world size); rank 0 alone writes the run directory.
-  const DistEnv dist_env = dist_env_from_environment();
-  HOTPATH_CHECK(!dist_env.distributed() || device.is_cpu(), recipe.source, ": train.device: ", device.str(),
-                " with ", dist_env.world_size, " ranks needs the NCCL backend, which hotpath does not build yet; "
-                "distributed runs use Gloo on the CPU (train.device: cpu)");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Default intra-op threads: this host's cores shared by its ranks.
   at::set_num_threads(tr.threads > 0 ? static_cast<int>(tr.threads)
                                      : std::max(1, cores / std::max(1, dist_env.local_world_size)));
   std::unique_ptr<DistContext> dist;
-  if (dist_env.distributed()) dist = DistContext::connect(dist_env, dist_timeout(), recipe_agreement_keys(recipe));
+  // Gloo on the CPU, NCCL on this rank's GPU (train.device cuda: pick_device gave it LOCAL_RANK's).
+  if (dist_env.distributed()) {
+    dist = DistContext::connect(dist_env, dist_timeout(recipe), recipe_agreement_keys(recipe), device);
+  }
   const bool is_main = !dist || dist->rank() == 0;
   const int world_size = dist ? dist->world_size() : 1;
   const bool quiet = options.quiet || !is_main;
@@ -434,6 +442,11 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
                                                  .rank = dist ? dist->rank() : 0,
                                                  .world_size = world_size});
   torch::nn::Module& model = task->module();
+  // model.sync_batchnorm: BatchNorm statistics of the global batch (models/batch_norm.h); one rank: plain BatchNorm.
+  if (recipe.model.sync_batchnorm) {
+    HOTPATH_CHECK(models::attach_batchnorm_group(model, dist ? batchnorm_group(*dist) : nullptr) > 0, recipe.source,
+                  ": model.sync_batchnorm: model ", recipe.model.name, " has no BatchNorm layer");
+  }
   const NamedParameters trainable = task->trainable();
   std::vector<at::Tensor> trainable_tensors;
   std::int64_t n_trainable = 0, n_params = 0;
@@ -512,10 +525,10 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
       if (!one[0].is_same(t)) t.copy_(one[0]);
     }
     if (zero_stage == 0) {
-      grad_sync = std::make_unique<GradSync>(*dist, trainable, grad_sync_options_from_environment());
+      grad_sync = std::make_unique<GradSync>(*dist, trainable, grad_sync_options(recipe));
     } else {
       zero = std::make_unique<ZeroSync>(*dist, trainable, optimizer_config_for(recipe),
-                                        ZeroOptions{.stage = zero_stage, .buckets = grad_sync_options_from_environment()});
+                                        ZeroOptions{.stage = zero_stage, .buckets = grad_sync_options(recipe)});
       if (zero_resume_state) zero->load_state(*zero_resume_state);
     }
   }
@@ -548,7 +561,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
         << task->train_samples() << " samples, " << steps_per_epoch << " steps/epoch × " << tr.epochs
         << " epochs, batch " << tr.batch_size
         << (accum > 1 ? " (" + std::to_string(accum) + " micro-batches a step)" : "")
-        << (dist ? " on each of " + std::to_string(world_size) + " ranks (Gloo, " +
+        << (dist ? " on each of " + std::to_string(world_size) + " ranks (" + dist->backend_name() + ", " +
                        std::to_string(zero ? zero->stats().buckets : grad_sync->stats().buckets) + " gradient buckets" +
                        (zero ? ", ZeRO-" + std::to_string(zero_stage) : std::string()) + ")"
                  : "")

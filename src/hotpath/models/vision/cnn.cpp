@@ -6,16 +6,16 @@
 #include <torch/nn/modules/pooling.h>
 
 #include "hotpath/core/error.h"
+#include "hotpath/models/batch_norm.h"
 #include "hotpath/ops/autocast_ops.h"
-#include "hotpath/ops/fused_bn_relu.h"
 
 namespace hotpath::models {
-using namespace hotpath::ops;  // conv2d, fused_bn_relu
+using namespace hotpath::ops;  // conv2d
 namespace {
 
 void add_conv_bn_relu(torch::nn::Sequential& seq, std::int64_t in, std::int64_t out) {
   seq->push_back(torch::nn::Conv2d(torch::nn::Conv2dOptions(in, out, 3).padding(1).bias(false)));
-  seq->push_back(torch::nn::BatchNorm2d(out));
+  seq->push_back(batch_norm2d(out));
   seq->push_back(torch::nn::ReLU(torch::nn::ReLUOptions().inplace(true)));
 }
 
@@ -38,15 +38,17 @@ SmallCnn::SmallCnn(const SmallCnnConfig& c) {
 }
 
 // The Sequential's layers one by one, except that each conv → BN → ReLU triple runs its BN and
-// ReLU as one fused op (models/fused_bn_relu.h): same parameters and buffers, a third fewer passes.
+// ReLU as one op (models/batch_norm.h: ops/fused_bn_relu.h, a third fewer passes; or synchronised).
 at::Tensor SmallCnn::forward(const at::Tensor& images) {
   at::Tensor x = images;
   for (auto it = features->begin(); it != features->end(); ++it) {
     auto* bn = it->ptr()->as<torch::nn::BatchNorm2dImpl>();
     const auto next = it + 1;
     if (bn != nullptr && next != features->end() && next->ptr()->as<torch::nn::ReLUImpl>() != nullptr) {
-      x = fused_bn_relu(*bn, x);
+      x = batch_norm_relu(*bn, x);
       it = next;  // the ReLU ran inside the fused op
+    } else if (bn != nullptr) {
+      x = batch_norm(*bn, x);
     } else if (auto* conv = it->ptr()->as<torch::nn::Conv2dImpl>(); conv != nullptr) {
       x = conv2d(*conv, x);
     } else {

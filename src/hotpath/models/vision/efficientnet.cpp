@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "hotpath/core/error.h"
+#include "hotpath/models/batch_norm.h"
 #include "hotpath/ops/autocast_ops.h"
 
 namespace hotpath::models {
@@ -62,11 +63,11 @@ class ConvNormAct : public torch::nn::Module {
     conv = register_module(
         "0", Conv2d(Conv2dOptions(in, out, kernel).stride(stride).padding(padding).groups(groups).bias(false)));
     bn = register_module(
-        "1", BatchNorm2d(torch::nn::BatchNormOptions(out).eps(config.bn_eps).momentum(config.bn_momentum)));
+        "1", batch_norm2d(torch::nn::BatchNormOptions(out).eps(config.bn_eps).momentum(config.bn_momentum)));
   }
 
   at::Tensor forward(const at::Tensor& x) {
-    at::Tensor y = bn->forward(conv2d(*conv, pad_explicitly_ ? pad_tf_same(x, kernel_, stride_) : x));
+    at::Tensor y = batch_norm(*bn, conv2d(*conv, pad_explicitly_ ? pad_tf_same(x, kernel_, stride_) : x));
     return activation_ ? activate_(y, *activation_) : y;
   }
 

@@ -8,14 +8,14 @@
 #include <utility>
 
 #include "hotpath/core/error.h"
+#include "hotpath/models/batch_norm.h"  // BN (+ ReLU): fused on CPU fp32, or synchronised across ranks
 #include "hotpath/ops/autocast_ops.h"  // convs and fc under bf16 autocast on CPUs without bf16 math
-#include "hotpath/ops/fused_bn_relu.h"  // BN + ReLU pairs: one fused op on CPU fp32
 
 namespace hotpath::models {
-using namespace hotpath::ops;  // conv2d, fused_bn_relu, linear
+using namespace hotpath::ops;  // conv2d, linear
 namespace {
 
-using torch::nn::BatchNorm2d;
+using torch::nn::BatchNorm2d;  // built by batch_norm2d (models/batch_norm.h)
 using torch::nn::Conv2d;
 using torch::nn::Conv2dOptions;
 
@@ -30,14 +30,14 @@ Conv2d conv1x1(std::int64_t in, std::int64_t out, std::int64_t stride) {
 // torchvision: Sequential(conv1x1(in, out, stride), BatchNorm2d(out)) when the shortcut changes shape.
 torch::nn::Sequential make_downsample(std::int64_t in, std::int64_t out, std::int64_t stride) {
   if (stride == 1 && in == out) return torch::nn::Sequential(nullptr);
-  return torch::nn::Sequential(conv1x1(in, out, stride), BatchNorm2d(out));
+  return torch::nn::Sequential(conv1x1(in, out, stride), batch_norm2d(out));
 }
 
 at::Tensor shortcut(torch::nn::Sequential& downsample, const at::Tensor& x) {
   if (!downsample) return x;
   // downsample[0] is the conv, [1] its batch norm (torchvision's names: downsample.0, downsample.1).
   at::Tensor y = conv2d(*downsample[0]->as<torch::nn::Conv2dImpl>(), x);
-  return downsample[1]->as<torch::nn::BatchNorm2dImpl>()->forward(y);
+  return batch_norm(*downsample[1]->as<torch::nn::BatchNorm2dImpl>(), y);
 }
 
 class BasicBlock : public torch::nn::Module {
@@ -46,16 +46,16 @@ class BasicBlock : public torch::nn::Module {
 
   BasicBlock(std::int64_t in, std::int64_t planes, std::int64_t stride)
       : conv1(register_module("conv1", conv3x3(in, planes, stride))),
-        bn1(register_module("bn1", BatchNorm2d(planes))),
+        bn1(register_module("bn1", batch_norm2d(planes))),
         conv2(register_module("conv2", conv3x3(planes, planes, 1))),
-        bn2(register_module("bn2", BatchNorm2d(planes))),
+        bn2(register_module("bn2", batch_norm2d(planes))),
         downsample(make_downsample(in, planes * kExpansion, stride)) {
     if (downsample) register_module("downsample", downsample);
   }
 
   at::Tensor forward(const at::Tensor& x) {
-    at::Tensor out = fused_bn_relu(*bn1, conv2d(*conv1, x));
-    out = bn2->forward(conv2d(*conv2, out));
+    at::Tensor out = batch_norm_relu(*bn1, conv2d(*conv1, x));
+    out = batch_norm(*bn2, conv2d(*conv2, out));
     out += shortcut(downsample, x);
     return out.relu_();
   }
@@ -74,19 +74,19 @@ class Bottleneck : public torch::nn::Module {
 
   Bottleneck(std::int64_t in, std::int64_t planes, std::int64_t stride)
       : conv1(register_module("conv1", conv1x1(in, planes, 1))),
-        bn1(register_module("bn1", BatchNorm2d(planes))),
+        bn1(register_module("bn1", batch_norm2d(planes))),
         conv2(register_module("conv2", conv3x3(planes, planes, stride))),
-        bn2(register_module("bn2", BatchNorm2d(planes))),
+        bn2(register_module("bn2", batch_norm2d(planes))),
         conv3(register_module("conv3", conv1x1(planes, planes * kExpansion, 1))),
-        bn3(register_module("bn3", BatchNorm2d(planes * kExpansion))),
+        bn3(register_module("bn3", batch_norm2d(planes * kExpansion))),
         downsample(make_downsample(in, planes * kExpansion, stride)) {
     if (downsample) register_module("downsample", downsample);
   }
 
   at::Tensor forward(const at::Tensor& x) {
-    at::Tensor out = fused_bn_relu(*bn1, conv2d(*conv1, x));
-    out = fused_bn_relu(*bn2, conv2d(*conv2, out));
-    out = bn3->forward(conv2d(*conv3, out));
+    at::Tensor out = batch_norm_relu(*bn1, conv2d(*conv1, x));
+    out = batch_norm_relu(*bn2, conv2d(*conv2, out));
+    out = batch_norm(*bn3, conv2d(*conv3, out));
     out += shortcut(downsample, x);
     return out.relu_();
   }
@@ -150,7 +150,7 @@ ResNet::ResNet(const ResNetConfig& config) : ImageClassifier("ResNet"), config_(
   conv1 = register_module(
       "conv1", opt.small_input ? conv3x3(opt.in_channels, kStemWidth, 1)
                                : Conv2d(Conv2dOptions(opt.in_channels, kStemWidth, 7).stride(2).padding(3).bias(false)));
-  bn1 = register_module("bn1", BatchNorm2d(kStemWidth));
+  bn1 = register_module("bn1", batch_norm2d(kStemWidth));
   std::int64_t in = kStemWidth;
   layer1 = register_module("layer1", make_layer(config.block, in, 64, config.blocks[0], 1));
   layer2 = register_module("layer2", make_layer(config.block, in, 128, config.blocks[1], 2));
@@ -181,7 +181,7 @@ std::int64_t ResNet::feature_dim() const { return 512 * expansion(config_.block)
 at::Tensor ResNet::features(const at::Tensor& images) {
   HOTPATH_CHECK(images.dim() == 4 && images.size(1) == config_.options.in_channels, "ResNet: expected images [N, ",
                 config_.options.in_channels, ", H, W], got ", images.sizes());
-  at::Tensor x = fused_bn_relu(*bn1, conv2d(*conv1, images));
+  at::Tensor x = batch_norm_relu(*bn1, conv2d(*conv1, images));
   if (!config_.options.small_input) x = at::max_pool2d(x, {3, 3}, {2, 2}, {1, 1});
   x = layer1->forward(x);
   x = layer2->forward(x);
