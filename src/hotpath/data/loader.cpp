@@ -49,6 +49,11 @@ struct SampleRef {
   std::int64_t label = 0;
 };
 
+// Where a sample's image lives, for messages: "shard:offset:member".
+std::string image_where(const SampleRef& ref) {
+  return ref.shard->path() + ":" + std::to_string(ref.image->header_offset) + ":" + ref.image->name;
+}
+
 // Parses a WebDataset .cls member: a decimal integer, surrounding whitespace allowed.
 std::optional<std::int64_t> parse_label(std::span<const std::byte> bytes) {
   std::string_view text(reinterpret_cast<const char*>(bytes.data()), bytes.size());
@@ -572,8 +577,7 @@ void Loader::State::worker_loop() {
       process(slot, task.row, hwc.data(), scratch, local);
     } catch (const std::exception& e) {
       const SampleRef& ref = slot.samples[static_cast<std::size_t>(task.row)];
-      error = ref.shard->path() + ":" + std::to_string(ref.image->header_offset) + ":" + ref.image->name + ": " +
-              e.what();
+      error = image_where(ref) + ": " + e.what();
     }
 
     lk.lock();
@@ -588,14 +592,6 @@ void Loader::State::worker_loop() {
   }
 }
 
-namespace {
-
-// Where a sample's image lives, for messages: "shard:offset:member".
-std::string image_where(const SampleRef& ref) {
-  return ref.shard->path() + ":" + std::to_string(ref.image->header_offset) + ":" + ref.image->name;
-}
-
-}  // namespace
 
 // The stage thread's work on one batch (CUDA mode); the slot is kStaging, so nothing else touches it.
 void Loader::State::finish_on_device(Slot& slot, std::vector<std::string>& bad) {
