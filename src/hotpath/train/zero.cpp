@@ -86,6 +86,8 @@ class ZeroSync::Reducer {
       launch(next_launch_++);
       ++launched_from_hooks_;
     }
+    // Buckets whose reduction already completed give up their memory now, not at the end of backward.
+    while (next_collect_ < next_launch_ && buckets_[next_collect_].work->isCompleted()) collect(next_collect_++);
   }
 
   double finish() {
@@ -96,34 +98,8 @@ class ZeroSync::Reducer {
       }
       launch(next_launch_++);
     }
-    const double world = static_cast<double>(dist_.world_size());
-    const std::int64_t shard_end = shard_begin_ + grad_shard_.numel();
-    for (std::size_t k = 0; k < buckets_.size(); ++k) {
-      Bucket& b = buckets_[k];
-      try {
-        b.work->wait();
-      } catch (const std::exception& e) {
-        b.work.reset();
-        dist_.fail("reduction of gradient bucket " + std::to_string(k), exception_line(e));
-      }
-      b.work.reset();
-      // Keep this rank's slice of the bucket (averaged: Gloo has no AVG), free the rest.
-      const std::int64_t lo = std::max(shard_begin_, b.begin), hi = std::min(shard_end, b.begin + b.numel);
-      if (whole_norms_) {  // the whole bucket averaged (as DDP does), each parameter's norm, then the slice
-        b.flat.div_(world);
-        std::vector<at::Tensor> views;
-        for (std::size_t i : b.params) {
-          views.push_back(b.flat.narrow(0, offset_in_bucket_[i], params_[i].numel()).view(params_[i].sizes()));
-        }
-        const std::vector<at::Tensor> n = at::_foreach_norm(views, 2.0);
-        for (std::size_t j = 0; j < b.params.size(); ++j) norms_[b.params[j]] = n[j];
-        if (lo < hi) grad_shard_.narrow(0, lo - shard_begin_, hi - lo).copy_(b.flat.narrow(0, lo - b.begin, hi - lo));
-      } else if (lo < hi) {
-        grad_shard_.narrow(0, lo - shard_begin_, hi - lo).copy_(b.flat.narrow(0, lo - b.begin, hi - lo)).div_(world);
-      }
-      b.flat = at::Tensor();
-      b.pending = b.params.size();
-    }
+    while (next_collect_ < buckets_.size()) collect(next_collect_++);
+    next_collect_ = 0;
     std::fill(taken_.begin(), taken_.end(), false);
     launched_in_backward_ = (launched_in_backward_ * static_cast<double>(steps_) +
                              static_cast<double>(launched_from_hooks_) / static_cast<double>(buckets_.size())) /
@@ -175,6 +151,35 @@ class ZeroSync::Reducer {
     taken_[i] = true;
   }
 
+  // Waits for bucket k's reduction, keeps this rank's slice of it (averaged: Gloo has no AVG) and frees it.
+  void collect(std::size_t k) {
+    Bucket& b = buckets_[k];
+    try {
+      b.work->wait();
+    } catch (const std::exception& e) {
+      b.work.reset();
+      dist_.fail("reduction of gradient bucket " + std::to_string(k), exception_line(e));
+    }
+    b.work.reset();
+    const double world = static_cast<double>(dist_.world_size());
+    const std::int64_t shard_end = shard_begin_ + grad_shard_.numel();
+    const std::int64_t lo = std::max(shard_begin_, b.begin), hi = std::min(shard_end, b.begin + b.numel);
+    if (whole_norms_) {  // the whole bucket averaged (as DDP does), each parameter's norm, then the slice
+      b.flat.div_(world);
+      std::vector<at::Tensor> views;
+      for (std::size_t i : b.params) {
+        views.push_back(b.flat.narrow(0, offset_in_bucket_[i], params_[i].numel()).view(params_[i].sizes()));
+      }
+      const std::vector<at::Tensor> n = at::_foreach_norm(views, 2.0);
+      for (std::size_t j = 0; j < b.params.size(); ++j) norms_[b.params[j]] = n[j];
+      if (lo < hi) grad_shard_.narrow(0, lo - shard_begin_, hi - lo).copy_(b.flat.narrow(0, lo - b.begin, hi - lo));
+    } else if (lo < hi) {
+      grad_shard_.narrow(0, lo - shard_begin_, hi - lo).copy_(b.flat.narrow(0, lo - b.begin, hi - lo)).div_(world);
+    }
+    b.flat = at::Tensor();
+    b.pending = b.params.size();
+  }
+
   void launch(std::size_t k) {
     std::vector<at::Tensor> one{buckets_[k].flat};
     try {
@@ -198,6 +203,7 @@ class ZeroSync::Reducer {
   std::vector<bool> taken_;
   std::vector<Bucket> buckets_;
   std::size_t next_launch_ = 0;
+  std::size_t next_collect_ = 0;  // buckets before it are reduced and freed this step
   bool sync_ = true;
   std::int64_t launched_from_hooks_ = 0;
   double launched_in_backward_ = 0;
@@ -227,7 +233,10 @@ ZeroSync::ZeroSync(DistContext& dist, const NamedParameters& trainable, const Op
   const std::int64_t s = layout_.shard_numel;
   // The parameters become views into the flat buffer (on their device): the optimizer's in-place update of
   // this rank's slice and the all-gather of the others' write straight into the model.
-  flat_ = at::zeros({world * s}, first.options().requires_grad(false));
+  // at::empty: each page is touched when its parameter is copied in, right before the parameter's old
+  // storage is freed, so building the buffer does not hold the model twice. The padding is zeroed.
+  flat_ = at::empty({world * s}, first.options().requires_grad(false));
+  flat_.narrow(0, layout_.numel, world * s - layout_.numel).zero_();
   {
     c10::NoGradGuard no_grad;
     for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -301,15 +310,20 @@ void ZeroSync::agree_on_inf(GradScaler& scaler) {
 void ZeroSync::refresh_parameters() {
   const auto t0 = std::chrono::steady_clock::now();
   const std::int64_t s = layout_.shard_numel;
-  std::vector<std::vector<at::Tensor>> out(1);
-  for (int r = 0; r < dist_.world_size(); ++r) out[0].push_back(flat_.narrow(0, r * s, s));
-  std::vector<at::Tensor> in{flat_.narrow(0, dist_.rank() * s, s)};
-  try {
-    // Gloo gathers into its own flat buffer and copies out: the input may alias its output chunk.
-    auto work = dist_.impl().backend->allgather(out, in);
-    work->wait();
-  } catch (const std::exception& e) {
-    dist_.fail("all-gather of the parameter slices", exception_line(e));
+  // The all-gather as one broadcast per rank of its slice, straight into the flat buffer: Gloo's allgather
+  // gathers into a new buffer as large as the model (plus a copy of the input) and copies out, which costs
+  // ZeRO's memory saving back at every step; its broadcast writes into the given tensor. Each rank receives
+  // the same (world - 1) slices either way. (NCCL: _allgather_base into the flat buffer.)
+  for (int r = 0; r < dist_.world_size(); ++r) {
+    std::vector<at::Tensor> one{flat_.narrow(0, r * s, s)};
+    c10d::BroadcastOptions from;
+    from.rootRank = r;
+    try {
+      auto work = dist_.impl().backend->broadcast(one, from);
+      work->wait();
+    } catch (const std::exception& e) {
+      dist_.fail("all-gather of the parameter slices (rank " + std::to_string(r) + "'s)", exception_line(e));
+    }
   }
   gather_wait_s_ += since(t0);
 }
