@@ -9,12 +9,14 @@
 // registration, as GradSync's buckets). Rank r owns the contiguous slice [r·S, (r+1)·S) of it (S = numel /
 // world rounded up to 64 bytes) and its optimizer is a torch optimizer over the parts of the parameters in
 // that slice, so it keeps Adam/AdamW moments or SGD momentum for 1/world of the model. After the step each
-// rank's slice is all-gathered into every rank's flat buffer, i.e. straight into the parameters.
+// rank's slice is all-gathered into every rank's flat buffer, i.e. straight into the parameters (on Gloo as
+// one broadcast per rank: its allgather would allocate a model-sized buffer every step).
 //   Stage 1: gradients all-reduced as DDP does (GradSync: buckets, overlap with backward, no-sync).
 //   Stage 2: each bucket's gradients are copied out of the parameters' .grad (which is then freed) as backward
-//   produces them and the bucket reduced; a rank keeps only its slice. Gloo has no reduce-scatter for
-//   uneven slices: the bucket is all-reduced and the rest dropped (NCCL would reduce to the owners).
-// Gradient clipping uses the global norm (squared slice norms summed over ranks); the fp16 loss scaler's
+//   produces them and the bucket reduced; a rank keeps only its slice and frees the bucket once reduced. Gloo
+//   has no reduce-scatter for uneven slices: the bucket is all-reduced and the rest dropped (NCCL would
+//   reduce to the owners).
+// Gradient clipping uses the global norm, DDP's bit for bit (ZeroNorm); the fp16 loss scaler's
 // inf check is agreed over ranks (GradScaler::agree_on_inf). Checkpoints: each rank writes its slice
 // (shard_state, checkpoint.h's write_optimizer_shard), load_state takes the whole per-parameter state.
 #pragma once
