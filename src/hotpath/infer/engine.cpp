@@ -1187,8 +1187,10 @@ std::string Engine::describe() const {
   os << "attention: " << ops::attention_kernel_name() << "\n";
   os << "batch: " << (m.split_note.empty() ? "batches of >= 2 split across the threads, one part each"
                                            : "every node parallel on its own (" + m.split_note + ")") << "\n";
-  os << "batch 1: " << (m.rows_note.empty() ? "split along the tokens across the threads, one wait per attention"
-                                            : "every node parallel on its own (" + m.rows_note + ")") << "\n";
+  os << "batch 1: "
+     << (m.rows_note.empty() ? "split along the tokens across >= 2 threads once the shape is planned, one wait per attention"
+                             : "every node parallel on its own (" + m.rows_note + ")")
+     << "\n";
   if (!m.plan_note.empty()) {
     os << "buffers: allocated per run (" << m.plan_note << ")\n";
   } else {
