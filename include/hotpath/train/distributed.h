@@ -56,7 +56,8 @@ std::chrono::milliseconds dist_timeout();
 
 // A rank that stops on an error of its own (a bad recipe or shard) publishes `message` in the job's store (a
 // bounded, best-effort connection of its own), so the others stop at once with one line naming it instead of
-// waiting out the timeout: at start-up, and in a failed collective. Nothing for a single process.
+// waiting out the timeout: at start-up, and in a failed collective. Nothing for a single process, nor for a
+// failure that already names other ranks (a failed collective: the others see it themselves).
 void report_rank_error(const DistEnv& env, std::chrono::milliseconds timeout, const std::string& message);
 
 // Recipe keys and values every rank must share ("optimizer.lr" → "0.1").

@@ -408,6 +408,11 @@ void DistContext::barrier(const std::string& what) {
 
 void report_rank_error(const DistEnv& env, std::chrono::milliseconds timeout, const std::string& message) {
   if (!env.distributed()) return;
+  // A failure that already names other ranks (fail(), get_or_fail()) is the group's, not this rank's own: the
+  // others see it themselves, and a rank 0 hosting the store would wait for acknowledgements from dead ranks.
+  for (const char* group_failure : {" stopped answering ", " stopped with an error: ", "every rank saw the error"}) {
+    if (message.find(group_failure) != std::string::npos) return;
+  }
   try {
     // Best effort, bounded: the store may be gone (rank 0 hosted it) or never have existed.
     const auto wait = std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(10));
