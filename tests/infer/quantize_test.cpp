@@ -152,6 +152,47 @@ TEST(QuantizeGraph, CalibratesEveryConvAndPicksTheObserverWithTheLowerError) {
   EXPECT_LT(rel_norm_error(Engine::from_graph(r.graph).run({x}).front(), Engine::from_graph(g).run({x}).front()), 0.05);
 }
 
+// EfficientNet-Lite0's stem has edge filters: large weights that cancel on smooth images, so rounding each
+// weight to nearest leaves an output error far above the weights' own. GPTQ rounds them so that the errors
+// cancel too on the calibration inputs (and on other smooth inputs: measured on a held-out batch).
+TEST(QuantizeGraph, GptqRoundingLowersTheConvOutputErrorOnCorrelatedInputs) {
+  Graph g = cnn();
+  at::manual_seed(5);
+  at::Tensor w = at::randn({8, 3, 3, 3});
+  g.params["stem.weight"] = w - w.mean({2, 3}, /*keepdim=*/true);  // zero-sum 3x3 filters: high-pass
+  const auto smooth = [](std::int64_t n) {
+    return at::upsample_bilinear2d(at::randn({n, 3, 4, 4}), {16, 16}, /*align_corners=*/false).contiguous();
+  };
+  std::vector<std::vector<at::Tensor>> calib;
+  for (int i = 0; i < 3; ++i) calib.push_back({smooth(8)});
+  const QuantizeResult nearest = quantize_graph(g, calib, {.bias_correction = false, .gptq = false}, engine_runner(1));
+  const QuantizeResult gptq = quantize_graph(g, calib, {.bias_correction = false, .gptq = true}, engine_runner(1));
+  EXPECT_EQ(node(nearest, "stem").weight_rounding, "nearest");
+  EXPECT_EQ(node(gptq, "stem").weight_rounding, "gptq");
+  EXPECT_EQ(node(gptq, "fc").weight_rounding, "nearest");  // linears: dynamic int8, rounded to nearest
+  EXPECT_EQ(gptq.report["nodes"][0]["weight_rounding"], "gptq");
+  EXPECT_TRUE(gptq.report["options"]["gptq"].get<bool>());
+  EXPECT_LT(node(gptq, "stem").error, 0.95 * node(nearest, "stem").error)
+      << "gptq " << node(gptq, "stem").error << ", nearest " << node(nearest, "stem").error;
+  // Same per-channel scales (only the rounding differs), int8 values within [-127, 127].
+  const Node* qn = gptq.graph.find_node("stem");
+  const Node* nn = nearest.graph.find_node("stem");
+  ASSERT_NE(qn, nullptr);
+  ASSERT_NE(nn, nullptr);
+  const at::Tensor qw = gptq.graph.params.at(qn->params.at("weight"));
+  EXPECT_EQ(qw.scalar_type(), at::kChar);
+  EXPECT_LE(qw.abs().max().item<int>(), 127);
+  EXPECT_TRUE(at::equal(gptq.graph.params.at(qn->params.at("weight_scale")),
+                        nearest.graph.params.at(nn->params.at("weight_scale"))));
+  EXPECT_FALSE(at::equal(qw, nearest.graph.params.at(nn->params.at("weight"))));
+  // On a held-out batch of the same kind the whole graph's output error is lower too.
+  const at::Tensor x = smooth(16);
+  const at::Tensor ref = Engine::from_graph(g).run({x}).front();
+  const double e_gptq = rel_norm_error(Engine::from_graph(gptq.graph).run({x}).front(), ref);
+  const double e_nearest = rel_norm_error(Engine::from_graph(nearest.graph).run({x}).front(), ref);
+  EXPECT_LT(e_gptq, e_nearest) << "held-out output error: gptq " << e_gptq << ", nearest " << e_nearest;
+}
+
 TEST(QuantizeGraph, PercentileObserverWinsOnALargeHeavyTailedInput) {
   // Laplace-distributed pixels, 2 × 3 × 512 × 512 = 1.6 M values: min/max stretches the u8 grid to the
   // largest of them (~14); the 99.99th percentile (~9.2) clips 157 values by ~1 each and halves the grid

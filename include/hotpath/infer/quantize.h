@@ -44,6 +44,11 @@ struct QuantizeOptions {
   int max_fallback_passes = 8;
   // Conv biases corrected by the mean shift quantization gives each output channel on the calibration data.
   bool bias_correction = true;
+  // Conv weights rounded by GPTQ instead of to nearest: same per-channel scales, but each weight's rounding
+  // error is compensated by the weights not yet rounded so that the conv's output error on the calibration
+  // inputs is smallest (the Gram matrix of its input patches, its diagonal damped by gptq_damping × its mean).
+  bool gptq = true;
+  double gptq_damping = 0.1;
   double percentile = 99.99;      // the percentile observer's clip (both tails), in (50, 100)
   std::vector<std::string> keep_float{};  // node names never quantized (each must name a linear or conv2d)
 };
@@ -77,6 +82,7 @@ struct NodeQuantization {
   double input_scale = 0.0;
   std::int64_t input_zero_point = 0;
   double bias_correction = 0.0;  // the largest per-channel shift subtracted from the bias (0: none)
+  std::string weight_rounding;   // conv2d: "gptq" | "nearest"; linear: "nearest"
 };
 
 struct QuantizeResult {

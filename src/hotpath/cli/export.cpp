@@ -31,7 +31,8 @@ struct ExportArgs {
   std::vector<std::string> calibration;
   std::int64_t calibration_samples = 256;
   std::int64_t max_bad_samples = 100;
-  double max_output_error = 0.02;
+  double max_output_error = 0.015;
+  std::string weight_rounding = "gptq";
   std::vector<std::string> keep_float;
   double min_agreement = 0.97;
   bool allow_accuracy_loss = false;
@@ -63,6 +64,7 @@ void run(const ExportArgs& a) {
                  .calibration_samples = a.calibration_samples,
                  .max_bad_samples = a.max_bad_samples,
                  .max_output_error = a.max_output_error,
+                 .gptq = a.weight_rounding == "gptq",
                  .keep_float = a.keep_float,
                  .min_agreement = a.min_agreement,
                  .allow_accuracy_loss = a.allow_accuracy_loss,
@@ -104,6 +106,9 @@ void add_export(CLI::App& app) {
                   "int8: keep layers float until the logits are within this relative error of fp32 on the "
                   "calibration data (0: no target)")
       ->check(CLI::Range(0.0, 10.0));
+  cmd->add_option("--weight-rounding", a->weight_rounding,
+                  "int8: conv weights rounded by GPTQ (smallest output error on the calibration data) or to nearest")
+      ->check(CLI::IsMember({"gptq", "nearest"}));
   cmd->add_option("--keep-float", a->keep_float, "int8: node names (linear/conv2d) never quantized");
   cmd->add_option("--min-agreement", a->min_agreement, "Refuse below this top-1 agreement with fp32 (real data)")
       ->check(CLI::Range(0.0, 1.0));

@@ -416,6 +416,7 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
     qo.max_output_error = real_data ? options.max_output_error : 0.0;
     qo.min_output_cosine = real_data ? 0.99 : -1.0;
     qo.keep_float = options.keep_float;
+    qo.gptq = options.gptq;
     QuantizeResult q = quantize_graph(graph, data.batches, qo);
     graph = std::move(q.graph);
     report["quantization"] = std::move(q.report);

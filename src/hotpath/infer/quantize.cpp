@@ -22,12 +22,13 @@
 // quantization_report.json:
 //   {"format": "hotpath-quantization-report", "version": 3,
 //    "options": {"linear", "conv", "max_node_error", "max_output_error", "min_output_cosine", "percentile",
-//                "bias_correction", "max_fallback_passes", "keep_float", "calibration_batches"},
+//                "bias_correction", "gptq", "gptq_damping", "max_fallback_passes", "keep_float",
+//                "calibration_batches"},
 //    "nodes": [{"name", "op", "scheme", "quantized", "error", "cumulative_error", "added_error",
 //               "sensitivity" (the outputs' relative error with only this node quantized; null: not measured,
 //               the target was met or not set), "reason"?,                                  (every candidate)
 //               conv2d: "observer", "errors": {"minmax", "percentile"}, "range": [lo, hi],
-//                       "input_scale", "input_zero_point", "bias_correction"}],
+//                       "input_scale", "input_zero_point", "bias_correction", "weight_rounding"}],
 //    "fallback": {"target": {...}, "method": "sensitivity",
 //                 "ranking": [{"name", "sensitivity"}] (most sensitive first; empty: no fallback ran),
 //                 "passes": [{"outputs": [...], "search"?: [{"kept_float": count, "outputs"}],
@@ -56,6 +57,11 @@ struct Candidate {
   // how many values were summed (bias correction: the mean is what rounding shifts every output by).
   at::Tensor shift_minmax, shift_percentile;
   double shift_count = 0.0;
+  // Conv with GPTQ rounding: the Gram matrix of its input patches per group [groups, K, K] (K = in/groups·kh·kw),
+  // summed over the calibration batches; freed once the weight is rounded.
+  at::Tensor gram;
+  double gram_rows = 0.0;  // how many patches the Gram matrix sums
+  bool gptq = false;  // whether the weight was rounded by GPTQ (else to nearest)
 };
 
 // The graph with every candidate's inputs and output added to its outputs; where each value lands. The
@@ -118,6 +124,56 @@ std::pair<double, double> percentile_clips(const at::Tensor& x, double p) {
   const double lo = std::get<0>(at::kthvalue(flat, rank(100.0 - p))).item<double>();
   const double hi = std::get<0>(at::kthvalue(flat, rank(p))).item<double>();
   return {lo, hi};
+}
+
+// Σ over the batch's output positions of patch·patchᵀ, per group: [groups, K, K] float, K = in/groups·kh·kw
+// (what ‖(W_q − W)·X‖² is a quadratic form of). Patches in chunks of 8 samples (im2col of a whole batch of
+// early-layer activations would take gigabytes).
+at::Tensor patch_gram(const at::Tensor& x, const Node& n, const at::Tensor& weight) {
+  const ops::Int8ConvGeometry g = geometry_of(n);
+  const auto& p = g.padding;
+  const std::int64_t groups = g.groups, kh = weight.size(2), kw = weight.size(3), k = weight.size(1) * kh * kw;
+  at::Tensor gram = at::zeros({groups, k, k}, at::kFloat);
+  for (std::int64_t i = 0; i < x.size(0); i += 8) {
+    const at::Tensor xs = at::constant_pad_nd(x.narrow(0, i, std::min<std::int64_t>(8, x.size(0) - i)).to(at::kFloat).contiguous(),
+                                              {p[1], p[3], p[0], p[2]}, 0.0);
+    at::Tensor u = at::im2col(xs, {kh, kw}, g.dilation, {0, 0}, g.stride);  // [n, C·kh·kw, L]
+    const std::int64_t rows = u.size(0), positions = u.size(2);
+    u = u.reshape({rows, groups, k, positions}).permute({1, 2, 0, 3}).reshape({groups, k, rows * positions});
+    gram.add_(at::bmm(u, u.transpose(1, 2)));
+  }
+  return gram;
+}
+
+// GPTQ (Frantar et al. 2022, the OBQ rounding of Nagel et al.'s AdaRound problem in closed form): the weight's
+// per-output-channel int8 scale stays absmax/127 (quantize_weight's), but the weights are rounded one input
+// column at a time and each column's rounding error is spread over the columns not yet rounded through the
+// upper Cholesky factor of the inverse damped Gram matrix, so that the conv's output error ‖(W_q − W)·X‖² on
+// the calibration inputs is (greedily) minimised instead of each weight's own error. Inputs never seen non-zero
+// keep round-to-nearest. Returns nothing when the damped Gram matrix is not positive definite (caller: nearest).
+std::optional<at::Tensor> gptq_round(const at::Tensor& weight, const at::Tensor& weight_scale, const at::Tensor& gram_in,
+                                     double damping) {
+  const std::int64_t out = weight.size(0), groups = gram_in.size(0), k = gram_in.size(1), per_group = out / groups;
+  at::Tensor gram = gram_in.to(at::kDouble);
+  at::Tensor diag = gram.diagonal(0, 1, 2);  // a view: writes go into gram
+  diag.masked_fill_(diag <= 0.0, 1.0);
+  diag.add_(damping * diag.mean(1, /*keepdim=*/true));
+  const auto [chol, info] = at::linalg_cholesky_ex(gram);
+  if (info.ne(0).any().item<bool>()) return std::nullopt;
+  const auto [upper, info2] = at::linalg_cholesky_ex(at::cholesky_inverse(chol), /*upper=*/true);
+  if (info2.ne(0).any().item<bool>() || !upper.isfinite().all().item<bool>()) return std::nullopt;
+  at::Tensor w = weight.to(at::kDouble).reshape({groups, per_group, k}).clone();
+  const at::Tensor scale = weight_scale.to(at::kDouble).reshape({groups, per_group});
+  at::Tensor q = at::empty({groups, per_group, k}, at::kDouble);
+  for (std::int64_t i = 0; i < k; ++i) {
+    const at::Tensor wi = w.select(2, i);
+    const at::Tensor qi = at::round(wi / scale).clamp_(-127, 127);
+    q.select(2, i).copy_(qi);
+    if (i + 1 == k) break;
+    const at::Tensor err = (wi - qi * scale) / upper.select(1, i).select(1, i).unsqueeze(1);  // [groups, per_group]
+    w.narrow(2, i + 1, k - i - 1).sub_(err.unsqueeze(2) * upper.select(1, i).narrow(1, i + 1, k - i - 1).unsqueeze(1));
+  }
+  return q.reshape(weight.sizes()).to(at::kChar).contiguous();
 }
 
 double sq_norm(const at::Tensor& t) {
@@ -265,6 +321,8 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
                 options.max_fallback_passes);
   HOTPATH_CHECK(options.percentile > 50.0 && options.percentile < 100.0,
                 "quantize_graph: percentile must be in (50, 100); got ", options.percentile);
+  HOTPATH_CHECK(options.gptq_damping > 0.0 && std::isfinite(options.gptq_damping),
+                "quantize_graph: gptq_damping must be finite and > 0; got ", options.gptq_damping);
   fp32.validate();
   for (const std::string& name : options.keep_float) {
     const Node* n = fp32.find_node(name);
@@ -316,6 +374,12 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
         const auto [clip_lo, clip_hi] = percentile_clips(x, options.percentile);
         c.clip_lo_sum += clip_lo;
         c.clip_hi_sum += clip_hi;
+        if (options.gptq) {
+          const at::Tensor g = patch_gram(x, n, param(fp32, n, "weight"));
+          c.gram = c.gram.defined() ? c.gram.add_(g) : g;
+          const at::Tensor& y = value(out, n.output);
+          c.gram_rows += static_cast<double>(y.numel() / y.size(1));  // N·H'·W' output positions
+        }
       } else {
         const at::Tensor y = value(out, n.output);
         const at::Tensor yq = c.linear->forward(x, n.attr_str("act", "none"), value(out, n.input(1)));
@@ -324,6 +388,23 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
       }
     }
   });
+
+  // Conv weights rounded by GPTQ on the inputs just observed (quantize.h); nearest where that fails, and
+  // where the calibration gave fewer than 2·K patches (K = the Gram matrix's size): the rounding would fit
+  // directions the data never spans (and a K of thousands costs seconds per conv).
+  for (Candidate& c : candidates) {
+    if (!c.conv || !c.gram.defined()) continue;
+    if (c.gram_rows < 2.0 * static_cast<double>(c.gram.size(1))) {
+      c.gram = at::Tensor();
+      continue;
+    }
+    const at::Tensor& w = param(fp32, fp32.nodes[c.index], "weight");
+    if (std::optional<at::Tensor> rounded = gptq_round(w, c.w_scale, c.gram, options.gptq_damping)) {
+      c.w8 = *rounded;
+      c.gptq = true;
+    }
+    c.gram = at::Tensor();
+  }
 
   // Pass 2 (convs): each observer's parameters, each node alone quantized on its recorded fp32 inputs; the
   // mean shift of its pre-activation output per channel (bias correction).
@@ -376,6 +457,7 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
     nq.name = src.name;
     nq.op = src.op;
     nq.scheme = c.conv ? "static_int8" : "dynamic_int8";
+    nq.weight_rounding = c.gptq ? "gptq" : "nearest";
     nq.error_minmax = relative(c.err2_minmax, c.ref2);
     nq.error = nq.error_minmax;
     choices[k].bias = param(fp32, src, "bias");
@@ -584,6 +666,8 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
                   {"min_output_cosine", options.min_output_cosine},
                   {"percentile", options.percentile},
                   {"bias_correction", options.bias_correction},
+                  {"gptq", options.gptq},
+                  {"gptq_damping", options.gptq_damping},
                   {"max_fallback_passes", options.max_fallback_passes},
                   {"keep_float", options.keep_float},
                   {"calibration_batches", calibration.size()}};
@@ -608,6 +692,7 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
       e["input_scale"] = nq.input_scale;
       e["input_zero_point"] = nq.input_zero_point;
       e["bias_correction"] = nq.bias_correction;
+      e["weight_rounding"] = nq.weight_rounding;
     }
     nodes.push_back(std::move(e));
     auto& counts = by_op[nq.op];
