@@ -8,7 +8,8 @@
 //
 // How: the fp32 graph runs (through `runner`, by default the Engine) on every calibration batch with each
 // candidate node's inputs and output added to the graph's outputs — no engine hook needed. Pass 1 observes
-// each conv input's range (min/max, and a percentile clip averaged over batches); pass 2 runs each candidate
+// each conv input's range (min/max, and a percentile clip averaged over batches) and the Gram matrix of its
+// input patches, from which each conv weight is rounded by GPTQ (options.gptq); pass 2 runs each candidate
 // node alone quantized (ops::Int8Linear / ops::Int8Conv2d, the kernels the engine runs) on its recorded fp32
 // inputs and measures ‖y_q − y‖/‖y‖ over all batches; a conv takes the observer with the lower error, and its
 // bias is corrected by the mean per-channel shift quantization gives its pre-activation output. Finally the
