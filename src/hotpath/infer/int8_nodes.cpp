@@ -1,12 +1,10 @@
 #include "internal/int8_nodes.h"
 
-
 #include <optional>
 
 #include "hotpath/core/error.h"
 #include "hotpath/ops/int8_conv.h"
 #include "hotpath/ops/int8_kernels.h"
-#include "hotpath/ops/int8_linear.h"
 
 namespace hotpath::infer::detail {
 namespace {
@@ -16,29 +14,6 @@ const at::Tensor& param(const Node& node, const Graph& graph, const char* role) 
   auto it = node.params.find(role);
   return it == node.params.end() ? kNone : graph.params.at(it->second);
 }
-
-// The epilogue fuses the cheap activations (relu, relu6) and gelu (erf as a rational polynomial, no exp:
-// hotpath_int8_bench EpilogueGelu vs EpilogueThenAtenGelu, 1 thread, M 128 × N 3072: 265-274 vs 315 µs CPU);
-// the exp-based ones (gelu_tanh, tanh, sigmoid, silu) run after it through ATen's vectorised kernels.
-bool fused_in_epilogue(const std::string& act) {
-  return act == "none" || act == "relu" || act == "relu6" || act == "gelu";
-}
-
-class LinearNode final : public Int8Node {
- public:
-  LinearNode(const Node& node, const Graph& graph)
-      : act_(node.attr_str("act", "none")),
-        op_(ops::Int8Linear::prepare(param(node, graph, "weight"), param(node, graph, "weight_scale"),
-                                     param(node, graph, "bias"))) {}
-  at::Tensor run(const at::Tensor& x, const at::Tensor& residual) const override {
-    if (fused_in_epilogue(act_)) return op_.forward(x, act_, residual);
-    return ops::apply_activation_reference(op_.forward(x, "none", residual), act_);
-  }
-
- private:
-  std::string act_;
-  ops::Int8Linear op_;
-};
 
 class ConvNode final : public Int8Node {
  public:
@@ -76,10 +51,6 @@ std::shared_ptr<const Int8Node> prepare(const Node& node, const Graph& graph, Ex
 }
 
 }  // namespace
-
-std::shared_ptr<const Int8Node> prepare_int8_linear(const Node& node, const Graph& graph) {
-  return prepare<LinearNode>(node, graph);
-}
 
 std::shared_ptr<const Int8Node> prepare_int8_conv(const Node& node, const Graph& graph, at::ScalarType compute) {
   return prepare<ConvNode>(node, graph, compute);

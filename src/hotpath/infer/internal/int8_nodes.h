@@ -1,4 +1,5 @@
-// Private to infer/: how the engine runs a quantized graph node (graph.h "Quantized forms").
+// Private to infer/: how the engine runs a quantized graph node (graph.h "Quantized forms"): the convolutions
+// (the int8 linears run through the engine's own step code, which writes into planned buffers).
 // The kernels live in ops/ (int8_linear.h, int8_conv.h); this adapter prepares a node's weights once
 // (packing, scales, geometry) and calls them, so engine.cpp knows nothing about scales or oneDNN.
 #pragma once
@@ -15,12 +16,11 @@ namespace hotpath::infer::detail {
 class Int8Node {
  public:
   virtual ~Int8Node() = default;
-  // linear: x [..., I]; conv: x [N, C, H, W] unpadded (the node's padding is applied inside).
+  // conv: x [N, C, H, W] unpadded (the node's padding is applied inside).
   // → act(op(x) + bias + residual) in x's dtype.
   [[nodiscard]] virtual at::Tensor run(const at::Tensor& x, const at::Tensor& residual) const = 0;
 };
 
-std::shared_ptr<const Int8Node> prepare_int8_linear(const Node& node, const Graph& graph);
 // `compute`: the engine's float dtype, which a conv fed u8 by a chained producer outputs.
 std::shared_ptr<const Int8Node> prepare_int8_conv(const Node& node, const Graph& graph, at::ScalarType compute);
 // One line for Engine::describe(): which int8 kernels run and why (ISA, VNNI).
