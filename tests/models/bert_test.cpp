@@ -192,14 +192,14 @@ TEST(BertAttention, EagerDropoutIsRepeatableUnderTheSeed) {
 std::atomic<int> g_attention_calls{0};
 double g_attention_p = -1.0;
 at::Tensor counting_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& m,
-                              double dropout_p) {
+                              const AttentionDropout& dropout) {
   ++g_attention_calls;
-  g_attention_p = dropout_p;
+  g_attention_p = dropout.p;
   EXPECT_EQ(q.dim(), 4);
   EXPECT_EQ(q.size(1), 2);  // heads
   EXPECT_EQ(q.size(3), 8);  // head_dim
   EXPECT_EQ(m.dim(), 2);
-  return bert_eager_attention(q, k, v, m, dropout_p);
+  return bert_eager_attention(q, k, v, m, dropout);
 }
 
 TEST(BertModel, AttentionIsSwitchable) {

@@ -197,6 +197,25 @@ TEST_P(AttentionIsaTest, DropoutMaskIsTheScalarHash) {
   EXPECT_EQ(wrong, 0) << "of " << keep.numel() << " on " << attention_kernel_name();
 }
 
+// Keyed by global sample index (data parallel): every ISA's fused forward and backward apply the
+// reference's keyed mask; the mask of row b is the scalar hash of sample_index[b], not of b.
+TEST_P(AttentionIsaTest, KeyedDropoutMatchesReferenceAndKeysRowsBySample) {
+  const at::Tensor samples = at::tensor(std::vector<std::int64_t>{1001, 7, 52}, at::kLong);
+  const AttentionDropout keyed{0.3, 41, 2, samples};
+  check_case(Case{3, 2, 77, 77, 32, true}, 21, keyed);
+  const at::Tensor keep = attention_dropout_mask(keyed, 3, 2, 9, 40);
+  const auto k = keep.accessor<bool, 4>();
+  std::int64_t wrong = 0;
+  for (std::int64_t b = 0; b < 3; ++b)
+    for (std::int64_t h = 0; h < 2; ++h)
+      for (std::int64_t i = 0; i < 9; ++i)
+        for (std::int64_t j = 0; j < 40; ++j)
+          wrong += k[b][h][i][j] != scalar_keep(keyed, static_cast<std::uint64_t>(samples[b].item<std::int64_t>()),
+                                               static_cast<std::uint64_t>(h), static_cast<std::uint64_t>(i),
+                                               static_cast<std::uint64_t>(j));
+  EXPECT_EQ(wrong, 0) << "of " << keep.numel() << " on " << attention_kernel_name();
+}
+
 TEST_P(AttentionIsaTest, FullyMaskedSequenceAveragesValuesWithoutQkGradient) {
   const Case c{3, 2, 21, 21, 32, true};
   Inputs in = make_inputs(c, 7);
@@ -268,6 +287,51 @@ TEST(AttentionDropout, SeedAndOffsetSelectTheMaskCoordinatesFixIt) {
   EXPECT_TRUE(at::equal(larger.slice(0, 0, 2).slice(1, 0, 2).slice(2, 0, 40).slice(3, 0, 50), keep));
   // p = 0 keeps everything.
   EXPECT_TRUE(attention_dropout_mask(AttentionDropout{0.0, 99, 3}, 1, 1, 4, 4).all().item<bool>());
+}
+
+// Data parallel: the masks of a batch of 2B rows keyed by their global sample indices are the masks of its
+// two halves keyed alike, whatever order the rows come in and whatever length each half is padded to; so
+// are the fused kernel's outputs and gradients on the real (unpadded) positions.
+TEST(AttentionDropout, KeyedBatchEqualsItsHalvesAtAnyPadding) {
+  const std::vector<std::int64_t> g = {40, 3, 17, 8, 1000, 26};
+  const at::Tensor all = at::tensor(g, at::kLong);
+  const AttentionDropout full{0.2, 77, 5, all};
+  const at::Tensor keep = attention_dropout_mask(full, 6, 2, 30, 30);
+  // First half padded to 21, second half reversed and padded to 45.
+  const at::Tensor first = attention_dropout_mask({0.2, 77, 5, all.slice(0, 0, 3).clone()}, 3, 2, 21, 21);
+  EXPECT_TRUE(at::equal(first, keep.slice(0, 0, 3).slice(2, 0, 21).slice(3, 0, 21)));
+  const at::Tensor reversed = all.slice(0, 3, 6).flip(0).contiguous();
+  const at::Tensor second = attention_dropout_mask({0.2, 77, 5, reversed}, 3, 2, 45, 45);
+  EXPECT_TRUE(at::equal(second.slice(2, 0, 30).slice(3, 0, 30), keep.slice(0, 3, 6).flip(0)));
+  // Unkeyed, row b is keyed by b: the same batch split differs from the whole (what ranks got before).
+  const at::Tensor flat_second = attention_dropout_mask({0.2, 77, 5}, 3, 2, 30, 30);
+  EXPECT_FALSE(at::equal(flat_second, keep.slice(0, 3, 6)));
+  // Sample index b is the unkeyed form: keys only rename the rows.
+  EXPECT_TRUE(at::equal(attention_dropout_mask({0.2, 77, 5, at::arange(3, at::kLong)}, 3, 2, 30, 30), flat_second));
+
+  // The fused kernel, forward and backward: sequences of length 13 in a batch padded to 30 and to 19.
+  at::manual_seed(4);
+  const at::Tensor q = at::randn({6, 2, 30, 16});
+  const at::Tensor k = at::randn({6, 2, 30, 16});
+  const at::Tensor v = at::randn({6, 2, 30, 16});
+  at::Tensor mask = at::zeros({6, 30}, at::kLong);
+  mask.slice(1, 0, 13).fill_(1);
+  const auto grads_of = [&](const at::Tensor& rows, std::int64_t length, const at::Tensor& samples) {
+    std::vector<at::Tensor> in;
+    for (const at::Tensor& t : {q, k, v}) in.push_back(t.index_select(0, rows).slice(2, 0, length).contiguous().requires_grad_());
+    const at::Tensor m = mask.index_select(0, rows).slice(1, 0, length).contiguous();
+    const at::Tensor out = attention(in[0], in[1], in[2], m, AttentionKernel::kFused, {0.2, 77, 5, samples});
+    const at::Tensor real = out.slice(2, 0, 13);
+    const auto grads = torch::autograd::grad({real}, in, {at::ones_like(real)});
+    return std::vector<at::Tensor>{real, grads[0].slice(2, 0, 13), grads[1].slice(2, 0, 13), grads[2].slice(2, 0, 13)};
+  };
+  const auto whole = grads_of(at::arange(6, at::kLong), 30, all);
+  const at::Tensor rows = at::tensor(std::vector<std::int64_t>{5, 4, 3}, at::kLong);
+  const auto half = grads_of(rows, 19, reversed);
+  for (int i = 0; i < 4; ++i) expect_close(half[i], whole[i].index_select(0, rows), 1e-5, "keyed half " + std::to_string(i));
+  // A sample index per batch row, or one line saying so.
+  EXPECT_THROW(attention(q, k, v, mask, AttentionKernel::kFused, {0.2, 77, 5, all.slice(0, 0, 4).clone()}), Error);
+  EXPECT_THROW(attention(q, k, v, mask, AttentionKernel::kFused, {0.2, 77, 5, all.to(at::kInt)}), Error);
 }
 
 TEST(AttentionDropout, SeedsComeFromTheDefaultGenerator) {

@@ -16,7 +16,9 @@
 #include <cstdlib>
 #include <ctime>
 #include <iostream>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "hotpath/core/error.h"
@@ -237,6 +239,63 @@ TEST(FusedDropout, RejectsBadInput) {
   EXPECT_THROW(dropout_add(x, at::randn({1, 4}), DropoutDraw{0.1, 1, 0}), Error);
 }
 
+// Data parallel: a batch of 2B rows [2B, T, H] keyed by the rows' global sample indices gets, row for
+// row, the masks its two halves get keyed alike — in another order and padded to other lengths (the mask
+// of (g, t, h) does not depend on T) — for the materialised mask, the kernel (fp32 and bf16, H off the
+// 32-element block) and its backward; a sample longer than a 2¹⁶-element row too.
+TEST(FusedDropout, KeyedBatchEqualsItsHalvesAtAnyPadding) {
+  const std::vector<std::int64_t> g = {12, 5, 900, 31, 2, 77};
+  const at::Tensor all = at::tensor(g, at::kLong);
+  for (const std::int64_t h : {40, 64}) {
+    const DropoutDraw full{0.3, 2024, 9, all};
+    const at::Tensor x = at::randn({6, 24, h});
+    const at::Tensor r = at::randn({6, 24, h});
+    const at::Tensor keep = dropout_mask(full, x.sizes());
+    // First half padded to 11 tokens, second half reversed and padded to 37.
+    const at::Tensor rows = at::tensor(std::vector<std::int64_t>{5, 4, 3}, at::kLong);
+    const DropoutDraw first{0.3, 2024, 9, all.slice(0, 0, 3).clone()};
+    const DropoutDraw second{0.3, 2024, 9, all.index_select(0, rows)};
+    EXPECT_TRUE(at::equal(dropout_mask(first, {3, 11, h}), keep.slice(0, 0, 3).slice(1, 0, 11))) << h;
+    EXPECT_TRUE(at::equal(dropout_mask(second, {3, 37, h}).slice(1, 0, 24), keep.index_select(0, rows))) << h;
+    // The kernel applies that mask (fp32 and bf16 bitwise, against the reference) ...
+    expect_same(dropout_add(x, r, full), dropout_add_reference(x, r, full), "keyed dropout_add");
+    expect_same(fused_dropout(x.to(at::kBFloat16), full), dropout_add_reference(x.to(at::kBFloat16), at::Tensor(), full),
+                "keyed bf16 dropout");
+    // ... and the halves, padded, give the whole batch's values on their rows.
+    const at::Tensor padded = at::cat({x.index_select(0, rows), at::randn({3, 13, h})}, 1);
+    const at::Tensor y = fused_dropout(x, full);
+    expect_same(fused_dropout(padded, second).slice(1, 0, 24), y.index_select(0, rows), "keyed second half");
+    expect_same(fused_dropout(x.slice(0, 0, 3).slice(1, 0, 11).contiguous(), first), y.slice(0, 0, 3).slice(1, 0, 11),
+                "keyed first half");
+    // Backward regenerates the keyed mask.
+    const at::Tensor xg = x.clone().requires_grad_(true);
+    fused_dropout(xg, full).backward(at::ones_like(x));
+    expect_same(xg.grad(), keep.to(at::kFloat) * scale_of(0.3), "keyed backward");
+  }
+  // Unkeyed, element n of the flat tensor: the halves' masks are not the whole batch's.
+  EXPECT_FALSE(at::equal(dropout_mask({0.3, 2024, 9}, {3, 24, 40}),
+                         dropout_mask({0.3, 2024, 9, all}, {6, 24, 40}).slice(0, 0, 3)));
+  // Rows keyed by one sample index are equal; by others, different (≈ 2p(1−p) of the elements).
+  const at::Tensor same = dropout_mask({0.3, 1, 0, at::tensor(std::vector<std::int64_t>{4, 4, 5}, at::kLong)}, {3, 2000});
+  EXPECT_TRUE(at::equal(same[0], same[1]));
+  EXPECT_NEAR((same[0] != same[2]).to(at::kDouble).mean().item<double>(), 2 * 0.3 * 0.7, 0.05);
+  // A sample past one 2¹⁶-element row, its tail off the block, on 1 and 2 threads.
+  const DropoutDraw big{0.1, 3, 1, at::tensor(std::vector<std::int64_t>{8, 1}, at::kLong)};
+  const at::Tensor xb = at::randn({2, 70000 + 17});
+  const at::Tensor one = fused_dropout(xb, big);
+  at::set_num_threads(2);
+  const at::Tensor two = fused_dropout(xb, big);
+  at::set_num_threads(1);
+  expect_same(one, two, "keyed, 2 threads");
+  expect_same(one, dropout_add_reference(xb, at::Tensor(), big), "keyed, past a row");
+  expect_same(one[1], fused_dropout(xb.slice(0, 1, 2).contiguous(), {0.1, 3, 1, at::tensor(std::vector<std::int64_t>{1}, at::kLong)})[0],
+              "keyed, alone");
+  // One index per row of dim 0, int64, or one line saying so.
+  EXPECT_THROW(fused_dropout(xb, DropoutDraw{0.1, 3, 1, at::tensor(std::vector<std::int64_t>{8}, at::kLong)}), Error);
+  EXPECT_THROW(fused_dropout(xb, DropoutDraw{0.1, 3, 1, at::tensor(std::vector<std::int64_t>{8, 1}, at::kLong).to(at::kInt)}),
+               Error);
+}
+
 // activation_checkpoint.h forks the default generator: the recompute draws the same seed, so the
 // same mask, and the gradients are the plain run's bit for bit.
 TEST(FusedDropout, CheckpointRecomputeReplaysTheMask) {
@@ -306,6 +365,61 @@ TEST(FusedDropout, BertUsesItInTrainingOnly) {
   EXPECT_FALSE(at::equal(fused, run(true)));
   model.eval();
   EXPECT_FALSE(at::equal(fused, run(false)));
+}
+
+// A keyed BERT in training (hidden, attention and classifier dropout, LoRA dropout, checkpointing on and
+// off, fused and eager attention): the logits of a batch of 4 equal those of its halves, each padded to
+// another length and with its rows in another order — what 2 data-parallel ranks compute for 1 rank's batch.
+TEST(FusedDropout, KeyedBertBatchEqualsItsPaddedHalves) {
+  for (const bool fused : {true, false}) {
+    for (const bool ckpt : {false, true}) {
+      at::manual_seed(0);
+      BertConfig config = tiny_bert();
+      config.attention_probs_dropout_prob = 0.3;
+      BertOptions options;
+      options.attention = fused ? static_cast<AttentionFn>(&fused_attention) : static_cast<AttentionFn>(&bert_eager_attention);
+      options.gradient_checkpointing = ckpt;
+      const auto owner = std::make_shared<BertForSequenceClassification>(config, options);
+      BertForSequenceClassification& model = *owner;
+      formats::LoraConfig lora;
+      lora.r = 2;
+      lora.lora_dropout = 0.25;
+      lora.target_modules = {"query", "value", "dense"};
+      models::apply_lora(model, lora);
+      {  // lora_B starts at zero, which would hide the adapters' dropout
+        const at::NoGradGuard no_grad;
+        for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+          const auto linear = std::dynamic_pointer_cast<LoraLinearImpl>(item.value());
+          if (linear && linear->has_adapter()) linear->lora_B->weight.normal_(0.0, 0.5);
+        }
+      }
+      model.train();
+      const std::int64_t lengths[] = {9, 5, 14, 7};
+      const at::Tensor ids = at::randint(1, 60, {4, 14}, at::kLong);
+      at::Tensor mask = at::zeros({4, 14}, at::kLong);
+      for (int b = 0; b < 4; ++b) mask[b].slice(0, 0, lengths[b]).fill_(1);
+      const at::Tensor index = at::tensor(std::vector<std::int64_t>{301, 2, 58, 1200}, at::kLong);
+      const DropoutSource source = DropoutSource::per_sample(42, 3, index);
+      const at::Tensor whole = model.forward(ids * mask, mask, {}, source);
+      const auto half = [&](std::vector<std::int64_t> rows, std::int64_t length) {
+        const at::Tensor r = at::tensor(rows, at::kLong);
+        at::Tensor part_ids = at::zeros({r.numel(), length}, at::kLong);
+        at::Tensor part_mask = at::zeros({r.numel(), length}, at::kLong);
+        const std::int64_t n = std::min<std::int64_t>(length, 14);
+        part_ids.slice(1, 0, n).copy_((ids * mask).index_select(0, r).slice(1, 0, n));
+        part_mask.slice(1, 0, n).copy_(mask.index_select(0, r).slice(1, 0, n));
+        return model.forward(part_ids, part_mask, {}, DropoutSource::per_sample(42, 3, index.index_select(0, r)));
+      };
+      const std::string what = std::string(fused ? "fused" : "eager") + (ckpt ? ", checkpointed" : "");
+      EXPECT_TRUE(at::allclose(half({3, 0}, 9), whole.index_select(0, at::tensor(std::vector<std::int64_t>{3, 0})), 1e-5, 1e-5)) << what;
+      EXPECT_TRUE(at::allclose(half({2, 1}, 20), whole.index_select(0, at::tensor(std::vector<std::int64_t>{2, 1})), 1e-5, 1e-5)) << what;
+      // Dropout is on: another epoch's seed changes the logits, eval mode ignores the source.
+      EXPECT_FALSE(at::allclose(model.forward(ids * mask, mask, {}, DropoutSource::per_sample(42, 4, index)), whole, 1e-4, 1e-4))
+          << what;
+      model.eval();
+      EXPECT_TRUE(at::equal(model.forward(ids * mask, mask, {}, source), model.forward(ids * mask, mask))) << what;
+    }
+  }
 }
 
 // Not a check — a measurement (run with --gtest_also_run_disabled_tests): at::dropout + add vs the

@@ -4,7 +4,8 @@
 #                (statistics of the global batch), flips drawn by global position: losses, parameters AND running
 #                statistics within 1e-5 over 20 steps; then per-rank statistics (the default): 2 ranks × B == 1 rank
 #                × 2B in micro-batches of B (running statistics are rank 0's alone, not compared)
-#   equal_text   2 ranks × batch B == 1 rank × batch 2B for a LoRA BERT text recipe; no-sync accumulation too
+#   equal_text   2 ranks × batch B == 1 rank × batch 2B for a LoRA BERT text recipe with dropout on (hidden 0.1,
+#                attention 0.1, LoRA 0.1: masks keyed by the run seed, the epoch and the sample); no-sync accumulation too
 #   kill_resume  kill -9 one rank at a random step: the job stops within the timeout with a line naming
 #                the rank; --resume on 2 ranks == an uninterrupted 2-rank run (metrics and weights, byte for byte)
 #   (both also run `hotpath train --nproc 2`, which must train the very model torchrun's ranks do)
@@ -72,8 +73,8 @@ out = sys.argv[1]
 torch.manual_seed(0)
 words = ["good", "bad", "movie", "film", "very", "really", "the", "a", "was", "is"]
 config = BertConfig(vocab_size=5 + len(words), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                    intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                    attention_probs_dropout_prob=0.0)
+                    intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.1,
+                    attention_probs_dropout_prob=0.1)
 BertModel(config).save_pretrained(out, safe_serialization=True)
 with open(os.path.join(out, "vocab.txt"), "w") as f:
     f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words) + "\n")
@@ -86,7 +87,7 @@ PY
   "$hp" data pack-text text.jsonl --format jsonl -o "$work/tx" >/dev/null 2>&1 || { echo "cannot pack text" >&2; exit 1; }
   cat > text.yaml <<YAML
 name: dist-text
-model: {name: bert, pretrained: $work/bert, num_classes: 2, lora_r: 4}
+model: {name: bert, pretrained: $work/bert, num_classes: 2, lora_r: 4, lora_dropout: 0.1}
 data: {kind: text, train: "$work/tx-*.tar", eval: "$work/tx-*.tar", max_length: 16, workers: 1, bucket: false}
 train: {epochs: 2, batch_size: 8, threads: 1, log_every: 1, max_steps: 20}
 optimizer: {name: adamw, lr: 0.003}

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "hotpath/formats/lora_config.h"
+#include "hotpath/ops/dropout.h"
 
 namespace hotpath::models {
 
@@ -47,6 +48,9 @@ class LoraLinearImpl : public torch::nn::Cloneable<LoraLinearImpl> {
   void reset_parameters();  // as torch::nn::Linear (kaiming-uniform a = √5, bias U(±1/√in))
   void pretty_print(std::ostream& stream) const override;
   at::Tensor forward(const at::Tensor& input);
+  // The same with the adapter's dropout keyed per sample (dropout.h): site `site` of `dropout` when it
+  // is keyed, the default generator's draw (forward(input)) when not.
+  at::Tensor forward(const at::Tensor& input, const ops::DropoutSource& dropout, std::uint64_t site);
 
   // Registers lora_A, lora_B (and lora_dropout when dropout > 0); replaces an existing adapter.
   void add_adapter(std::int64_t r, double scaling, double dropout);

@@ -22,7 +22,9 @@
 // P·V; the logsumexp is the undropped P's. No mask is stored: backward hashes the same counters again
 // (dV = P_dropᵀ·dO, dP = (dO·Vᵀ)∘mask/(1−p), D = rowsum(dO∘O) still holds). The mask of an element
 // depends on its coordinates only, not on the tensor's shape, thread count or ISA. p = 0 runs the
-// loops without dropout and draws no random numbers.
+// loops without dropout and draws no random numbers. With dropout.sample_index (int64 [B], the global
+// sample index g of each batch row) b is replaced by g: the mask of (g, h, i, j) depends on neither the
+// batch's composition nor the padded length, so data-parallel ranks draw what one large batch would.
 //
 // ISA: the loops are written once over a small vector type and compiled three times — baseline
 // x86-64 (4 lanes), AVX2+FMA (8) and AVX-512 (16) — chosen at run time by the CPU dispatch
@@ -49,6 +51,8 @@ struct AttentionDropout {
   double p = 0.0;
   std::uint64_t seed = 0;
   std::uint64_t offset = 0;
+  // Undefined: rows keyed by their batch position b. Else int64 CPU [B]: row b keyed by sample_index[b].
+  at::Tensor sample_index{};
 
   // p with a seed drawn from `generator` (default: LibTorch's default CPU generator, one random64()),
   // so at::manual_seed makes runs repeatable and activation checkpointing's RNG fork replays the same
@@ -65,6 +69,9 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // wherever it applies. Its signature is BERT's AttentionFn (bert.h).
 at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const at::Tensor& key_padding_mask, double dropout_p = 0.0);
+// attention(..., AttentionKernel::kAuto, dropout): the form BERT's AttentionFn takes (bert.h).
+at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const at::Tensor& key_padding_mask, const AttentionDropout& dropout);
 
 // Plain ATen: matmul, ·1/√d, masked keys filled with the dtype's lowest value, softmax, the dropout
 // mask of attention_dropout_mask (·1/(1−p)), matmul.

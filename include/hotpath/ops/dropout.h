@@ -18,6 +18,13 @@
 // j + 16 + t), j a multiple of 32, t < 16 — the same pairing as attention's dropout_block. The mask
 // depends on (seed, offset, n) only: not on the thread count, the ISA or the tensor's shape.
 //
+// Per-sample keys (data parallel, dynamic padding): with draw.sample_index set (int64 [B], one global
+// sample index g per row of dim 0), row b of x is the sample's own tensor of S = numel/B elements and
+// its element m (row-major within the sample) is keyed exactly as above with the stream
+// mix64(mix64(mix64(seed) ^ offset) ^ g) instead of the call's: the mask of (g, m) depends on
+// (seed, offset, g, m) only — not on the batch's composition or order, the rank, the thread count, nor
+// (for [B, T, H] with m = t·H + h) on the padded length T.
+//
 // Randomness: the (p, training) forms draw one 64-bit seed from LibTorch's default CPU generator per
 // call (offset 0), so at::manual_seed repeats a run and activation checkpointing's RNG fork replays the
 // same masks when it recomputes a layer. p == 0 or eval draws nothing and is x (+ residual).
@@ -43,6 +50,8 @@ struct DropoutDraw {
   double p = 0.0;
   std::uint64_t seed = 0;
   std::uint64_t offset = 0;
+  // Undefined: the flat form. Else int64 CPU [B]: the global sample index of each row of dim 0 (above).
+  at::Tensor sample_index{};
 
   // p with a seed from `generator` (default: LibTorch's default CPU generator, one random64()).
   // p == 0 draws nothing.
@@ -65,7 +74,25 @@ at::Tensor fused_dropout(const at::Tensor& x, const DropoutDraw& draw);
 // be undefined (plain dropout).
 at::Tensor dropout_add_reference(const at::Tensor& x, const at::Tensor& residual, const DropoutDraw& draw);
 
+// Where a model's dropout masks come from in data-parallel training: a seed that is the same on every
+// rank (e.g. from the run seed and the epoch), the global sample index of each batch row, and one fixed
+// offset per dropout site of the model, so activation checkpointing's recompute redraws the same masks.
+// A default-constructed source is not keyed: the model draws from the default generator as before.
+struct DropoutSource {
+  std::uint64_t seed = 0;
+  at::Tensor sample_index{};  // int64 CPU [B]; undefined: not keyed
+
+  // The source of one epoch of a run: seed = a mix of (run_seed, epoch), so a sample's masks depend on
+  // (run_seed, epoch, its index, the site) only — every sample is seen once per epoch.
+  static DropoutSource per_sample(std::uint64_t run_seed, std::int64_t epoch, at::Tensor sample_index);
+
+  [[nodiscard]] bool keyed() const { return sample_index.defined(); }
+  // The draw of dropout site `site` with probability p (p == 0: none).
+  [[nodiscard]] DropoutDraw draw(double p, std::uint64_t site) const { return {p, seed, site, sample_index}; }
+};
+
 // The mask of `draw` for a tensor of `sizes`, materialised: bool, true = kept (all true when p == 0).
+// With draw.sample_index, sizes[0] must equal its length.
 at::Tensor dropout_mask(const DropoutDraw& draw, c10::IntArrayRef sizes);
 
 // Why the fused kernel would not take these inputs (residual may be undefined), or nullptr. Which

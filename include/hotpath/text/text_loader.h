@@ -78,6 +78,7 @@ struct TextBatch {
   std::vector<std::int32_t> attention_mask;
   std::vector<std::int32_t> token_type_ids;
   std::vector<std::int64_t> labels;  // [batch_size]
+  std::vector<std::int64_t> samples;  // [batch_size]: each row's index in the corpus (its global identity)
   std::int64_t real_tokens = 0;
   std::int64_t padded_tokens = 0;
   std::int64_t epoch = 0;

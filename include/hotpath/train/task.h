@@ -27,6 +27,7 @@
 #include "hotpath/data/loader.h"
 #include "hotpath/infer/evaluate.h"
 #include "hotpath/infer/preprocess.h"
+#include "hotpath/ops/dropout.h"
 #include "hotpath/train/checkpoint.h"
 #include "hotpath/train/recipe.h"
 
@@ -47,6 +48,9 @@ struct MicroBatch {
   std::vector<at::Tensor> inputs;  // the model's inputs (image: images; text: ids, mask, type ids)
   at::Tensor labels;               // int64 [samples]
   std::int64_t samples = 0;
+  // Text: keyed per sample (the run seed, the epoch and each row's corpus index), so every dropout mask is
+  // the same on any rank and in any batch the sample lands in. Not keyed: the default generator's draws.
+  ops::DropoutSource dropout{};
 };
 
 // What the step-time summary suggests for each bottleneck, in the task's terms.

@@ -76,7 +76,7 @@ SentenceEncoder SentenceEncoder::from_directory(const std::filesystem::path& dir
                                                 const SentenceEncoderLoadOptions& options) {
   text::Tokenizer tok = text::Tokenizer::from_directory(dir);
   BertLoadOptions load;
-  load.model.attention = options.attention != nullptr ? options.attention : &fused_attention;
+  load.model.attention = options.attention != nullptr ? options.attention : static_cast<models::AttentionFn>(&fused_attention);
   SentenceEmbedder embedder = load_sentence_embedder(dir, load);
   const BertConfig& config = embedder.model->config();
   HOTPATH_CHECK(tok.vocab_size() <= static_cast<std::size_t>(config.vocab_size), dir.string(), ": the tokenizer has ",

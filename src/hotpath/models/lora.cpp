@@ -101,6 +101,14 @@ at::Tensor LoraLinearImpl::forward(const at::Tensor& input) {
   return out + linear(*lora_B, linear(*lora_A, x)) * scaling_;
 }
 
+at::Tensor LoraLinearImpl::forward(const at::Tensor& input, const ops::DropoutSource& dropout, std::uint64_t site) {
+  if (!dropout.keyed() || !has_adapter() || lora_dropout.is_empty()) return forward(input);
+  const at::Tensor out = autocast_linear(input, weight, bias);
+  const double p = lora_dropout->is_training() ? lora_dropout->options.p() : 0.0;
+  const at::Tensor x = ops::fused_dropout(input, dropout.draw(p, site));
+  return out + linear(*lora_B, linear(*lora_A, x)) * scaling_;
+}
+
 void LoraLinearImpl::add_adapter(std::int64_t r, double scaling, double dropout) {
   HOTPATH_CHECK(r > 0, "LoraLinear: rank must be positive, got ", r);
   for (const char* name : {"lora_A", "lora_B", "lora_dropout"})

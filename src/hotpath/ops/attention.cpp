@@ -59,7 +59,8 @@ DropoutArgs dropout_args(const AttentionDropout& dropout, std::int64_t b, std::i
   d.on = true;
   d.threshold = static_cast<std::uint32_t>(std::min(65535.0, std::round(dropout.p * 65536.0)));
   d.scale = static_cast<float>(1.0 / (1.0 - dropout.p));
-  d.head_key = mix64(mix64(mix64(mix64(dropout.seed) ^ dropout.offset) ^ static_cast<std::uint64_t>(b)) ^
+  const std::int64_t row = dropout.sample_index.defined() ? dropout.sample_index.const_data_ptr<std::int64_t>()[b] : b;
+  d.head_key = mix64(mix64(mix64(mix64(dropout.seed) ^ dropout.offset) ^ static_cast<std::uint64_t>(row)) ^
                      static_cast<std::uint64_t>(h));
   return d;
 }
@@ -335,6 +336,7 @@ struct FusedAttention : public torch::autograd::Function<FusedAttention> {
     ctx->saved_data["dropout_p"] = dropout.p;
     ctx->saved_data["dropout_seed"] = static_cast<std::int64_t>(dropout.seed);  // IValue has no uint64
     ctx->saved_data["dropout_offset"] = static_cast<std::int64_t>(dropout.offset);
+    if (dropout.sample_index.defined()) ctx->saved_data["dropout_sample_index"] = dropout.sample_index;
     return out;
   }
 
@@ -345,6 +347,9 @@ struct FusedAttention : public torch::autograd::Function<FusedAttention> {
     dropout.p = ctx->saved_data["dropout_p"].toDouble();
     dropout.seed = static_cast<std::uint64_t>(ctx->saved_data["dropout_seed"].toInt());
     dropout.offset = static_cast<std::uint64_t>(ctx->saved_data["dropout_offset"].toInt());
+    if (const auto it = ctx->saved_data.find("dropout_sample_index"); it != ctx->saved_data.end()) {
+      dropout.sample_index = it->second.toTensor();
+    }
     const at::Tensor dout = grads[0].contiguous();
     variable_list g = fused_backward(saved[0], saved[1], saved[2], mask, dropout, saved[3], saved[4], dout);
     g.emplace_back();  // mask
@@ -356,6 +361,17 @@ struct FusedAttention : public torch::autograd::Function<FusedAttention> {
 void check_dropout(const AttentionDropout& dropout) {
   HOTPATH_CHECK(dropout.p >= 0.0 && dropout.p < 1.0, "attention: dropout probability must be in [0, 1); got ",
                 dropout.p);
+  const at::Tensor& s = dropout.sample_index;
+  HOTPATH_CHECK(!s.defined() || (s.dim() == 1 && s.scalar_type() == at::kLong && s.device().is_cpu() && s.is_contiguous()),
+                "attention: expected dropout.sample_index to be a contiguous 1-D int64 CPU tensor (one global sample "
+                "index per batch row)");
+}
+
+// A keyed dropout's rows: one sample index per batch row.
+void check_dropout_rows(const AttentionDropout& dropout, std::int64_t batch) {
+  HOTPATH_CHECK(!dropout.sample_index.defined() || dropout.sample_index.numel() == batch,
+                "attention: expected one dropout sample index per batch row (", batch, "), got ",
+                dropout.sample_index.numel());
 }
 
 void check_shapes(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) {
@@ -483,6 +499,7 @@ at::Tensor attention_dropout_mask(const AttentionDropout& dropout, std::int64_t 
   HOTPATH_CHECK(batch >= 0 && heads >= 0 && lq >= 0 && lk >= 0, "attention_dropout_mask: negative size [", batch,
                 ", ", heads, ", ", lq, ", ", lk, "]");
   if (dropout.p == 0.0) return at::ones({batch, heads, lq, lk}, at::kBool);
+  check_dropout_rows(dropout, batch);
   at::Tensor keep = at::empty({batch, heads, lq, lk}, at::kBool);
   bool* out = keep.data_ptr<bool>();
   const auto row = kernels().dropout_keep_row;
@@ -518,6 +535,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
                      AttentionKernel kernel, const AttentionDropout& dropout) {
   check_shapes(q, k, v, key_padding_mask);
   check_dropout(dropout);
+  check_dropout_rows(dropout, q.size(0));
   if (kernel == AttentionKernel::kReference) return reference_attention(q, k, v, key_padding_mask, dropout);
   // CUDA: ATen's SDPA (flash / memory-efficient / cuDNN); the CPU kernel's dropout seed is still drawn
   // (from_generator), so the CPU generator's stream does not depend on the device.
@@ -535,6 +553,11 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const at::Tensor& key_padding_mask, double dropout_p) {
   return attention(q, k, v, key_padding_mask, AttentionKernel::kAuto, AttentionDropout::from_generator(dropout_p));
+}
+
+at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const at::Tensor& key_padding_mask, const AttentionDropout& dropout) {
+  return attention(q, k, v, key_padding_mask, AttentionKernel::kAuto, dropout);
 }
 
 const char* attention_kernel_name() { return kDispatch.describe(); }

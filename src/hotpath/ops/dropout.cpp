@@ -12,6 +12,7 @@
 #include <cstring>
 #include <mutex>
 #include <type_traits>
+#include <utility>
 
 #include "counter_hash.h"
 #include "hotpath/core/cpu.h"
@@ -47,12 +48,18 @@ MaskKey mask_key(const DropoutDraw& draw) {
   return k;
 }
 
-std::uint64_t row_key(const MaskKey& k, std::int64_t n) {
-  return detail::mix64(k.stream ^ static_cast<std::uint64_t>(n >> kRowBits));
+// A sample's stream (per-sample keys, dropout.h): the call's stream mixed with its global index.
+std::uint64_t sample_stream(const MaskKey& k, std::int64_t g) {
+  return detail::mix64(k.stream ^ static_cast<std::uint64_t>(g));
 }
 
-bool keep_element(const MaskKey& k, std::int64_t n) {
-  const std::uint64_t key = row_key(k, n);
+std::uint64_t row_key(std::uint64_t stream, std::int64_t n) {
+  return detail::mix64(stream ^ static_cast<std::uint64_t>(n >> kRowBits));
+}
+
+// Element n of the segment keyed by `stream` (the whole tensor, or one sample's row).
+bool keep_element(std::uint64_t stream, std::int32_t threshold, std::int64_t n) {
+  const std::uint64_t key = row_key(stream, n);
   const auto j = static_cast<std::uint32_t>(n & ((1 << kRowBits) - 1));
   const std::uint32_t t = j % kBlock;
   std::uint32_t bits = (j - t) / 2 + t % (kBlock / 2) + static_cast<std::uint32_t>(key);
@@ -60,7 +67,7 @@ bool keep_element(const MaskKey& k, std::int64_t n) {
   bits ^= static_cast<std::uint32_t>(key >> 32);
   detail::lowbias32(bits);
   const std::uint32_t half = t < kBlock / 2 ? bits & 0xFFFFU : bits >> 16;
-  return static_cast<std::int32_t>(half) >= k.threshold;
+  return static_cast<std::int32_t>(half) >= threshold;
 }
 
 // ---- the kernel: 8-lane GCC vectors, compiled for the baseline and for AVX2+FMA -----------------
@@ -84,6 +91,15 @@ struct KernelArgs {
   at::ScalarType out_type = at::kFloat;
   std::int64_t numel = 0;
   MaskKey key;
+  // Segments keyed on their own: one (the flat form, samples == nullptr) or one per sample (row of
+  // dim 0, keyed by samples[b]), each of segment_numel elements.
+  const std::int64_t* samples = nullptr;
+  std::int64_t segments = 1;
+  std::int64_t segment_numel = 0;
+  [[nodiscard]] std::int64_t segment_blocks() const { return (segment_numel + kBlock - 1) / kBlock; }
+  [[nodiscard]] std::uint64_t stream(std::int64_t segment) const {
+    return samples == nullptr ? key.stream : sample_stream(key, samples[segment]);
+  }
 };
 
 // Loads and stores by reference: a 32-byte vector returned by value from code built without AVX
@@ -139,19 +155,23 @@ HOTPATH_INLINE void block(const TX* x, const TR* r, TO* out, std::uint64_t key, 
   }
 }
 
+// Blocks [b0, b1) of the segment that starts at element `base`, has `numel` elements and is keyed by
+// `stream`.
 template <typename TX, typename TR, typename TO>
-HOTPATH_INLINE void run_blocks(const KernelArgs& a, std::int64_t b0, std::int64_t b1) {
-  const auto* x = static_cast<const TX*>(a.x);
-  const auto* r = static_cast<const TR*>(a.residual);
-  auto* out = static_cast<TO*>(a.out);
-  const std::int64_t full = a.numel / kBlock;
+HOTPATH_INLINE void run_segment(const KernelArgs& a, std::int64_t base, std::int64_t numel, std::uint64_t stream,
+                                std::int64_t b0, std::int64_t b1) {
+  const TX* x = static_cast<const TX*>(a.x) + base;
+  const TR* r = static_cast<const TR*>(a.residual);
+  if constexpr (!std::is_same_v<TR, NoResidual>) r += base;
+  TO* out = static_cast<TO*>(a.out) + base;
+  const std::int64_t full = numel / kBlock;
   std::int64_t row = -1;
   std::uint64_t key = 0;
   for (std::int64_t b = b0; b < std::min(b1, full); ++b) {
     const std::int64_t n = b * kBlock;
     if (n >> kRowBits != row) {
       row = n >> kRowBits;
-      key = row_key(a.key, n);
+      key = row_key(stream, n);
     }
     const auto j = static_cast<std::uint32_t>(n & ((1 << kRowBits) - 1));
     if constexpr (std::is_same_v<TR, NoResidual>) {
@@ -161,11 +181,22 @@ HOTPATH_INLINE void run_blocks(const KernelArgs& a, std::int64_t b0, std::int64_
     }
   }
   if (b1 > full) {  // the last, partial block: one element at a time, the same arithmetic
-    for (std::int64_t n = full * kBlock; n < a.numel; ++n) {
-      float y = keep_element(a.key, n) ? static_cast<float>(x[n]) * a.key.scale : 0.0F;
+    for (std::int64_t n = full * kBlock; n < numel; ++n) {
+      float y = keep_element(stream, a.key.threshold, n) ? static_cast<float>(x[n]) * a.key.scale : 0.0F;
       if constexpr (!std::is_same_v<TR, NoResidual>) y += static_cast<float>(r[n]);
       out[n] = static_cast<TO>(y);
     }
+  }
+}
+
+// Work units [u0, u1): unit u is block u % segment_blocks of segment u / segment_blocks.
+template <typename TX, typename TR, typename TO>
+HOTPATH_INLINE void run_blocks(const KernelArgs& a, std::int64_t u0, std::int64_t u1) {
+  const std::int64_t per = a.segment_blocks();
+  for (std::int64_t s = u0 / per; s < a.segments && s * per < u1; ++s) {
+    const std::int64_t b0 = std::max(u0, s * per) - s * per;
+    const std::int64_t b1 = std::min(u1, (s + 1) * per) - s * per;
+    run_segment<TX, TR, TO>(a, s * a.segment_numel, a.segment_numel, a.stream(s), b0, b1);
   }
 }
 
@@ -229,8 +260,14 @@ at::Tensor run_kernel(const at::Tensor& x, const at::Tensor& residual, const Dro
   a.out_type = out_type;
   a.numel = x.numel();
   a.key = mask_key(draw);
+  a.segment_numel = a.numel;
+  if (draw.sample_index.defined()) {
+    a.samples = draw.sample_index.const_data_ptr<std::int64_t>();
+    a.segments = x.size(0);
+    a.segment_numel = a.numel / a.segments;
+  }
   const auto run = kDispatch.select() == 0 ? &run_avx2 : &run_portable;
-  const std::int64_t blocks = (a.numel + kBlock - 1) / kBlock;
+  const std::int64_t blocks = a.segments * a.segment_blocks();
   at::parallel_for(0, blocks, kGrainBlocks, [&](std::int64_t b0, std::int64_t b1) { run(a, b0, b1); });
   return out;
 }
@@ -241,6 +278,7 @@ void save_draw(AutogradContext* ctx, const DropoutDraw& draw) {
   ctx->saved_data["p"] = draw.p;
   ctx->saved_data["seed"] = static_cast<std::int64_t>(draw.seed);  // IValue has no uint64
   ctx->saved_data["offset"] = static_cast<std::int64_t>(draw.offset);
+  if (draw.sample_index.defined()) ctx->saved_data["sample_index"] = draw.sample_index;
 }
 
 DropoutDraw saved_draw(AutogradContext* ctx) {
@@ -248,6 +286,9 @@ DropoutDraw saved_draw(AutogradContext* ctx) {
   draw.p = ctx->saved_data["p"].toDouble();
   draw.seed = static_cast<std::uint64_t>(ctx->saved_data["seed"].toInt());
   draw.offset = static_cast<std::uint64_t>(ctx->saved_data["offset"].toInt());
+  if (const auto it = ctx->saved_data.find("sample_index"); it != ctx->saved_data.end()) {
+    draw.sample_index = it->second.toTensor();
+  }
   return draw;
 }
 
@@ -294,6 +335,17 @@ struct DropoutAddFunction : public torch::autograd::Function<DropoutAddFunction>
 
 void check_draw(const DropoutDraw& draw) {
   HOTPATH_CHECK(draw.p >= 0.0 && draw.p < 1.0, "dropout: probability must be in [0, 1); got ", draw.p);
+  const at::Tensor& s = draw.sample_index;
+  HOTPATH_CHECK(!s.defined() || (s.dim() == 1 && s.scalar_type() == at::kLong && s.device().is_cpu() && s.is_contiguous()),
+                "dropout: expected sample_index to be a contiguous 1-D int64 CPU tensor (one global sample index "
+                "per row of dim 0)");
+}
+
+// A keyed draw's rows: dim 0 of `sizes` must be sample_index's length.
+void check_rows(const DropoutDraw& draw, c10::IntArrayRef sizes) {
+  if (!draw.sample_index.defined()) return;
+  HOTPATH_CHECK(!sizes.empty() && sizes[0] == draw.sample_index.numel(), "dropout: expected dim 0 of ", sizes,
+                " to be the batch of ", draw.sample_index.numel(), " sample indices");
 }
 
 }  // namespace
@@ -310,6 +362,15 @@ DropoutDraw DropoutDraw::from_generator(double p, std::optional<at::Generator> g
   return draw;
 }
 
+DropoutSource DropoutSource::per_sample(std::uint64_t run_seed, std::int64_t epoch, at::Tensor sample_index) {
+  HOTPATH_CHECK(sample_index.defined(), "DropoutSource::per_sample: expected a defined sample_index tensor");
+  DropoutSource source;
+  source.seed = detail::mix64(detail::mix64(run_seed) ^ static_cast<std::uint64_t>(epoch));
+  source.sample_index = std::move(sample_index);
+  check_draw(source.draw(0.0, 0));
+  return source;
+}
+
 const char* dropout_skip_reason(const at::Tensor& x, const at::Tensor& residual) {
   const auto fused_type = [](at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16; };
   if (!x.device().is_cpu() || (residual.defined() && !residual.device().is_cpu())) return "not CPU tensors";
@@ -322,11 +383,18 @@ const char* dropout_skip_reason(const at::Tensor& x, const at::Tensor& residual)
 at::Tensor dropout_mask(const DropoutDraw& draw, c10::IntArrayRef sizes) {
   check_draw(draw);
   if (draw.p == 0.0) return at::ones(sizes, at::kBool);
+  check_rows(draw, sizes);
   at::Tensor keep = at::empty(sizes, at::kBool);
   bool* out = keep.data_ptr<bool>();
   const MaskKey key = mask_key(draw);
+  const bool keyed = draw.sample_index.defined();
+  const std::int64_t* samples = keyed ? draw.sample_index.const_data_ptr<std::int64_t>() : nullptr;
+  const std::int64_t segment = keyed && sizes[0] > 0 ? keep.numel() / sizes[0] : keep.numel();
   at::parallel_for(0, keep.numel(), kGrainBlocks * kBlock, [&](std::int64_t n0, std::int64_t n1) {
-    for (std::int64_t n = n0; n < n1; ++n) out[n] = keep_element(key, n);
+    for (std::int64_t n = n0; n < n1; ++n) {
+      const std::uint64_t stream = keyed ? sample_stream(key, samples[n / segment]) : key.stream;
+      out[n] = keep_element(stream, key.threshold, keyed ? n % segment : n);
+    }
   });
   return keep;
 }
@@ -351,6 +419,7 @@ at::Tensor dropout_add(const at::Tensor& x, const at::Tensor& residual, const Dr
   HOTPATH_CHECK(residual.sizes() == x.sizes(), "dropout_add: x ", x.sizes(), " and residual ", residual.sizes(),
                 " must have one shape");
   if (draw.p == 0.0) return x + residual;
+  check_rows(draw, x.sizes());
   if (const char* why = dropout_skip_reason(x, residual); why != nullptr) {
     if (x.is_cuda()) return at::dropout(x, draw.p, /*train=*/true) + residual;
     return dropout_add_reference(x, residual, draw);
@@ -362,6 +431,7 @@ at::Tensor fused_dropout(const at::Tensor& x, const DropoutDraw& draw) {
   check_draw(draw);
   HOTPATH_CHECK(x.defined(), "dropout: x must be a defined tensor");
   if (draw.p == 0.0) return x;
+  check_rows(draw, x.sizes());
   if (const char* why = dropout_skip_reason(x, at::Tensor()); why != nullptr) {
     if (x.is_cuda()) return at::dropout(x, draw.p, /*train=*/true);
     return dropout_add_reference(x, at::Tensor(), draw);

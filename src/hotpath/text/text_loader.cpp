@@ -186,6 +186,7 @@ TextBatch collate(const TextCorpus& corpus, std::span<const std::uint32_t> sampl
   batch.attention_mask.assign(n * length, 0);
   batch.token_type_ids.assign(n * length, 0);
   batch.labels.resize(n);
+  batch.samples.assign(samples.begin(), samples.end());
   for (std::size_t row = 0; row < n; ++row) {
     const std::uint32_t i = samples[row];
     const std::size_t len = corpus.length(i);

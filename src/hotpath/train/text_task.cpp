@@ -138,7 +138,8 @@ class TextTask final : public Task {
     config.num_labels = num_labels;
     config.id2label = labels_;
     models::BertOptions bert_options;
-    bert_options.attention = m.attention == "fused" ? &ops::fused_attention : &models::bert_eager_attention;
+    bert_options.attention = m.attention == "fused" ? static_cast<models::AttentionFn>(&ops::fused_attention)
+                                                    : static_cast<models::AttentionFn>(&models::bert_eager_attention);
     bert_options.gradient_checkpointing = m.gradient_checkpointing;
     model_ = std::make_shared<models::BertForSequenceClassification>(config, bert_options);
     const std::string base_prefix = config.arch == formats::BertArch::kDistilBert ? "distilbert" : "bert";
@@ -209,11 +210,16 @@ class TextTask final : public Task {
                  to_device(t.token_type_ids, device_)};
     mb.labels = to_device(t.labels, device_);
     mb.samples = batch->batch_size;
+    // Dropout keyed by (train.seed, epoch, corpus index): the masks a sample gets do not depend on the
+    // rank, the batch it shares or its padded length (docs/distributed.md).
+    mb.dropout = ops::DropoutSource::per_sample(
+        recipe_.train.seed, batch->epoch,
+        at::from_blob(batch->samples.data(), {batch->batch_size}, at::kLong).clone());
     return mb;
   }
 
   at::Tensor loss(const MicroBatch& b, double label_smoothing) override {
-    const at::Tensor logits = model_->forward(b.inputs[0], b.inputs[1], b.inputs[2]);
+    const at::Tensor logits = model_->forward(b.inputs[0], b.inputs[1], b.inputs[2], b.dropout);
     return at::cross_entropy_loss(logits.to(at::kFloat), b.labels, {}, at::Reduction::Mean, -100, label_smoothing);
   }
 

@@ -31,21 +31,28 @@
 #include "hotpath/formats/bert_config.h"
 #include "hotpath/models/lora.h"
 #include "hotpath/models/weights.h"
+#include "hotpath/ops/attention.h"
+#include "hotpath/ops/dropout.h"
 
 namespace hotpath::models {
 
-// dropout(softmax(q·kᵀ/√d + mask), dropout_p)·v with q, k, v [B, heads, L, head_dim] and
-// key_padding_mask [B, L] (nonzero = attend; undefined = attend everywhere) → [B, heads, L, head_dim].
-// dropout_p > 0 only in training; the function draws its randomness from LibTorch's default CPU
-// generator (at::manual_seed repeats it, activation checkpointing replays it). ops::fused_attention
-// (attention.h) has this signature.
+// dropout(softmax(q·kᵀ/√d + mask))·v with q, k, v [B, heads, L, head_dim] and key_padding_mask [B, L]
+// (nonzero = attend; undefined = attend everywhere) → [B, heads, L, head_dim]. dropout.p > 0 only in
+// training: the layer passes either a draw from LibTorch's default CPU generator (at::manual_seed repeats
+// it, activation checkpointing replays it) or, with a keyed ops::DropoutSource, a draw keyed per sample
+// (dropout.sample_index; the same on every data-parallel rank). ops::fused_attention (attention.h) has
+// this signature.
 using AttentionFn = at::Tensor (*)(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                   const at::Tensor& key_padding_mask, double dropout_p);
+                                   const at::Tensor& key_padding_mask, const ops::AttentionDropout& dropout);
 
 // Plain ATen, as transformers' eager attention: matmul, ·1/√d, masked keys set to the dtype's lowest
 // value, softmax, at::dropout(probs, dropout_p) when dropout_p > 0, matmul.
 at::Tensor bert_eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& key_padding_mask, double dropout_p = 0.0);
+// The AttentionFn form: unkeyed dropout is at::dropout(probs, dropout.p) as above (its seed unused); keyed
+// (dropout.sample_index set) applies ops::attention_dropout_mask's mask, as ops::reference_attention does.
+at::Tensor bert_eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const at::Tensor& key_padding_mask, const ops::AttentionDropout& dropout);
 
 struct BertOptions {
   AttentionFn attention = &bert_eager_attention;
@@ -58,8 +65,10 @@ struct BertOptions {
 class BertLayer : public torch::nn::Module {
  public:
   BertLayer(const formats::BertConfig& config, const BertOptions& options);
-  // hidden [B, L, H], mask [B, L] → [B, L, H].
-  at::Tensor forward(const at::Tensor& hidden, const at::Tensor& mask);
+  // hidden [B, L, H], mask [B, L] → [B, L, H]. A keyed `dropout` draws this layer's masks at its sites
+  // first_site + 0 (attention probabilities), + 1, + 2 (hidden) and + 3 … + 8 (LoRA adapters).
+  at::Tensor forward(const at::Tensor& hidden, const at::Tensor& mask, const ops::DropoutSource& dropout = {},
+                     std::uint64_t first_site = 0);
   void set_attention(AttentionFn attention) { options_.attention = attention; }
 
  private:
@@ -80,10 +89,13 @@ class BertModel : public torch::nn::Module {
 
   // input_ids [B, L] (integer), attention_mask [B, L] (1 = token, 0 = padding; undefined = all ones),
   // token_type_ids [B, L] (undefined = zeros; ignored by DistilBERT) → last hidden state [B, L, H].
+  // dropout: keyed (ops::DropoutSource, one global sample index per row of input_ids) makes every
+  // dropout mask in training a function of (its seed, the sample, the site) — data-parallel ranks and
+  // any padding draw what one large batch would; not keyed: the default CPU generator, per call.
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {},
-                     const at::Tensor& token_type_ids = {});
+                     const at::Tensor& token_type_ids = {}, const ops::DropoutSource& dropout = {});
   // BERT's pooler on hidden[:, 0]: tanh(dense(x)) → [B, H]. Throws when the model has no pooler.
-  at::Tensor pool(const at::Tensor& last_hidden);
+  at::Tensor pool(const at::Tensor& last_hidden, const ops::DropoutSource& dropout = {});
 
   [[nodiscard]] const formats::BertConfig& config() const { return config_; }
   [[nodiscard]] const BertOptions& options() const { return options_; }
@@ -93,10 +105,11 @@ class BertModel : public torch::nn::Module {
   [[nodiscard]] std::shared_ptr<BertLayer> layer(std::size_t i) const { return layers_.at(i); }
 
  private:
-  at::Tensor embed(const at::Tensor& input_ids, const at::Tensor& token_type_ids);
+  at::Tensor embed(const at::Tensor& input_ids, const at::Tensor& token_type_ids, const ops::DropoutSource& dropout);
   // Every layer runs through here: the single place to wrap a layer in activation checkpointing
   // (options_.gradient_checkpointing) or anything else per layer.
-  at::Tensor run_layer(std::size_t i, const at::Tensor& hidden, const at::Tensor& mask);
+  at::Tensor run_layer(std::size_t i, const at::Tensor& hidden, const at::Tensor& mask,
+                       const ops::DropoutSource& dropout);
 
   formats::BertConfig config_;
   BertOptions options_;
@@ -111,9 +124,9 @@ class BertModel : public torch::nn::Module {
 class BertForSequenceClassification : public torch::nn::Module {
  public:
   explicit BertForSequenceClassification(const formats::BertConfig& config, BertOptions options = {});
-  // → logits [B, num_labels].
+  // → logits [B, num_labels]. dropout: as BertModel::forward (the head's dropout included).
   at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& attention_mask = {},
-                     const at::Tensor& token_type_ids = {});
+                     const at::Tensor& token_type_ids = {}, const ops::DropoutSource& dropout = {});
 
   [[nodiscard]] const formats::BertConfig& config() const { return encoder->config(); }
 

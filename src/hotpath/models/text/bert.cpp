@@ -75,14 +75,26 @@ bool aten_dropout() {
   return v != nullptr && std::string_view(v) == "aten";
 }
 
-at::Tensor hidden_dropout(const at::Tensor& x, double p, bool training) {
+// A keyed source (ops::DropoutSource) wins over HOTPATH_BERT_DROPOUT=aten: at::dropout cannot be keyed.
+at::Tensor hidden_dropout(const at::Tensor& x, double p, bool training, const DropoutSource& source,
+                          std::uint64_t site) {
+  if (source.keyed()) return fused_dropout(x, source.draw(training ? p : 0.0, site));
   return aten_dropout() ? at::dropout(x, p, training) : fused_dropout(x, p, training);
 }
 
 // dropout(x) + residual.
-at::Tensor hidden_dropout_add(const at::Tensor& x, const at::Tensor& residual, double p, bool training) {
+at::Tensor hidden_dropout_add(const at::Tensor& x, const at::Tensor& residual, double p, bool training,
+                              const DropoutSource& source, std::uint64_t site) {
+  if (source.keyed()) return dropout_add(x, residual, source.draw(training ? p : 0.0, site));
   return aten_dropout() ? at::dropout(x, p, training) + residual : dropout_add(x, residual, p, training);
 }
+
+// Dropout sites of a keyed source (DropoutSource::draw's offset): one fixed number per place in the
+// model, so recomputing a checkpointed layer draws its masks again. Layer i owns [16·(i+1), 16·(i+2)).
+constexpr std::uint64_t kEmbeddingSite = 0;
+constexpr std::uint64_t kClassifierSite = 1;
+constexpr std::uint64_t kPoolerSite = 2;
+constexpr std::uint64_t layer_site(std::size_t i) { return 16 * (static_cast<std::uint64_t>(i) + 1); }
 
 double lowest(at::ScalarType type) {
   switch (type) {
@@ -127,6 +139,21 @@ at::Tensor bert_eager_attention(const at::Tensor& q, const at::Tensor& k, const 
   return autocast_matmul(probs, v);
 }
 
+at::Tensor bert_eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const at::Tensor& key_padding_mask, const AttentionDropout& dropout) {
+  if (!dropout.sample_index.defined() || dropout.p == 0.0) return bert_eager_attention(q, k, v, key_padding_mask, dropout.p);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  at::Tensor scores = autocast_matmul(q, k.transpose(-2, -1)) * scale;
+  if (key_padding_mask.defined()) {
+    const at::Tensor drop = (key_padding_mask == 0).view({key_padding_mask.size(0), 1, 1, key_padding_mask.size(1)});
+    scores = scores.masked_fill(drop, lowest(scores.scalar_type()));
+  }
+  const at::Tensor keep = attention_dropout_mask(dropout, q.size(0), q.size(1), q.size(2), k.size(2));
+  const at::Tensor probs =
+      at::softmax(scores, -1).masked_fill(keep.logical_not().to(scores.device()), 0.0) * (1.0 / (1.0 - dropout.p));
+  return autocast_matmul(probs, v);
+}
+
 // ---- BertLayer -----------------------------------------------------------------------------------
 
 BertLayer::BertLayer(const BertConfig& config, const BertOptions& options)
@@ -162,7 +189,8 @@ BertLayer::BertLayer(const BertConfig& config, const BertOptions& options)
   }
 }
 
-at::Tensor BertLayer::forward(const at::Tensor& hidden, const at::Tensor& mask) {
+at::Tensor BertLayer::forward(const at::Tensor& hidden, const at::Tensor& mask, const DropoutSource& dropout,
+                             std::uint64_t first_site) {
   const std::int64_t b = hidden.size(0);
   const std::int64_t l = hidden.size(1);
   const std::int64_t heads = config_.num_attention_heads;
@@ -170,14 +198,25 @@ at::Tensor BertLayer::forward(const at::Tensor& hidden, const at::Tensor& mask) 
   const auto split = [&](const at::Tensor& x) { return x.view({b, l, heads, d}).transpose(1, 2); };
   // As transformers: dropout on the attention probabilities in training only.
   const double attention_p = is_training() ? config_.attention_probs_dropout_prob : 0.0;
-  const at::Tensor context =
-      options_.attention(split(query_(hidden)), split(key_(hidden)), split(value_(hidden)), mask, attention_p)
-          .transpose(1, 2)
-          .reshape({b, l, heads * d});
+  AttentionDropout attention_dropout;
+  if (dropout.keyed()) {
+    attention_dropout = {attention_p, dropout.seed, first_site, dropout.sample_index};
+  } else {
+    attention_dropout = AttentionDropout::from_generator(attention_p);
+  }
+  const auto project = [&](LoraLinear& linear, const at::Tensor& x, std::uint64_t site) {
+    return linear->forward(x, dropout, first_site + site);
+  };
+  const at::Tensor context = options_.attention(split(project(query_, hidden, 3)), split(project(key_, hidden, 4)),
+                                                split(project(value_, hidden, 5)), mask, attention_dropout)
+                                 .transpose(1, 2)
+                                 .reshape({b, l, heads * d});
   const double p = config_.hidden_dropout_prob;
-  const at::Tensor attended = attention_norm_(hidden_dropout_add(attention_out_(context), hidden, p, is_training()));
-  const at::Tensor inner = activation(intermediate_(attended), config_.hidden_act);
-  return output_norm_(hidden_dropout_add(output_(inner), attended, p, is_training()));
+  const at::Tensor attended = attention_norm_(
+      hidden_dropout_add(project(attention_out_, context, 6), hidden, p, is_training(), dropout, first_site + 1));
+  const at::Tensor inner = activation(project(intermediate_, attended, 7), config_.hidden_act);
+  return output_norm_(
+      hidden_dropout_add(project(output_, inner, 8), attended, p, is_training(), dropout, first_site + 2));
 }
 
 // ---- BertModel -----------------------------------------------------------------------------------
@@ -225,7 +264,8 @@ void BertModel::set_attention(AttentionFn attention) {
   for (auto& layer : layers_) layer->set_attention(attention);
 }
 
-at::Tensor BertModel::embed(const at::Tensor& input_ids, const at::Tensor& token_type_ids) {
+at::Tensor BertModel::embed(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
+                            const DropoutSource& dropout) {
   const std::int64_t l = input_ids.size(1);
   HOTPATH_CHECK(l <= config_.max_position_embeddings, "BertModel: sequence length ", l,
                 " exceeds max_position_embeddings ", config_.max_position_embeddings);
@@ -235,34 +275,41 @@ at::Tensor BertModel::embed(const at::Tensor& input_ids, const at::Tensor& token
     x = x + (token_type_ids.defined() ? token_type_embeddings_(token_type_ids)
                                       : token_type_embeddings_->weight[0].view({1, 1, -1}));
   }
-  return hidden_dropout(embedding_norm_(x), config_.hidden_dropout_prob, is_training());
+  return hidden_dropout(embedding_norm_(x), config_.hidden_dropout_prob, is_training(), dropout, kEmbeddingSite);
 }
 
-at::Tensor BertModel::run_layer(std::size_t i, const at::Tensor& hidden, const at::Tensor& mask) {
+at::Tensor BertModel::run_layer(std::size_t i, const at::Tensor& hidden, const at::Tensor& mask,
+                                const DropoutSource& dropout) {
   // As transformers: checkpoint only when training (eval and no_grad keep nothing anyway).
   if (options_.gradient_checkpointing && is_training() && at::GradMode::is_enabled()) {
     const std::shared_ptr<BertLayer> layer = layers_[i];
-    return checkpoint([layer](const std::vector<at::Tensor>& in) { return layer->forward(in[0], in[1]); },
-                      {hidden, mask});
+    return checkpoint(
+        [layer, dropout, site = layer_site(i)](const std::vector<at::Tensor>& in) {
+          return layer->forward(in[0], in[1], dropout, site);
+        },
+        {hidden, mask});
   }
-  return layers_[i]->forward(hidden, mask);
+  return layers_[i]->forward(hidden, mask, dropout, layer_site(i));
 }
 
 at::Tensor BertModel::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
-                              const at::Tensor& token_type_ids) {
+                              const at::Tensor& token_type_ids, const DropoutSource& dropout) {
   HOTPATH_CHECK(input_ids.dim() == 2, "BertModel: input_ids must be [batch, length], got ", input_ids.sizes());
   HOTPATH_CHECK(!attention_mask.defined() || attention_mask.sizes() == input_ids.sizes(),
                 "BertModel: attention_mask ", attention_mask.sizes(), " does not match input_ids ", input_ids.sizes());
   HOTPATH_CHECK(!token_type_ids.defined() || token_type_ids.sizes() == input_ids.sizes(),
                 "BertModel: token_type_ids ", token_type_ids.sizes(), " does not match input_ids ", input_ids.sizes());
-  at::Tensor hidden = embed(input_ids, token_type_ids);
-  for (std::size_t i = 0; i < layers_.size(); ++i) hidden = run_layer(i, hidden, attention_mask);
+  HOTPATH_CHECK(!dropout.keyed() || dropout.sample_index.numel() == input_ids.size(0),
+                "BertModel: expected one dropout sample index per row of input_ids (", input_ids.size(0), "), got ",
+                dropout.sample_index.numel());
+  at::Tensor hidden = embed(input_ids, token_type_ids, dropout);
+  for (std::size_t i = 0; i < layers_.size(); ++i) hidden = run_layer(i, hidden, attention_mask, dropout);
   return hidden;
 }
 
-at::Tensor BertModel::pool(const at::Tensor& last_hidden) {
+at::Tensor BertModel::pool(const at::Tensor& last_hidden, const DropoutSource& dropout) {
   HOTPATH_CHECK(pooler_, "BertModel: this model has no pooler (DistilBERT, or add_pooling_layer = false)");
-  return at::tanh(pooler_(last_hidden.select(1, 0)));
+  return at::tanh(pooler_->forward(last_hidden.select(1, 0), dropout, kPoolerSite));
 }
 
 // ---- heads ---------------------------------------------------------------------------------------
@@ -286,14 +333,14 @@ BertForSequenceClassification::BertForSequenceClassification(const BertConfig& c
 }
 
 at::Tensor BertForSequenceClassification::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
-                                                  const at::Tensor& token_type_ids) {
-  const at::Tensor hidden = encoder->forward(input_ids, attention_mask, token_type_ids);
+                                                  const at::Tensor& token_type_ids, const DropoutSource& dropout) {
+  const at::Tensor hidden = encoder->forward(input_ids, attention_mask, token_type_ids, dropout);
   const double p = encoder->config().classifier_dropout;
   if (pre_classifier) {  // DistilBERT: [CLS] → pre_classifier → ReLU → dropout → classifier
     const at::Tensor x = at::relu(pre_classifier(hidden.select(1, 0)));
-    return classifier(hidden_dropout(x, p, is_training()));
+    return classifier(hidden_dropout(x, p, is_training(), dropout, kClassifierSite));
   }
-  return classifier(hidden_dropout(encoder->pool(hidden), p, is_training()));
+  return classifier(hidden_dropout(encoder->pool(hidden, dropout), p, is_training(), dropout, kClassifierSite));
 }
 
 at::Tensor masked_mean_pool(const at::Tensor& hidden, const at::Tensor& attention_mask) {
