@@ -2,7 +2,7 @@
 # ZeRO-1/2 (train.zero) under the real torchrun of the venv (2 ranks, Gloo on loopback), one case per call:
 #   zero_equal_image  cnn_small: ZeRO-1 and ZeRO-2 == DDP (train.zero 0) over 20 steps, losses and every
 #                     weight within 1e-5, with SGD momentum, then with AdamW + clipping + no-sync accumulation
-#   zero_equal_text   LoRA BERT: the same with AdamW, then with SGD momentum + clipping + accumulation
+#   zero_equal_text   LoRA BERT (hidden, attention and LoRA dropout 0.1): the same with AdamW, then with SGD momentum + clipping + accumulation
 #   zero_kill_resume  ZeRO-2: kill -9 rank 1 at a random step past the first checkpoint; the checkpoint holds one
 #                     optimizer shard per rank and optimizer.json; --resume on 2 ranks == an uninterrupted
 #                     ZeRO-2 run, metrics and weights byte for byte
@@ -15,78 +15,8 @@ case_=$1
 hp=$(realpath "$2")
 python=$3
 seed=${4:-$RANDOM}
-torchrun=$(dirname "$python")/torchrun
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
-export HOTPATH_DIST_TIMEOUT_S=60
-RANDOM=$seed
-echo "zero_test $case_: seed $seed"
-
-# torchrun on a free port, one thread per rank (the machine has 2 cores).
-trun() {
-  "$torchrun" --nnodes 1 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:0" --max-restarts 0 \
-    --no-python "$@"
-}
-
-image_fixture() {
-  "$hp" data pack /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz -o "$work/fm" \
-    --max-samples-per-shard 256 >/dev/null 2>&1 || { echo "cannot pack the image fixture" >&2; exit 1; }
-  cat > image.yaml <<YAML
-name: zero-image
-model: {name: cnn_small, num_classes: 10}
-data:
-  train: ["$work/fm-00000{0..3}.tar"]
-  eval: $work/fm-000010.tar
-  image_size: 28
-  channels: 1
-  train_crop: resize
-  eval_crop: resize
-  resize_shorter: 28
-  flip: 0.5
-  mean: [0.286]
-  std: [0.353]
-  workers: 1
-  shuffle_buffer: 300
-train: {epochs: 2, batch_size: 32, threads: 1, log_every: 1, max_steps: 20}
-optimizer: {name: sgd, lr: 0.05, momentum: 0.9, weight_decay: 0.0005}
-schedule: {name: warmup_cosine, warmup_epochs: 0.2}
-checkpoint: {every_steps: 4, keep_last: 2}
-YAML
-}
-
-text_fixture() {
-  "$python" - "$work/bert" <<'PY' || { echo "cannot make the tiny BERT" >&2; exit 1; }
-import os, sys, torch
-from transformers import BertConfig, BertModel
-out = sys.argv[1]
-torch.manual_seed(0)
-words = ["good", "bad", "movie", "film", "very", "really", "the", "a", "was", "is"]
-config = BertConfig(vocab_size=5 + len(words), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                    intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                    attention_probs_dropout_prob=0.0)
-BertModel(config).save_pretrained(out, safe_serialization=True)
-with open(os.path.join(out, "vocab.txt"), "w") as f:
-    f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words) + "\n")
-PY
-  for i in $(seq 1 512); do
-    w=$([ $((i % 3)) -eq 0 ] && echo bad || echo good)
-    extra=$([ $((i % 5)) -eq 0 ] && echo " very very" || echo "")
-    echo "{\"text\": \"the movie was really$extra $w\", \"label\": $([ "$w" = good ] && echo 1 || echo 0)}"
-  done > text.jsonl
-  "$hp" data pack-text text.jsonl --format jsonl -o "$work/tx" >/dev/null 2>&1 || { echo "cannot pack text" >&2; exit 1; }
-  cat > text.yaml <<YAML
-name: zero-text
-model: {name: bert, pretrained: $work/bert, num_classes: 2, lora_r: 4}
-data: {kind: text, train: "$work/tx-*.tar", eval: "$work/tx-*.tar", max_length: 16, workers: 1, bucket: false}
-train: {epochs: 2, batch_size: 8, threads: 1, log_every: 1, max_steps: 20}
-optimizer: {name: adamw, lr: 0.003, weight_decay: 0.01}
-schedule: {name: constant}
-checkpoint: {every_steps: 4, keep_last: 2}
-YAML
-}
+# shellcheck source=dist_lib.sh
+source "$(dirname "$0")/dist_lib.sh"
 
 # compare RUN_A RUN_B MODEL_FILE TOL: train losses line by line and every tensor of the model within TOL.
 compare() {
@@ -139,20 +69,20 @@ PY
 
 case "$case_" in
   zero_equal_image)
-    image_fixture
+    image_fixture zero
     zero_equal image-sgd image.yaml model.safetensors
     zero_equal image-adamw image.yaml model.safetensors --set optimizer.name=adamw --set optimizer.lr=0.002 \
       --set train.clip_grad_norm=0.5 --set train.accum_steps=2
     grep -q '"grad_norm"' image-adamw-z2/metrics.jsonl || fail "the clipping run logged no grad_norm"
     ;;
   zero_equal_text)
-    text_fixture
+    text_fixture zero 0.1 "{name: adamw, lr: 0.003, weight_decay: 0.01}"
     zero_equal text-adamw text.yaml model/model.safetensors
     zero_equal text-sgd text.yaml model/model.safetensors --set optimizer.name=sgd --set optimizer.lr=0.05 \
       --set optimizer.momentum=0.9 --set train.clip_grad_norm=0.5 --set train.accum_steps=2
     ;;
   zero_kill_resume)
-    image_fixture
+    image_fixture zero
     set_=(--set train.zero=2 --set optimizer.name=adamw --set optimizer.lr=0.002)
     trun "$hp" train image.yaml --quiet "${set_[@]}" --set "output_dir=$work/a" >a.log 2>&1 || fail "uninterrupted run: $(tail -5 a.log)"
     trun "$hp" train image.yaml --quiet "${set_[@]}" --set "output_dir=$work/b" >b.log 2>&1 &
@@ -182,7 +112,7 @@ case "$case_" in
     [ "$failures" -eq 0 ] && echo "ZeRO-2: kill -9 + --resume on 2 ranks == uninterrupted: metrics.jsonl and model.safetensors identical"
     ;;
   zero_reshard)
-    image_fixture
+    image_fixture zero
     set_=(--set optimizer.name=adamw --set optimizer.lr=0.002)
     trun "$hp" train image.yaml --quiet "${set_[@]}" --set train.zero=1 --set "output_dir=$work/a" >a.log 2>&1 ||
       fail "uninterrupted ZeRO-1 run: $(tail -5 a.log)"
