@@ -7,12 +7,8 @@
 set -uo pipefail
 hp=$1
 py=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-export TMPDIR="$work"
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+source "$(dirname "$0")/lib.sh"
+make_work_dir
 
 cat > tiny_bert.json <<'JSON'
 {"model_type": "bert", "vocab_size": 1200, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -20,7 +16,7 @@ cat > tiny_bert.json <<'JSON'
  "layer_norm_eps": 1e-12, "num_labels": 3}
 JSON
 "$hp" export --config tiny_bert.json --random-init --out bert_pkg > export.log 2>&1 \
-  || { echo "FAIL: hotpath export of the tiny BERT: $(tail -3 export.log)" >&2; exit 1; }
+  || die "hotpath export of the tiny BERT: $(tail -3 export.log)"
 
 quick=(--threads 1 --warmup 1 --min-queries 3 --min-seconds 0 --max-seconds 2)
 
@@ -116,5 +112,4 @@ rc=$?
   || fail "bench infer --compare tensorflow: expected one line naming it, got: $out"
 [ ! -e bad.json ] || fail "bench infer --compare tensorflow: wrote a report anyway"
 
-[ "$failures" -eq 0 ] && echo "bench infer cli: all checks passed"
-exit "$failures"
+finish "bench infer cli: all checks passed"

@@ -7,22 +7,18 @@
 set -uo pipefail
 hp=$1
 py=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-export TMPDIR="$work"
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+source "$(dirname "$0")/lib.sh"
+make_work_dir
 
 "$hp" export --model cnn_small --random-init --num-classes 5 --channels 1 --image-size 16 --out cnn_pkg > export.log 2>&1 \
-  || { echo "FAIL: hotpath export of cnn_small: $(tail -3 export.log)" >&2; exit 1; }
+  || die "hotpath export of cnn_small: $(tail -3 export.log)"
 cat > tiny_bert.json <<'JSON'
 {"model_type": "bert", "vocab_size": 300, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
  "intermediate_size": 64, "max_position_embeddings": 64, "type_vocab_size": 2, "hidden_act": "gelu",
  "layer_norm_eps": 1e-12, "num_labels": 3}
 JSON
 "$hp" export --config tiny_bert.json --random-init --out bert_pkg > export.log 2>&1 \
-  || { echo "FAIL: hotpath export of the tiny BERT: $(tail -3 export.log)" >&2; exit 1; }
+  || die "hotpath export of the tiny BERT: $(tail -3 export.log)"
 
 check() {  # check REPORT KIND
   "$py" - "$1" "$2" <<'PY'
@@ -61,5 +57,4 @@ check bert.json text_classifier || fail "bench serve bert: bad report: $(head -c
 if "$hp" bench serve cnn_pkg --clients 0 > bad.out 2> bad.err; then fail "--clients 0 accepted"; fi
 [ "$(wc -l < bad.err)" -le 2 ] || fail "--clients 0: more than one line: $(cat bad.err)"
 
-[ "$failures" -eq 0 ] || exit 1
-echo "bench serve: all checks passed"
+finish "bench serve: all checks passed"

@@ -7,14 +7,11 @@
 set -uo pipefail
 hp=$1
 py=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+source "$(dirname "$0")/lib.sh"
+make_work_dir
 
 mkdir tiny
-"$py" - tiny <<'PY' || { echo "FAIL: writing the tiny model" >&2; exit 1; }
+"$py" - tiny <<'PY' || die "writing the tiny model"
 import json, sys
 import numpy as np
 from safetensors.numpy import save_file
@@ -91,5 +88,4 @@ for key in ("hf_per_s", "ratio", "min_cosine", "precision", "threads", "load_ave
 assert part["hf_per_s"] is None and part["ratio"] is None and part["min_cosine"] is None, part
 PY
 
-[ "$failures" -eq 0 ] && echo "bench text embed cli: all checks passed"
-exit "$failures"
+finish "bench text embed cli: all checks passed"

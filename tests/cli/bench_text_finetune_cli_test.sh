@@ -5,11 +5,8 @@
 # Usage: bench_text_finetune_cli_test.sh HOTPATH
 set -uo pipefail
 hp=$1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+source "$(dirname "$0")/lib.sh"
+make_work_dir
 
 cat > tiny.json <<'JSON'
 {"model_type": "bert", "vocab_size": 1200, "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
@@ -17,7 +14,7 @@ cat > tiny.json <<'JSON'
  "layer_norm_eps": 1e-12}
 JSON
 
-TMPDIR=$work "$hp" bench text --part finetune --config tiny.json --precision fp32 --batch-size 4 --seq-len 16 \
+"$hp" bench text --part finetune --config tiny.json --precision fp32 --batch-size 4 --seq-len 16 \
   --steps 2 --warmup 1 --threads 1 --repeats 2 --json bench.json > table.md 2> bench.err \
   || fail "bench text --part finetune: exit $? $(cat bench.err)"
 python3 - <<'PY' || fail "bench text --part finetune: bad JSON: $(cat bench.json)"
@@ -42,5 +39,4 @@ ls -d "$work"/hotpath-bench-finetune-* >/dev/null 2>&1 && fail "scratch director
   && fail "--seq-len beyond max_position_embeddings accepted"
 grep -q "max_position_embeddings" err.txt || fail "seq-len error does not say why: $(cat err.txt)"
 
-[ "$failures" -eq 0 ] && echo "bench text finetune cli: all checks passed"
-exit "$failures"
+finish "bench text finetune cli: all checks passed"

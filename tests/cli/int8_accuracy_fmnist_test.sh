@@ -9,34 +9,30 @@
 set -uo pipefail
 hp=$1
 src=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-export TMPDIR="$work"
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+source "$(dirname "$0")/lib.sh"
+make_work_dir
 max_loss=${HOTPATH_INT8_MAX_LOSS:-0.5}
 
 data=/usr/share/datasets/fashion-mnist
 for f in train-images-idx3-ubyte.gz t10k-images-idx3-ubyte.gz; do
-  [ -f "$data/$f" ] || { echo "FAIL: $data/$f is missing: install dataset-fashion-mnist (scripts/setup)" >&2; exit 1; }
+  [ -f "$data/$f" ] || die "$data/$f is missing: install dataset-fashion-mnist (scripts/setup)"
 done
 names="T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle boot"
 "$hp" data pack "$data/train-images-idx3-ubyte.gz" -o train --limit 10000 --class-names "$names" > pack.log 2>&1 \
-  || { echo "FAIL: pack train: $(tail -3 pack.log)" >&2; exit 1; }
+  || die "pack train: $(tail -3 pack.log)"
 "$hp" data pack "$data/t10k-images-idx3-ubyte.gz" -o test --class-names "$names" > pack.log 2>&1 \
-  || { echo "FAIL: pack test: $(tail -3 pack.log)" >&2; exit 1; }
+  || die "pack test: $(tail -3 pack.log)"
 
 "$hp" train "$src/configs/fashion_mnist.yaml" --set "data.train=$work/train-000000.tar" \
   --set "data.eval=$work/test-000000.tar" --set "output_dir=$work/run" --set train.epochs=1 > train.log 2>&1 \
-  || { echo "FAIL: train: $(tail -3 train.log)" >&2; exit 1; }
+  || die "train: $(tail -3 train.log)"
 
 start=$(date +%s)
 "$hp" export --model-dir run --out fp32 --calibration train-000000.tar > export_fp32.log 2>&1 \
-  || { echo "FAIL: export fp32: $(tail -3 export_fp32.log)" >&2; exit 1; }
+  || die "export fp32: $(tail -3 export_fp32.log)"
 mid=$(date +%s)
 "$hp" export --model-dir run --out int8 --precision int8 --calibration train-000000.tar > export_int8.log 2>&1 \
-  || { echo "FAIL: export int8: $(tail -3 export_int8.log)" >&2; exit 1; }
+  || die "export int8: $(tail -3 export_int8.log)"
 end=$(date +%s)
 echo "export fp32 $((mid - start)) s, int8 $((end - mid)) s (wall clock, this machine's load included)"
 tail -1 export_int8.log
@@ -57,8 +53,4 @@ assert abs(r["fp32"]["top1"] - r["run"]["top1"]) <= 0.011, "fp32 package differs
 sys.exit(0 if r["run"]["top1"] - r["int8"]["top1"] <= bound else 1)
 PY
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures failure(s)" >&2
-  exit 1
-fi
-echo "int8 accuracy (Fashion-MNIST): passed"
+finish "int8 accuracy (Fashion-MNIST): passed"

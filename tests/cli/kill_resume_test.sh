@@ -6,17 +6,14 @@ set -uo pipefail
 hp=$(realpath "$1")
 python=$2
 seed=${3:-$RANDOM}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+source "$(dirname "$0")/lib.sh"
+make_work_dir
 echo "kill_resume_test: seed $seed (pass it as the third argument to repeat these kill times)"
 RANDOM=$seed
 
 # Image: Fashion-MNIST (Debian dataset-fashion-mnist), a small CNN, checkpoints every few steps.
 "$hp" data pack /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz -o "$work/fm" \
-  --max-samples-per-shard 500 >/dev/null 2>&1 || { echo "cannot pack the image fixture" >&2; exit 1; }
+  --max-samples-per-shard 500 >/dev/null 2>&1 || die "cannot pack the image fixture"
 cat > image.yaml <<YAML
 name: kill-image
 model: {name: cnn_small, num_classes: 10}
@@ -38,7 +35,7 @@ checkpoint: {every_steps: 3, keep_last: 2}
 YAML
 
 # Text: a tiny seeded BERT (transformers in the venv) and a two-class task packed as text shards.
-"$python" - "$work/bert" <<'PY' || { echo "cannot make the tiny BERT" >&2; exit 1; }
+"$python" - "$work/bert" <<'PY' || die "cannot make the tiny BERT"
 import os, sys, torch
 from transformers import BertConfig, BertModel
 out = sys.argv[1]
@@ -54,7 +51,7 @@ for i in $(seq 1 768); do
   w=$([ $((i % 3)) -eq 0 ] && echo bad || echo good)
   echo "{\"text\": \"the movie was really $w\", \"label\": $([ "$w" = good ] && echo 1 || echo 0)}"
 done > text.jsonl
-"$hp" data pack-text text.jsonl --format jsonl -o "$work/tx" >/dev/null 2>&1 || { echo "cannot pack text" >&2; exit 1; }
+"$hp" data pack-text text.jsonl --format jsonl -o "$work/tx" >/dev/null 2>&1 || die "cannot pack text"
 cat > text.yaml <<YAML
 name: kill-text
 model: {name: bert, pretrained: $work/bert, num_classes: 2, lora_r: 4}
@@ -126,4 +123,4 @@ run_killed() {
 run_killed image image.yaml model.safetensors
 run_killed text text.yaml model/model.safetensors
 
-[ "$failures" -eq 0 ] && echo "kill_resume_test: all passed" || exit 1
+finish "kill_resume_test: all passed"

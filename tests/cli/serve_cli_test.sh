@@ -10,17 +10,12 @@ set -uo pipefail
 hp=$1
 py=$2
 src=$3
-work=$(mktemp -d)
+source "$(dirname "$0")/lib.sh"
+make_work_dir
 server_pid=
-cleanup() {
-  if [ -n "$server_pid" ]; then kill -9 "$server_pid" 2>/dev/null; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-cd "$work"
-export TMPDIR="$work"
+on_exit 'if [ -n "$server_pid" ]; then kill -9 "$server_pid" 2>/dev/null; fi'
 
-"$src/tests/serve/make_packages.sh" "$hp" "$work" || exit 1
+"$src/tests/serve/make_packages.sh" "$hp" "$work" || die "make_packages.sh: exit $?"
 
 "$hp" serve img txt emb --port 0 --threads 1 --max-batch-size 8 --max-queue-delay-us 2000 \
   --request-timeout-ms 1500 --max-body-bytes 200000 > server.out 2> server.err &
@@ -29,26 +24,25 @@ port=
 for _ in $(seq 1 600); do
   port=$(sed -n 's/^serve: ready on http:\/\/127.0.0.1:\([0-9]*\) .*/\1/p' server.out)
   [ -n "$port" ] && break
-  kill -0 "$server_pid" 2>/dev/null || { echo "FAIL: the server exited: $(tail -3 server.err)" >&2; exit 1; }
+  kill -0 "$server_pid" 2>/dev/null || die "the server exited: $(tail -3 server.err)"
   sleep 0.1
 done
-[ -n "$port" ] || { echo "FAIL: no ready line within 60 s: $(tail -3 server.err)" >&2; exit 1; }
-grep -q "(models: img, txt, emb)" server.out || { echo "FAIL: ready line: $(cat server.out)" >&2; exit 1; }
+[ -n "$port" ] || die "no ready line within 60 s: $(tail -3 server.err)"
+grep -q "(models: img, txt, emb)" server.out || die "ready line: $(cat server.out)"
 
-failures=0
-"$py" "$src/tests/serve/serve_client_test.py" "127.0.0.1:$port" "$hp" "$work" || failures=$((failures + 1))
+"$py" "$src/tests/serve/serve_client_test.py" "127.0.0.1:$port" "$hp" "$work" || fail "serve_client_test.py: exit $?"
 
 # The one-line curl of the README.
 out=$(curl -s -X POST "http://127.0.0.1:$port/v2/models/emb/infer" -H 'Content-Type: application/json' \
   -d '{"inputs":[{"name":"input_ids","shape":[1,4],"datatype":"INT64","data":[2,5,6,3]},{"name":"attention_mask","shape":[1,4],"datatype":"INT64","data":[1,1,1,1]},{"name":"token_type_ids","shape":[1,4],"datatype":"INT64","data":[0,0,0,0]}]}')
 case $out in
   *'"name":"sentence_embedding","datatype":"FP32","shape":[1,16],"data":['*) ;;
-  *) echo "FAIL: curl infer: $out" >&2; failures=$((failures + 1)) ;;
+  *) fail "curl infer: $out" ;;
 esac
 # [2, 5, 6, 3] is "[CLS] the cat [SEP]": curl's answer = the engine's through `hotpath embed`.
 echo "the cat" | "$hp" embed --model emb --threads 1 > embed_the_cat.jsonl 2> embed.err \
-  || { echo "FAIL: hotpath embed: $(cat embed.err)" >&2; failures=$((failures + 1)); }
-"$py" - "$out" embed_the_cat.jsonl <<'PY' || { echo "FAIL: curl's embedding differs from hotpath embed's" >&2; failures=$((failures + 1)); }
+  || fail "hotpath embed: $(cat embed.err)"
+"$py" - "$out" embed_the_cat.jsonl <<'PY' || fail "curl's embedding differs from hotpath embed's"
 import json, sys
 import numpy as np
 served = np.array(json.loads(sys.argv[1])["outputs"][0]["data"], np.float32)
@@ -57,7 +51,7 @@ assert served.shape == engine.shape and np.allclose(served, engine, atol=1e-5), 
 PY
 
 # One JSON log line per request, with the fields the issue names.
-"$py" - server.err <<'PY' || failures=$((failures + 1))
+"$py" - server.err <<'PY' || fail "the JSON request log lacks lines or fields"
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 assert len(lines) > 50, len(lines)
@@ -76,20 +70,19 @@ kill -TERM "$server_pid"
 wait "$server_pid"
 rc=$?
 server_pid=
-[ "$rc" -eq 0 ] || { echo "FAIL: exit $rc after SIGTERM: $(tail -3 server.err)" >&2; failures=$((failures + 1)); }
-grep -q "serve: drained" server.err || { echo "FAIL: no drain line: $(tail -3 server.err)" >&2; failures=$((failures + 1)); }
+[ "$rc" -eq 0 ] || fail "exit $rc after SIGTERM: $(tail -3 server.err)"
+grep -q "serve: drained" server.err || fail "no drain line: $(tail -3 server.err)"
 
 # One-line CLI errors.
-"$hp" serve --port 0 > /dev/null 2> e1.err && { echo "FAIL: serve without packages exited 0" >&2; failures=$((failures + 1)); }
-grep -q "no model packages" e1.err || { echo "FAIL: $(cat e1.err)" >&2; failures=$((failures + 1)); }
-"$hp" serve img --name img=emb --port 0 > /dev/null 2> e2.err && failures=$((failures + 1))
-grep -q "two models named 'img'" e2.err || { echo "FAIL: $(cat e2.err)" >&2; failures=$((failures + 1)); }
-"$hp" serve does-not-exist --port 0 > /dev/null 2> e3.err && failures=$((failures + 1))
-[ "$(wc -l < e3.err)" -eq 1 ] && grep -q "does-not-exist" e3.err || { echo "FAIL: $(cat e3.err)" >&2; failures=$((failures + 1)); }
+"$hp" serve --port 0 > /dev/null 2> e1.err && fail "serve without packages exited 0"
+grep -q "no model packages" e1.err || fail "$(cat e1.err)"
+"$hp" serve img --name img=emb --port 0 > /dev/null 2> e2.err && fail "two models named img: exit 0"
+grep -q "two models named 'img'" e2.err || fail "$(cat e2.err)"
+"$hp" serve does-not-exist --port 0 > /dev/null 2> e3.err && fail "a package that does not exist: exit 0"
+[ "$(wc -l < e3.err)" -eq 1 ] && grep -q "does-not-exist" e3.err || fail "$(cat e3.err)"
 
 if [ "$failures" -ne 0 ]; then
-  echo "serve_cli_test: $failures failure(s); server log tail:" >&2
+  echo "server log tail:" >&2
   tail -5 server.err >&2
-  exit 1
 fi
-echo "serve_cli_test: ok"
+finish "serve_cli_test: ok"

@@ -10,17 +10,11 @@ set -uo pipefail
 hp=$1
 py=$2
 src=$3
-work=$(mktemp -d)
+source "$(dirname "$0")/lib.sh"
+make_work_dir
 server_pid=
-cleanup() {
-  if [ -n "$server_pid" ]; then kill -9 "$server_pid" 2>/dev/null; fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
-cd "$work"
-export TMPDIR="$work"
-"$src/tests/serve/make_packages.sh" "$hp" "$work" || exit 1
-failures=0
+on_exit 'if [ -n "$server_pid" ]; then kill -9 "$server_pid" 2>/dev/null; fi'
+"$src/tests/serve/make_packages.sh" "$hp" "$work" || die "make_packages.sh: exit $?"
 
 # start_server NAME ARGS...: runs `hotpath serve emb ARGS` in the background; sets server_pid and port.
 start_server() {
@@ -35,8 +29,7 @@ start_server() {
     kill -0 "$server_pid" 2>/dev/null || break
     sleep 0.1
   done
-  echo "FAIL: $name: no ready line: $(tail -3 "$name.err")" >&2
-  exit 1
+  die "$name: no ready line: $(tail -3 "$name.err")"
 }
 
 stop_server() {
@@ -44,26 +37,25 @@ stop_server() {
   wait "$server_pid"
   local rc=$?
   server_pid=
-  [ "$rc" -eq 0 ] || { echo "FAIL: $1: exit $rc after SIGTERM: $(tail -3 "$1.err")" >&2; failures=$((failures + 1)); }
+  [ "$rc" -eq 0 ] || fail "$1: exit $rc after SIGTERM: $(tail -3 "$1.err")"
 }
 
 start_server load --max-batch-size 8 --max-queue-delay-us 2000 --max-queue-size 256
-"$py" "$src/tests/serve/serve_load_test.py" load "127.0.0.1:$port" 8 100 || failures=$((failures + 1))
+"$py" "$src/tests/serve/serve_load_test.py" load "127.0.0.1:$port" 8 100 || fail "load: exit $?"
 stop_server load
 
 start_server overload --max-batch-size 2 --max-queue-delay-us 20000 --max-queue-size 2
-"$py" "$src/tests/serve/serve_load_test.py" overload "127.0.0.1:$port" 16 10 || failures=$((failures + 1))
+"$py" "$src/tests/serve/serve_load_test.py" overload "127.0.0.1:$port" 16 10 || fail "overload: exit $?"
 stop_server overload
 
 start_server sigterm --max-batch-size 8 --max-queue-delay-us 20000 --max-queue-size 256 --drain-timeout-s 60
 "$py" "$src/tests/serve/serve_load_test.py" sigterm "127.0.0.1:$port" 8 "$server_pid" sigterm.err \
-  || failures=$((failures + 1))
+  || fail "sigterm: exit $?"
 wait "$server_pid"
 rc=$?
 server_pid=
-[ "$rc" -eq 0 ] || { echo "FAIL: sigterm: exit $rc: $(tail -3 sigterm.err)" >&2; failures=$((failures + 1)); }
+[ "$rc" -eq 0 ] || fail "sigterm: exit $rc: $(tail -3 sigterm.err)"
 grep -q "serve: drained, every accepted request answered" sigterm.err \
-  || { echo "FAIL: sigterm: no drain line: $(tail -3 sigterm.err)" >&2; failures=$((failures + 1)); }
+  || fail "sigterm: no drain line: $(tail -3 sigterm.err)"
 
-[ "$failures" -eq 0 ] || { echo "serve_load_cli_test: $failures failure(s)" >&2; exit 1; }
-echo "serve_load_cli_test: ok"
+finish "serve_load_cli_test: ok"

