@@ -19,25 +19,10 @@
 #include "hotpath/models/registry.h"
 #include "hotpath/models/text/bert.h"
 #include "hotpath/ops/int8_linear.h"
+#include "support/tiny_bert.h"
 
 namespace hotpath::infer {
 namespace {
-
-formats::BertConfig tiny_bert(formats::BertArch arch) {
-  formats::BertConfig c;
-  c.arch = arch;
-  c.vocab_size = 50;
-  c.hidden_size = 32;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.intermediate_size = 48;
-  c.max_position_embeddings = 64;
-  c.type_vocab_size = arch == formats::BertArch::kBert ? 2 : 0;
-  c.num_labels = 3;
-  c.hidden_dropout_prob = 0.0;
-  c.attention_probs_dropout_prob = 0.0;
-  return c;
-}
 
 // Every linear dynamic int8, in graph.h's quantized form (what the quantizer writes).
 Graph quantize_linears(const Graph& g) {
@@ -71,11 +56,11 @@ const TextGraphs& text_graphs() {
   static const TextGraphs g = [] {
     TextGraphs t;
     at::manual_seed(21);
-    models::BertForSequenceClassification bert(tiny_bert(formats::BertArch::kBert));
+    models::BertForSequenceClassification bert(test::tiny_bert(formats::BertArch::kBert, 64));
     bert.eval();
     t.bert_fp32 = lower_text_classifier(bert);
     t.bert_int8 = quantize_linears(t.bert_fp32);
-    auto encoder = std::make_shared<models::BertModel>(tiny_bert(formats::BertArch::kDistilBert),
+    auto encoder = std::make_shared<models::BertModel>(test::tiny_bert(formats::BertArch::kDistilBert, 64),
                                                        models::BertOptions{.add_pooling_layer = false});
     encoder->eval();
     const models::SentenceEmbedder embedder(encoder);

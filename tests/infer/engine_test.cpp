@@ -24,6 +24,7 @@
 #include "hotpath/ops/int8_conv.h"
 #include "hotpath/ops/int8_linear.h"
 #include "support/test_support.h"
+#include "support/tiny_bert.h"
 
 namespace hotpath::infer {
 namespace {
@@ -48,6 +49,22 @@ void randomize_batch_norms(torch::nn::Module& model) {
 double rel_error(const at::Tensor& a, const at::Tensor& b) {
   const double scale = std::max(1.0, b.abs().max().item<double>());
   return (a - b).abs().max().item<double>() / scale;
+}
+
+struct ImageModelShape {
+  const char* name;
+  std::int64_t classes, channels, size;
+};
+enum class BatchNorms { kRandomized, kAsInitialized };
+
+// The graph of a random-weight image model made after at::manual_seed(seed), in eval mode; its batch norms
+// get non-trivial statistics (randomize_batch_norms) unless kAsInitialized.
+Graph seeded_image_graph(std::uint64_t seed, const ImageModelShape& m, BatchNorms bn = BatchNorms::kRandomized) {
+  at::manual_seed(seed);
+  auto model = models::create_model(m.name, {.num_classes = m.classes, .in_channels = m.channels});
+  if (bn == BatchNorms::kRandomized) randomize_batch_norms(*model);
+  model->eval();
+  return lower_image_model(*model, {.channels = m.channels, .image_size = m.size});
 }
 
 at::Tensor image_reference(models::ImageClassifier& model, const at::Tensor& x) {
@@ -90,21 +107,8 @@ INSTANTIATE_TEST_SUITE_P(Families, EngineVision,
                                            VisionCase{"efficientnet_lite0", 3, 65}, VisionCase{"vit_tiny", 3, 224}),
                          [](const auto& test_info) { return std::string(test_info.param.name); });
 
-formats::BertConfig tiny_bert(formats::BertArch arch) {
-  formats::BertConfig c;
-  c.arch = arch;
-  c.vocab_size = 50;
-  c.hidden_size = 32;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.intermediate_size = 48;
-  c.max_position_embeddings = 40;
-  c.type_vocab_size = arch == formats::BertArch::kBert ? 2 : 0;
-  c.num_labels = 3;
-  c.hidden_dropout_prob = 0.0;
-  c.attention_probs_dropout_prob = 0.0;
-  return c;
-}
+// The tiny BERT's position embeddings: EngineInputs checks that a longer input is refused.
+constexpr std::int64_t kTextPositions = 40;
 
 struct TextInputs {
   at::Tensor ids, mask, types;
@@ -124,7 +128,7 @@ TextInputs text_inputs(std::int64_t length, std::int64_t vocab) {
 TEST(EngineText, BertClassifierMatchesTheTrainingModel) {
   for (auto arch : {formats::BertArch::kBert, formats::BertArch::kDistilBert}) {
     at::manual_seed(3);
-    models::BertForSequenceClassification model(tiny_bert(arch));
+    models::BertForSequenceClassification model(test::tiny_bert(arch, kTextPositions));
     model.eval();
     const Engine engine = Engine::from_graph(lower_text_classifier(model), {.threads = 1});
     for (std::int64_t length : {7, 19}) {
@@ -140,7 +144,7 @@ TEST(EngineText, BertClassifierMatchesTheTrainingModel) {
 
 TEST(EngineText, MergesLoraAdaptersIntoTheWeights) {
   at::manual_seed(4);
-  models::BertForSequenceClassification model(tiny_bert(formats::BertArch::kBert));
+  models::BertForSequenceClassification model(test::tiny_bert(formats::BertArch::kBert, kTextPositions));
   formats::LoraConfig lora;
   lora.r = 4;
   lora.lora_alpha = 8;
@@ -165,7 +169,7 @@ TEST(EngineText, MergesLoraAdaptersIntoTheWeights) {
 
 TEST(EngineText, SentenceEmbedderMatchesMeanPoolAndNormalize) {
   at::manual_seed(5);
-  auto bert = std::make_shared<models::BertModel>(tiny_bert(formats::BertArch::kBert),
+  auto bert = std::make_shared<models::BertModel>(test::tiny_bert(formats::BertArch::kBert, kTextPositions),
                                                   models::BertOptions{.add_pooling_layer = false});
   bert->eval();
   const models::SentenceEmbedder embedder(bert);
@@ -238,7 +242,7 @@ TEST(EngineInputs, RefusesWrongShapesDtypesAndIdsWithOneLine) {
   EXPECT_NE(message({at::ones({2, 1, 28, 28}, at::kLong)}).find("expected floating point"), std::string::npos);
   EXPECT_NE(message({}).find("input images is required"), std::string::npos);
 
-  models::BertForSequenceClassification bert(tiny_bert(formats::BertArch::kBert));
+  models::BertForSequenceClassification bert(test::tiny_bert(formats::BertArch::kBert, kTextPositions));
   bert.eval();
   const Engine text = Engine::from_graph(lower_text_classifier(bert));
   const at::Tensor ids = at::full({1, 4}, 50, at::kLong);  // vocab is 50: id 50 is out of range
@@ -249,15 +253,11 @@ TEST(EngineInputs, RefusesWrongShapesDtypesAndIdsWithOneLine) {
     EXPECT_NE(std::string(e.what()).find("input_ids holds ids in [50, 50], expected [0, 50)"), std::string::npos)
         << e.what();
   }
-  EXPECT_THROW((void)text.run({at::zeros({1, 41}, at::kLong)}), Error);  // beyond 40 positions
+  EXPECT_THROW((void)text.run({at::zeros({1, kTextPositions + 1}, at::kLong)}), Error);
 }
 
 TEST(EngineBf16, RunsFp32WithAReasonWhereTheCpuLacksNativeBf16) {
-  at::manual_seed(2);
-  auto model = models::create_model("resnet18_small", {.num_classes = 4, .in_channels = 3});
-  randomize_batch_norms(*model);
-  model->eval();
-  const Graph g = lower_image_model(*model, {.channels = 3, .image_size = 16});
+  const Graph g = seeded_image_graph(2, {.name = "resnet18_small", .classes = 4, .channels = 3, .size = 16});
   const at::Tensor x = at::randn({2, 3, 16, 16});
   const at::Tensor fp32 = Engine::from_graph(g).run({x}).front();
   {
@@ -304,11 +304,7 @@ Graph quantize_by_hand(const Graph& g, const at::Tensor& calibration) {
 }
 
 TEST(EngineInt8, RunsQuantizedConvsAndLinearsCloseToFp32) {
-  at::manual_seed(12);
-  auto model = models::create_model("resnet18_small", {.num_classes = 6, .in_channels = 3});
-  randomize_batch_norms(*model);
-  model->eval();
-  const Graph g = lower_image_model(*model, {.channels = 3, .image_size = 16});
+  const Graph g = seeded_image_graph(12, {.name = "resnet18_small", .classes = 6, .channels = 3, .size = 16});
   const at::Tensor x = at::randn({4, 3, 16, 16});
   const Graph q = quantize_by_hand(g, x);
   q.validate();
@@ -325,11 +321,7 @@ TEST(EngineInt8, RunsQuantizedConvsAndLinearsCloseToFp32) {
 // Chained convs hand each other u8 tensors (int8_chain.h): the same numbers up to oneDNN's requantization
 // rounding, and the u8 values really flow (a chained conv's output is uint8).
 TEST(EngineInt8, ChainedConvsMatchUnchainedAndPassU8) {
-  at::manual_seed(13);
-  auto model = models::create_model("resnet18_small", {.num_classes = 6, .in_channels = 3});
-  randomize_batch_norms(*model);
-  model->eval();
-  const Graph g = lower_image_model(*model, {.channels = 3, .image_size = 16});
+  const Graph g = seeded_image_graph(13, {.name = "resnet18_small", .classes = 6, .channels = 3, .size = 16});
   const at::Tensor x = at::randn({4, 3, 16, 16});
   const Graph q = quantize_by_hand(g, x);
   Graph chained = q;
@@ -356,7 +348,7 @@ TEST(EngineInt8, ChainedConvsMatchUnchainedAndPassU8) {
 // int8 text graphs, even and odd batches, a padded sequence.
 TEST(EngineText, SplitBatchEqualsTheUnsplitRun) {
   at::manual_seed(6);
-  models::BertForSequenceClassification model(tiny_bert(formats::BertArch::kBert));
+  models::BertForSequenceClassification model(test::tiny_bert(formats::BertArch::kBert, kTextPositions));
   model.eval();
   const Graph g = lower_text_classifier(model);
   for (const bool int8 : {false, true}) {
@@ -403,11 +395,7 @@ PackageDir image_package(const std::string& arch, std::int64_t channels, std::in
 }
 
 TEST(Package, RoundTripsAndReloadsBitIdentical) {
-  at::manual_seed(9);
-  auto model = models::create_model("resnet18_small", {.num_classes = 3, .in_channels = 1});
-  randomize_batch_norms(*model);
-  model->eval();
-  const Graph g = lower_image_model(*model, {.channels = 1, .image_size = 12});
+  const Graph g = seeded_image_graph(9, {.name = "resnet18_small", .classes = 3, .channels = 1, .size = 12});
   const TempDir dir;
   const fs::path pkg = dir.path() / "pkg";
   write_package_dir(pkg, image_package("resnet18_small", 1, 12, 3), g, {{"precision", "fp32"}}, {}, false);
@@ -436,10 +424,8 @@ std::string load_error(const fs::path& pkg) {
 }
 
 TEST(Package, BadPackagesFailWithOneLineNamingTheFile) {
-  at::manual_seed(10);
-  auto model = models::create_model("cnn_small", {.num_classes = 3, .in_channels = 1});
-  model->eval();
-  const Graph g = lower_image_model(*model, {.channels = 1, .image_size = 8});
+  const Graph g = seeded_image_graph(10, {.name = "cnn_small", .classes = 3, .channels = 1, .size = 8},
+                                         BatchNorms::kAsInitialized);
   const TempDir dir;
   const auto fresh = [&](const std::string& name) {
     const fs::path pkg = dir.path() / name;
@@ -507,10 +493,8 @@ TEST(Package, BadPackagesFailWithOneLineNamingTheFile) {
 // Random damage to config.json (byte flips, cuts, insertions): every load either works or fails with one
 // hotpath::Error line — never another exception, a crash or a hang.
 TEST(Package, MutatedConfigsFailWithOneLineOrLoad) {
-  at::manual_seed(11);
-  auto model = models::create_model("cnn_small", {.num_classes = 3, .in_channels = 1});
-  model->eval();
-  const Graph g = lower_image_model(*model, {.channels = 1, .image_size = 8});
+  const Graph g = seeded_image_graph(11, {.name = "cnn_small", .classes = 3, .channels = 1, .size = 8},
+                                         BatchNorms::kAsInitialized);
   const TempDir dir;
   const fs::path pkg = dir.path() / "pkg";
   write_package_dir(pkg, image_package("cnn_small", 1, 8, 3), g, {}, {}, false);
