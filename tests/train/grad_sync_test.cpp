@@ -10,9 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <torch/optim/optimizer.h>
@@ -23,10 +21,12 @@
 #include "hotpath/train/optimizer.h"
 #include "hotpath/train/zero.h"
 #include "support/test_support.h"
+#include "support/two_ranks.h"
 
 namespace hotpath::train {
 namespace {
 
+using test::run_two_ranks;
 using test::TempDir;
 
 // A two-layer MLP as plain tensors, plus a parameter the loss never uses. Registration order is the
@@ -64,26 +64,6 @@ struct Fixture {
     return m.grads();
   }
 };
-
-// Runs `body(rank, dist)` on two threads joined in one Gloo group; rethrows the first failure's text.
-std::vector<std::string> run_two_ranks(const std::function<void(int, DistContext&)>& body,
-                                       const std::vector<AgreementKeys>& keys = {{}, {}}) {
-  TempDir dir;
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto dist = DistContext::connect_file(dir.file("store"), r, 2, std::chrono::seconds(30), keys[r]);
-        body(r, *dist);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
-}
 
 void expect_close(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b, double tol, const char* what) {
   ASSERT_EQ(a.size(), b.size());

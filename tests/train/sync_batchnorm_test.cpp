@@ -11,10 +11,7 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/nn/modules/conv.h>
 
-#include <chrono>
-#include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "hotpath/core/error.h"
@@ -22,30 +19,13 @@
 #include "hotpath/ops/fused_bn_relu.h"
 #include "hotpath/train/distributed.h"
 #include "support/test_support.h"
+#include "support/two_ranks.h"
 
 namespace hotpath::models {
 namespace {
 
+using test::run_two_ranks;
 using train::DistContext;
-
-// Runs `body(rank, dist)` on two threads joined in one Gloo group; returns each rank's error text ("" = none).
-std::vector<std::string> run_two_ranks(const std::function<void(int, DistContext&)>& body) {
-  test::TempDir dir;
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto dist = DistContext::connect_file(dir.file("store"), r, 2, std::chrono::seconds(30), {});
-        body(r, *dist);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
-}
 
 // A group that must not be used: eval and one-rank paths take no collective.
 class NoCollective final : public BatchNormGroup {
