@@ -65,6 +65,42 @@ Source from_image_model(models::ModelHandle model, PackageDir package) {
   return s;
 }
 
+// A text model's reference: its forward on (input_ids, attention_mask, token_type_ids), the engine's inputs.
+template <typename TextModel>
+Reference text_reference(std::shared_ptr<TextModel> model) {
+  return [model](const std::vector<at::Tensor>& in) {
+    const at::NoGradGuard no_grad;
+    return model->forward(in.at(0), in.at(1), in.at(2));
+  };
+}
+
+std::string text_architecture(const formats::BertConfig& config) {
+  return config.arch == formats::BertArch::kBert ? "bert" : "distilbert";
+}
+
+// The package's kind, architecture and graph from the model, which is also kept as the reference.
+Source from_text_classifier(std::shared_ptr<models::BertForSequenceClassification> model, PackageDir package) {
+  model->eval();
+  Source s;
+  s.lowered.graph = lower_text_classifier(*model);
+  s.lowered.package = std::move(package);
+  s.lowered.package.kind = PackageKind::kTextClassifier;
+  s.lowered.package.architecture = text_architecture(model->config());
+  s.reference = text_reference(std::move(model));
+  return s;
+}
+
+Source from_sentence_embedder(std::shared_ptr<models::SentenceEmbedder> embedder, PackageDir package) {
+  embedder->model->eval();
+  Source s;
+  s.lowered.graph = lower_sentence_embedder(*embedder);
+  s.lowered.package = std::move(package);
+  s.lowered.package.kind = PackageKind::kSentenceEmbedder;
+  s.lowered.package.architecture = text_architecture(embedder->model->config());
+  s.reference = text_reference(std::move(embedder));
+  return s;
+}
+
 std::vector<fs::path> tokenizer_files(const fs::path& dir) {
   std::vector<fs::path> files;
   for (const char* name : {"tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json",
@@ -91,42 +127,29 @@ Source from_text_dir(const fs::path& dir, const ExportSource& src) {
   if (task == "auto") {
     task = fs::exists(dir / "modules.json") || !has_classifier_head(dir / "config.json") ? "embed" : "classify";
   }
-  Source s;
-  PackageDir& p = s.lowered.package;
-  s.lowered.tokenizer_files = tokenizer_files(dir);
-  HOTPATH_CHECK(!s.lowered.tokenizer_files.empty(), dir.string(),
+  std::vector<fs::path> tokenizer = tokenizer_files(dir);
+  HOTPATH_CHECK(!tokenizer.empty(), dir.string(),
                 ": no tokenizer files (tokenizer.json or vocab.txt) to put in the package");
+  Source s;
   std::int64_t positions = 0;
   if (task == "classify") {
     auto model = models::load_bert_classifier(dir);
-    model->eval();
     const formats::BertConfig& c = model->config();
     positions = c.max_position_embeddings;
-    p.kind = PackageKind::kTextClassifier;
-    p.architecture = c.arch == formats::BertArch::kBert ? "bert" : "distilbert";
+    PackageDir p;
     for (std::int64_t i = 0; i < c.num_labels; ++i) {
       p.labels.push_back(i < static_cast<std::int64_t>(c.id2label.size()) ? c.id2label[static_cast<std::size_t>(i)]
                                                                          : "LABEL_" + std::to_string(i));
     }
-    s.lowered.graph = lower_text_classifier(*model);
-    s.reference = [model](const std::vector<at::Tensor>& in) {
-      const at::NoGradGuard no_grad;
-      return model->forward(in.at(0), in.at(1), in.at(2));
-    };
+    s = from_text_classifier(std::move(model), std::move(p));
   } else {
     HOTPATH_CHECK(task == "embed", "export: --task is '", task, "', expected classify, embed or auto");
     auto embedder = std::make_shared<models::SentenceEmbedder>(models::load_sentence_embedder(dir));
-    embedder->model->eval();
-    const formats::BertConfig& c = embedder->model->config();
-    positions = c.max_position_embeddings;
-    p.kind = PackageKind::kSentenceEmbedder;
-    p.architecture = c.arch == formats::BertArch::kBert ? "bert" : "distilbert";
-    s.lowered.graph = lower_sentence_embedder(*embedder);
-    s.reference = [embedder](const std::vector<at::Tensor>& in) {
-      const at::NoGradGuard no_grad;
-      return embedder->forward(in.at(0), in.at(1), in.at(2));
-    };
+    positions = embedder->model->config().max_position_embeddings;
+    s = from_sentence_embedder(std::move(embedder), PackageDir{});
   }
+  s.lowered.tokenizer_files = std::move(tokenizer);
+  PackageDir& p = s.lowered.package;
   // Default: sentence-transformers' max_seq_length when the directory says it (what `embed --model DIR`
   // truncates to), else min(128, positions).
   std::int64_t fallback = std::min<std::int64_t>(128, positions);
@@ -204,35 +227,19 @@ Source load_source(const ExportSource& src) {
                 " builds a randomly initialised BERT-shape model: add --random-init");
   const formats::BertConfig config = formats::BertConfig::from_file(src.bert_config);
   at::manual_seed(0);
-  Source s;
-  PackageDir& p = s.lowered.package;
-  p.architecture = config.arch == formats::BertArch::kBert ? "bert" : "distilbert";
+  PackageDir p;
   p.text.max_length = src.max_length > 0 ? src.max_length : std::min<std::int64_t>(128, config.max_position_embeddings);
   HOTPATH_CHECK(p.text.max_length >= 2 && p.text.max_length <= config.max_position_embeddings, "export: --max-length ",
                 p.text.max_length, " outside [2, ", config.max_position_embeddings, "]");
   p.source = {{"config", src.bert_config}, {"weights", "random-init"}, {"seed", 0}};
   if (src.task == "embed") {
-    auto embedder = std::make_shared<models::SentenceEmbedder>(
-        std::make_shared<models::BertModel>(config, models::BertOptions{.add_pooling_layer = false}));
-    embedder->model->eval();
-    p.kind = PackageKind::kSentenceEmbedder;
-    s.lowered.graph = lower_sentence_embedder(*embedder);
-    s.reference = [embedder](const std::vector<at::Tensor>& in) {
-      const at::NoGradGuard no_grad;
-      return embedder->forward(in.at(0), in.at(1), in.at(2));
-    };
-  } else {
-    auto model = std::make_shared<models::BertForSequenceClassification>(config);
-    model->eval();
-    p.kind = PackageKind::kTextClassifier;
-    for (std::int64_t i = 0; i < config.num_labels; ++i) p.labels.push_back("LABEL_" + std::to_string(i));
-    s.lowered.graph = lower_text_classifier(*model);
-    s.reference = [model](const std::vector<at::Tensor>& in) {
-      const at::NoGradGuard no_grad;
-      return model->forward(in.at(0), in.at(1), in.at(2));
-    };
+    return from_sentence_embedder(
+        std::make_shared<models::SentenceEmbedder>(
+            std::make_shared<models::BertModel>(config, models::BertOptions{.add_pooling_layer = false})),
+        std::move(p));
   }
-  return s;
+  for (std::int64_t i = 0; i < config.num_labels; ++i) p.labels.push_back("LABEL_" + std::to_string(i));
+  return from_text_classifier(std::make_shared<models::BertForSequenceClassification>(config), std::move(p));
 }
 
 // ---- the data the report (and int8 calibration) runs on -------------------------------------------
