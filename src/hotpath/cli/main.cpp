@@ -3,7 +3,10 @@
 #include <CLI/CLI.hpp>
 #include <torch/version.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <iostream>
 #include <new>
@@ -44,10 +47,61 @@ void cap_libtorch_isa() {
   if (caps.mkl != nullptr) setenv("MKL_ENABLE_INSTRUCTIONS", caps.mkl, 0);
 }
 
+// LibTorch's OpenMP runtime (libgomp) lets a thread that waits at a barrier or for the next parallel region
+// spin 300,000 pauses (milliseconds) before it sleeps. Where the cores are shared (more runnable threads
+// than cores), a spinning thread burns the time slice its partner needs and every region's barrier waits
+// for a descheduled thread: ResNet-50 batch 1 (57 regions per image, 2 threads, load 8 on 2 cores) ran
+// p50 630-1116 ms so, 180-220 ms with GOMP_SPINCOUNT 1000-3000 (docs/benchmarks.md, 2026-12-03); alone on
+// the cores the short spin measured the same as the default (35-50 ms either way). libgomp reads its
+// environment once, in its constructor, from the environment the process was started with (libc sets
+// environ from it after the preinit array), so setenv() comes too late: without OMP_WAIT_POLICY or
+// GOMP_SPINCOUNT, hotpath restarts itself once from the preinit array — before any library constructor has
+// run; the dynamic loading it repeats takes ~20 ms — with GOMP_SPINCOUNT added. main() takes it out again,
+// so child processes (the benchmark peers, `train --nproc` ranks) start from the user's environment.
+constexpr const char* kOpenmpSpinVar = "GOMP_SPINCOUNT=3000";
+constexpr const char* kOpenmpSpinMarker = "HOTPATH_GOMP_SPINCOUNT_SET=1";
+bool g_openmp_spin_set = false;
+
+bool has_var(char** envp, const char* name) {
+  const std::size_t n = std::strlen(name);
+  for (char** e = envp; e != nullptr && *e != nullptr; ++e) {
+    if (std::strncmp(*e, name, n) == 0 && (*e)[n] == '=') return true;
+  }
+  return false;
+}
+
+// Runs before libc and every library are initialised: only plain C calls, no allocation.
+void restart_with_openmp_spin_count(int /*argc*/, char** argv, char** envp) {
+  if (has_var(envp, "OMP_WAIT_POLICY") || has_var(envp, "GOMP_SPINCOUNT") ||
+      has_var(envp, "HOTPATH_GOMP_SPINCOUNT_SET")) {
+    return;
+  }
+  std::size_t n = 0;
+  while (envp != nullptr && envp[n] != nullptr) ++n;
+  auto** env = static_cast<char**>(__builtin_alloca((n + 3) * sizeof(char*)));
+  for (std::size_t i = 0; i < n; ++i) env[i] = envp[i];
+  env[n] = const_cast<char*>(kOpenmpSpinVar);
+  env[n + 1] = const_cast<char*>(kOpenmpSpinMarker);
+  env[n + 2] = nullptr;
+  execve("/proc/self/exe", argv, env);  // returns only on failure: run on with libgomp's default
+}
+
+__attribute__((section(".preinit_array"), used)) void (*g_preinit_openmp)(int, char**, char**) =
+    restart_with_openmp_spin_count;
+
+std::string openmp_wait_text() {
+  if (g_openmp_spin_set) return std::string("OpenMP wait: ") + kOpenmpSpinVar + " (hotpath's default)\n";
+  std::string text = "OpenMP wait:";
+  if (const char* policy = std::getenv("OMP_WAIT_POLICY"); policy != nullptr) text += std::string(" OMP_WAIT_POLICY=") + policy;
+  if (const char* spin = std::getenv("GOMP_SPINCOUNT"); spin != nullptr) text += std::string(" GOMP_SPINCOUNT=") + spin;
+  return text + (text.back() == ':' ? " libgomp's default" : " (from the environment)") + "\n";
+}
+
 // `hotpath --version`: versions, then which kernel every op runs on this CPU and why.
 std::string version_text() {
   std::string text = "hotpath 0.1.0\nLibTorch " TORCH_VERSION "\n";
   text += hotpath::cpu::dispatch_report_text();
+  text += openmp_wait_text();
   if (const char* cap = std::getenv("ATEN_CPU_CAPABILITY"); cap != nullptr) {
     text += std::string("LibTorch kernels: ATEN_CPU_CAPABILITY=") + cap;
     if (const char* onednn = std::getenv("ONEDNN_MAX_CPU_ISA"); onednn != nullptr) {
@@ -62,6 +116,11 @@ std::string version_text() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (std::getenv("HOTPATH_GOMP_SPINCOUNT_SET") != nullptr) {  // libgomp has read it: children get the user's env
+    g_openmp_spin_set = true;
+    unsetenv("GOMP_SPINCOUNT");
+    unsetenv("HOTPATH_GOMP_SPINCOUNT_SET");
+  }
   try {
     hotpath::apply_malloc_policy();  // before any thread: see core/malloc_policy.h
     cap_libtorch_isa();
