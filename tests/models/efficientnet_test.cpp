@@ -3,6 +3,7 @@
 #include "hotpath/models/vision/efficientnet.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
@@ -21,6 +22,7 @@
 #include "hotpath/models/vision/pretrained.h"
 #include "hotpath/models/registry.h"
 #include "hotpath/models/weights.h"
+#include "hotpath/ops/dropout.h"
 #include "models/model_test_support.h"
 #include "support/test_support.h"
 
@@ -220,6 +222,95 @@ TEST(EfficientNet, TrainAndEvalDifferOnlyByBatchNormAndDropout) {
   const at::NoGradGuard no_grad;
   const at::Tensor x = at::randn({3, 3, 32, 32});
   EXPECT_FALSE(net.forward(x).allclose(net.forward(x)));
+}
+
+// Keyed stochastic depth (data-parallel training): row b is kept by a draw keyed on sample_index[b], so a
+// sample's fate is the same in any batch, at any row and on any thread count, and it differs between samples.
+TEST(EfficientNet, KeyedStochasticDepthIsPerSampleAndIndependentOfTheBatch) {
+  const auto draw = [](const std::vector<std::int64_t>& samples, double p) {
+    return ops::DropoutDraw{p, /*seed=*/42, /*offset=*/kEfficientNetFirstBlockSite + 3,
+                            at::tensor(samples, at::kLong)};
+  };
+  const at::Tensor x8 = at::randn({8, 2, 3, 3});
+  const std::vector<std::int64_t> eight = {100, 101, 102, 103, 104, 105, 106, 107};
+  const at::Tensor y8 = stochastic_depth(x8, draw(eight, 0.5));
+  // Batch of 4 holding samples 103 (at row 0) and 100 (at row 3): their rows equal the batch of 8's.
+  const at::Tensor x4 = at::stack({x8[3], x8[5], x8[6], x8[0]});
+  const at::Tensor y4 = stochastic_depth(x4, draw({103, 105, 106, 100}, 0.5));
+  EXPECT_TRUE(y4[0].equal(y8[3]));
+  EXPECT_TRUE(y4[3].equal(y8[0]));
+  EXPECT_TRUE(y4[1].equal(y8[5]));
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  const at::Tensor y8_one_thread = stochastic_depth(x8, draw(eight, 0.5));
+  at::set_num_threads(2);
+  const at::Tensor y8_two_threads = stochastic_depth(x8, draw(eight, 0.5));
+  at::set_num_threads(threads);
+  EXPECT_TRUE(y8_one_thread.equal(y8)) << "1 thread";
+  EXPECT_TRUE(y8_two_threads.equal(y8)) << "2 threads";
+
+  // Per sample: each row is all 0 or all x/(1-p); over 4000 samples about 1-p survive, not all alike.
+  std::vector<std::int64_t> many(4000);
+  for (std::size_t i = 0; i < many.size(); ++i) many[i] = static_cast<std::int64_t>(7 * i + 1);
+  const at::Tensor ones = at::ones({4000, 2, 3, 3});
+  const at::Tensor y = stochastic_depth(ones, draw(many, 0.25)).flatten(1);
+  EXPECT_TRUE((y.amax(1) == y.amin(1)).all().item<bool>());
+  const at::Tensor first = y.select(1, 0);
+  EXPECT_TRUE(((first == 0) | ((first - 1.0 / 0.75).abs() < 1e-6)).all().item<bool>());
+  EXPECT_NEAR((first > 0).to(at::kDouble).mean().item<double>(), 0.75, 0.03);
+  // Another site draws other rows; p = 0 is x itself; p = 1 drops everything.
+  ops::DropoutDraw other = draw(many, 0.25);
+  other.offset += 1;
+  EXPECT_FALSE(stochastic_depth(ones, other).flatten(1).equal(y));
+  EXPECT_TRUE(stochastic_depth(x8, draw(eight, 0.0)).is_same(x8));
+  EXPECT_TRUE(stochastic_depth(x8, draw(eight, 1.0)).eq(0).all().item<bool>());
+  EXPECT_THROW(stochastic_depth(x8, draw(eight, 1.5)), Error);
+}
+
+// A small EfficientNet with heavy dropout and stochastic depth (blocks 1..3 at rates 0.125..0.375, classifier 0.5).
+EfficientNet small_dropout_net() {
+  EfficientNetConfig config = efficientnet_config("efficientnet_b0", {.num_classes = 5});
+  config.stages = {{1, 3, 1, 8, 8, 2}, {2, 3, 2, 8, 16, 2}};
+  config.head_channels = 32;
+  config.dropout = 0.5;
+  config.stochastic_depth = 0.5;
+  return EfficientNet(config);
+}
+
+// The image task's keyed forward: with batch norm on running statistics (so the batch does not mix rows) a
+// sample's logits are the same in a batch of 8 or 4, at row 0 or 3, on 1 or 2 threads; eval and an unkeyed
+// source are the plain forward.
+TEST(EfficientNet, KeyedDropoutFollowsTheSampleNotTheBatch) {
+  EfficientNet net = small_dropout_net();
+  net.train();
+  set_batch_norm_training(net, false);
+  const at::NoGradGuard no_grad;
+  at::manual_seed(1);
+  const at::Tensor x8 = at::randn({8, 3, 16, 16});
+  const auto source = [](const std::vector<std::int64_t>& samples) {
+    return ops::DropoutSource::per_sample(/*run_seed=*/9, /*epoch=*/2, at::tensor(samples, at::kLong));
+  };
+  const at::Tensor y8 = net.forward(x8, source({0, 1, 2, 3, 4, 5, 6, 7}));
+  const at::Tensor y4 = net.forward(at::stack({x8[3], x8[1], x8[2], x8[0]}), source({3, 1, 2, 0}));
+  EXPECT_LE((y4[0] - y8[3]).abs().max().item<double>(), 1e-5);
+  EXPECT_LE((y4[3] - y8[0]).abs().max().item<double>(), 1e-5);
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  const at::Tensor y8_one_thread = net.forward(x8, source({0, 1, 2, 3, 4, 5, 6, 7}));
+  at::set_num_threads(threads);
+  EXPECT_LE((y8_one_thread - y8).abs().max().item<double>(), 1e-5);
+  // The draws matter: other samples' keys (the same images) give other logits, and so does eval.
+  const at::Tensor other = net.forward(x8, source({10, 11, 12, 13, 14, 15, 16, 17}));
+  EXPECT_GT((other - y8).abs().max().item<double>(), 1e-3);
+  // Not keyed: the default generator, as before (same seed, same draws as forward(images)).
+  at::manual_seed(5);
+  const at::Tensor unkeyed = net.forward(x8, ops::DropoutSource{});
+  at::manual_seed(5);
+  EXPECT_TRUE(unkeyed.equal(net.forward(x8)));
+  // Eval draws nothing, keyed or not.
+  net.eval();
+  EXPECT_TRUE(net.forward(x8, source({0, 1, 2, 3, 4, 5, 6, 7})).equal(net.forward(x8)));
+  EXPECT_GT((net.forward(x8) - y8).abs().max().item<double>(), 1e-3);
 }
 
 TEST(EfficientNet, TrainingStepReachesEveryParameter) {

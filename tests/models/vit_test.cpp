@@ -16,6 +16,7 @@
 #include "hotpath/models/registry.h"
 #include "hotpath/models/vision/vit.h"
 #include "hotpath/models/weights.h"
+#include "hotpath/ops/dropout.h"
 #include "models/model_test_support.h"
 
 namespace hotpath::models {
@@ -190,6 +191,69 @@ TEST(ViT, DropoutActsOnlyInTraining) {
   EXPECT_TRUE(net.forward(x).equal(net.forward(x)));
   net.train();
   EXPECT_FALSE(net.forward(x).equal(net.forward(x)));
+}
+
+// The image task's keyed forward (data-parallel training): every dropout — embeddings, attention
+// probabilities, attention output, MLP — is drawn per sample, so a sample's logits are the same in a batch of
+// 8 or 4, at row 0 or 3, on 1 or 2 threads; eval and an unkeyed source are the plain forward.
+TEST(ViT, KeyedDropoutFollowsTheSampleNotTheBatch) {
+  ViTConfig config = small_config();
+  config.options.dropout = 0.3;
+  config.options.attention_dropout = 0.3;
+  ViT net(config);
+  const at::NoGradGuard no_grad;
+  net.head->weight.normal_();  // a zero head would hide everything
+  at::manual_seed(1);
+  const at::Tensor x8 = at::randn({8, 3, 32, 32});
+  const auto source = [](const std::vector<std::int64_t>& samples) {
+    return ops::DropoutSource::per_sample(/*run_seed=*/9, /*epoch=*/2, at::tensor(samples, at::kLong));
+  };
+  net.train();
+  const at::Tensor y8 = net.forward(x8, source({0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_TRUE(net.forward(x8, source({0, 1, 2, 3, 4, 5, 6, 7})).equal(y8)) << "keyed draws repeat";
+  const at::Tensor y4 = net.forward(at::stack({x8[3], x8[1], x8[2], x8[0]}), source({3, 1, 2, 0}));
+  EXPECT_LE((y4[0] - y8[3]).abs().max().item<double>(), 1e-5);
+  EXPECT_LE((y4[3] - y8[0]).abs().max().item<double>(), 1e-5);
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  const at::Tensor y8_one_thread = net.forward(x8, source({0, 1, 2, 3, 4, 5, 6, 7}));
+  at::set_num_threads(2);
+  const at::Tensor y8_two_threads = net.forward(x8, source({0, 1, 2, 3, 4, 5, 6, 7}));
+  at::set_num_threads(threads);
+  EXPECT_LE((y8_one_thread - y8).abs().max().item<double>(), 1e-5);
+  EXPECT_LE((y8_two_threads - y8).abs().max().item<double>(), 1e-5);
+  // The draws matter: other samples' keys (the same images) give other logits; attention dropout alone too.
+  EXPECT_GT((net.forward(x8, source({10, 11, 12, 13, 14, 15, 16, 17})) - y8).abs().max().item<double>(), 1e-3);
+  // Not keyed: the default generator, as before (same seed, same draws as forward(images)).
+  at::manual_seed(5);
+  const at::Tensor unkeyed = net.forward(x8, ops::DropoutSource{});
+  at::manual_seed(5);
+  EXPECT_TRUE(unkeyed.equal(net.forward(x8)));
+  // Eval draws nothing, keyed or not.
+  net.eval();
+  const at::Tensor eval = net.forward(x8);
+  EXPECT_TRUE(net.forward(x8, source({0, 1, 2, 3, 4, 5, 6, 7})).equal(eval));
+  EXPECT_GT((eval - y8).abs().max().item<double>(), 1e-3);
+}
+
+// Attention-probability dropout alone (hidden dropout 0) is keyed too: the block's output for a sample does
+// not depend on the batch, and differs from the undropped output.
+TEST(ViT, KeyedAttentionDropoutFollowsTheSample) {
+  ViTEncoderBlock block(/*hidden_dim=*/12, /*num_heads=*/3, /*mlp_dim=*/8, /*dropout=*/0.0, /*attention_dropout=*/0.5);
+  block.train();
+  const at::NoGradGuard no_grad;
+  const at::Tensor x = at::randn({4, 5, 12});
+  const auto source = [](const std::vector<std::int64_t>& samples) {
+    return ops::DropoutSource::per_sample(3, 0, at::tensor(samples, at::kLong));
+  };
+  const at::Tensor y4 = block.forward(x, source({20, 21, 22, 23}), vit_layer_site(0));
+  const at::Tensor y2 = block.forward(x.slice(0, 2, 4).flip(0), source({23, 22}), vit_layer_site(0));
+  EXPECT_LE((y2[0] - y4[3]).abs().max().item<double>(), 1e-6);
+  EXPECT_LE((y2[1] - y4[2]).abs().max().item<double>(), 1e-6);
+  block.eval();
+  EXPECT_GT((block.forward(x) - y4).abs().max().item<double>(), 1e-3);
+  EXPECT_TRUE(block.forward(x, source({20, 21, 22, 23}), vit_layer_site(0)).equal(block.forward(x)))
+      << "eval: no dropout, keyed or not";
 }
 
 TEST(ViT, TrainingStepReachesEveryParameter) {

@@ -3,7 +3,9 @@
 #   equal_image  cnn_small (BatchNorm) with model.sync_batchnorm: 2 ranks × batch B == 1 rank × ONE batch of 2B
 #                (statistics of the global batch), flips drawn by global position: losses, parameters AND running
 #                statistics within 1e-5 over 20 steps; then per-rank statistics (the default): 2 ranks × B == 1 rank
-#                × 2B in micro-batches of B (running statistics are rank 0's alone, not compared)
+#                × 2B in micro-batches of B (running statistics are rank 0's alone, not compared); the same for
+#                efficientnet_b0 (classifier dropout 0.2, stochastic depth up to 0.2, keyed by the sample's global
+#                position): 2 ranks × 8 == 1 rank × 16 in micro-batches of 8 within 1e-5
 #   equal_text   2 ranks × batch B == 1 rank × batch 2B for a LoRA BERT text recipe with dropout on (hidden 0.1,
 #                attention 0.1, LoRA 0.1: masks keyed by the run seed, the epoch and the sample); no-sync accumulation too
 #   kill_resume  kill -9 one rank at a random step: the job stops within the timeout with a line naming
@@ -103,6 +105,17 @@ case "$case_" in
     equal_case image-sync image-sync.yaml model.safetensors 32 1 none
     unset COMPARE_BUFFERS
     equal_case image image.yaml model.safetensors 32 2 none
+    # Dropout and stochastic depth: efficientnet_b0 (classifier dropout 0.2, block b's stochastic depth 0.2 × b/16)
+    # at 28×28, 2 ranks × 8 vs 1 rank × 16 in micro-batches of 8 (per-rank BatchNorm statistics), masks keyed by
+    # (seed, epoch, the sample's global position). Measured (seed 1234): max |loss diff| 2.4e-7, weights
+    # identical; the build before keyed image dropout (each rank drawing from its own default generator) fails
+    # it at 3.5 / 2.1. Not with sync_batchnorm: one batch of 16 vs 2 × 8 through EfficientNet's 49 BatchNorm
+    # layers on maps down to 1×1 already differs by 3.5e-5 at step 1 (fp32 rounding, amplified; no dropout in that).
+    sed -e 's/model: {name: cnn_small, num_classes: 10}/model: {name: efficientnet_b0, num_classes: 10}/' \
+      -e 's/lr: 0.05,/lr: 0.001,/' -e 's/batch_size: 32,/batch_size: 8,/' image.yaml > image-dropout.yaml
+    grep -q "efficientnet_b0" image-dropout.yaml && grep -q "batch_size: 8," image-dropout.yaml ||
+      { echo "cannot write the dropout recipe" >&2; exit 1; }
+    equal_case image-dropout image-dropout.yaml model.safetensors 8 2 none
     ;;
   equal_text)
     text_fixture

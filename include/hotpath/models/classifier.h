@@ -14,6 +14,8 @@
 
 #include <string>
 
+#include "hotpath/ops/dropout.h"
+
 namespace hotpath::models {
 
 class ImageClassifier : public torch::nn::Module {
@@ -21,6 +23,13 @@ class ImageClassifier : public torch::nn::Module {
   using torch::nn::Module::Module;
   // Images [N, in_channels, H, W] (float, NCHW or channels-last) → logits [N, num_classes].
   virtual at::Tensor forward(const at::Tensor& images) = 0;
+  // The same, with every random draw of training (dropout, stochastic depth) keyed by `dropout` when it is
+  // keyed (one global sample index per row of images: data-parallel ranks draw what one process would);
+  // not keyed: forward(images). Models without random draws keep this default.
+  virtual at::Tensor forward(const at::Tensor& images, const ops::DropoutSource& dropout) {
+    (void)dropout;
+    return forward(images);
+  }
 };
 
 }  // namespace hotpath::models

@@ -48,8 +48,9 @@ struct MicroBatch {
   std::vector<at::Tensor> inputs;  // the model's inputs (image: images; text: ids, mask, type ids)
   at::Tensor labels;               // int64 [samples]
   std::int64_t samples = 0;
-  // Text: keyed per sample (the run seed, the epoch and each row's corpus index), so every dropout mask is
-  // the same on any rank and in any batch the sample lands in. Not keyed: the default generator's draws.
+  // Keyed per sample (the run seed, the epoch and each row's global index: text, its corpus index; image, its
+  // place in the epoch's global batch order), so every dropout mask is the same on any rank and in any batch
+  // the sample lands in. Not keyed: the default generator's draws.
   ops::DropoutSource dropout{};
 };
 

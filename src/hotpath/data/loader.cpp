@@ -47,6 +47,7 @@ struct SampleRef {
   const TarSample* sample = nullptr;
   const SampleMember* image = nullptr;
   std::int64_t label = 0;
+  std::int64_t position = 0;  // in the epoch's global batch order: the key of the sample's random draws
 };
 
 // Where a sample's image lives, for messages: "shard:offset:member".
@@ -418,6 +419,9 @@ void Loader::State::planner_loop() {
         picked.push_back(std::move(*s));
       }
       if (epoch_end && (options.drop_last || picked.empty())) picked.clear();
+      for (std::size_t i = 0; i < picked.size(); ++i) {
+        picked[i].position = plan_batch * global_batch() + static_cast<std::int64_t>(i);
+      }
       if (options.split_batches && !picked.empty()) {  // this rank's rows of the global batch
         const auto first = picked.begin() + static_cast<std::ptrdiff_t>(options.rank) * options.batch_size;
         picked = std::vector<SampleRef>(std::make_move_iterator(first),
@@ -533,14 +537,11 @@ void shift_image(std::uint8_t* hwc, int width, int height, int channels, int dx,
 void Loader::State::process(Slot& slot, int row, std::uint8_t* hwc, DecodeScratch& scratch, LoaderStats& local) {
   const auto& o = options;
   const SampleRef& ref = slot.samples[static_cast<std::size_t>(row)];
-  // The global position: with split_batches, rank r's rows follow the ranks before it in the global batch.
-  const std::int64_t position_in_epoch =
-      slot.index * global_batch() + (o.split_batches ? std::int64_t{o.rank} * o.batch_size : 0) + row;
   const auto t0 = Clock::now();
   const std::span<const std::byte> bytes = ref.shard->bytes(*ref.image);
   // decode nvjpeg: a truncated JPEG is rejected here, as the CPU decoder would (nvJPEG may not notice).
   const ImageInfo info = nvjpeg ? probe_image_complete(bytes, o.limits) : probe_image(bytes, o.limits);
-  const SampleAugment a = draw_sample_augment(o, info.width, info.height, slot.epoch, position_in_epoch);
+  const SampleAugment a = draw_sample_augment(o, info.width, info.height, slot.epoch, ref.position);
   if (nvjpeg) {  // the stage thread decodes the whole image on the GPU and applies `a` there
     slot.augments[static_cast<std::size_t>(row)] = a;
     local.decode_seconds += seconds_since(t0);
@@ -613,6 +614,7 @@ void Loader::State::finish_on_device(Slot& slot, std::vector<std::string>& bad) 
         bad.push_back(image_where(slot.samples[static_cast<std::size_t>(r)]) + ": " + errors[static_cast<std::size_t>(r)]);
         continue;
       }
+      slot.samples[static_cast<std::size_t>(kept)] = slot.samples[static_cast<std::size_t>(r)];
       labels[kept++] = labels[r];
     }
     good = kept;
@@ -801,6 +803,9 @@ std::optional<Batch> Loader::next() {
       if (o.format.layout == PixelLayout::kHWC) batch.images = batch.images.permute({0, 3, 1, 2});
       batch.labels = slot->labels.narrow(0, 0, good);
     }
+    batch.positions = at::empty({good}, at::kLong);
+    auto* positions = batch.positions.data_ptr<std::int64_t>();
+    for (int r = 0; r < good; ++r) positions[r] = slot->samples[static_cast<std::size_t>(r)].position;
     slot->state = SlotState::kHeld;
     s.held.push_back(s.consume_seq % s.slots.size());
     ++s.consume_seq;

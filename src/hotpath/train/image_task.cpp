@@ -106,11 +106,15 @@ class ImageTask final : public Task {
     mb.inputs.push_back(batch->images.to(device_, /*non_blocking=*/true));
     mb.labels = batch->labels.to(device_, /*non_blocking=*/true);
     mb.samples = batch->labels.size(0);
+    // Dropout and stochastic depth keyed by (train.seed, epoch, the sample's place in the epoch's global batch
+    // order), as its augmentation is: the masks a sample gets do not depend on the rank or the batch it shares
+    // (docs/distributed.md).
+    mb.dropout = ops::DropoutSource::per_sample(recipe_.train.seed, batch->epoch, batch->positions);
     return mb;
   }
 
   at::Tensor loss(const MicroBatch& batch, double label_smoothing) override {
-    const at::Tensor logits = model_->forward(batch.inputs.front());
+    const at::Tensor logits = model_->forward(batch.inputs.front(), batch.dropout);
     return at::cross_entropy_loss(logits.to(at::kFloat), batch.labels, {}, at::Reduction::Mean, -100, label_smoothing);
   }
 

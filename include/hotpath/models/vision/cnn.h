@@ -32,6 +32,7 @@ class SmallCnn : public ImageClassifier {
  public:
   explicit SmallCnn(const SmallCnnConfig& config);
   at::Tensor forward(const at::Tensor& images) override;
+  using ImageClassifier::forward;  // the keyed-dropout overload: this model draws nothing at random
 
   torch::nn::Sequential features{nullptr};
   torch::nn::Linear classifier{nullptr};

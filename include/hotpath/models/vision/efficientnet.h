@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "hotpath/models/classifier.h"
+#include "hotpath/ops/dropout.h"
 
 namespace hotpath::models {
 namespace detail {
@@ -92,14 +93,26 @@ EfficientNetConfig efficientnet_config(const std::string& name, const EfficientN
 // torchvision.ops.stochastic_depth(x, p, "row", training): in training each sample's x is zeroed
 // with probability p and the rest scaled by 1/(1-p); outside training, or at p = 0, x itself.
 at::Tensor stochastic_depth(const at::Tensor& x, double p, bool training);
+// The same with the rows' draws from `draw` (p in [0, 1]; 0: x): row b is kept when element 0 of a
+// dropout mask of draw over [N] is (ops::dropout_mask), so with draw.sample_index its fate depends on
+// (seed, offset, sample_index[b]) only — not on the batch it is in, its row or the thread count.
+at::Tensor stochastic_depth(const at::Tensor& x, const ops::DropoutDraw& draw);
+
+// Dropout sites of a keyed ops::DropoutSource in EfficientNet::forward: the classifier's dropout, and block b's
+// stochastic depth at kEfficientNetFirstBlockSite + b.
+inline constexpr std::uint64_t kEfficientNetClassifierSite = 1;
+inline constexpr std::uint64_t kEfficientNetFirstBlockSite = 16;
 
 class EfficientNet : public ImageClassifier {
  public:
   explicit EfficientNet(const EfficientNetConfig& config);
 
   at::Tensor forward(const at::Tensor& images) override;
+  // Training with a keyed `dropout`: the classifier's dropout and each block's stochastic depth are drawn
+  // per sample at their sites (above), so data-parallel ranks drop what one process would; eval draws nothing.
+  at::Tensor forward(const at::Tensor& images, const ops::DropoutSource& dropout) override;
   // Everything up to the classifier: pooled features [N, feature_dim()].
-  at::Tensor features(const at::Tensor& images);
+  at::Tensor features(const at::Tensor& images, const ops::DropoutSource& dropout = {});
 
   [[nodiscard]] const EfficientNetConfig& config() const { return config_; }
   [[nodiscard]] std::int64_t feature_dim() const { return config_.head_channels; }

@@ -50,6 +50,7 @@ class ResNet : public ImageClassifier {
   explicit ResNet(const ResNetConfig& config);
 
   at::Tensor forward(const at::Tensor& images) override;
+  using ImageClassifier::forward;  // the keyed-dropout overload: this model draws nothing at random
   // Everything up to the head: pooled features [N, feature_dim()].
   at::Tensor features(const at::Tensor& images);
 

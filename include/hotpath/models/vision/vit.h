@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "hotpath/models/classifier.h"
+#include "hotpath/ops/dropout.h"
 
 namespace hotpath::models {
 
@@ -50,16 +51,26 @@ struct ViTConfig {
 // 12 layers, 3 heads, D 192, MLP 768, as DeiT-Ti); anything else is a hotpath::Error naming both.
 ViTConfig vit_config(const std::string& name, const ViTOptions& options = {});
 
+// Dropout sites of a keyed ops::DropoutSource in ViT::forward: the embeddings' dropout, and in layer i, from
+// vit_layer_site(i): the attention probabilities, the attention output, the MLP's hidden and output dropouts.
+inline constexpr std::uint64_t kViTEmbeddingSite = 1;
+inline constexpr std::uint64_t kViTAttentionSite = 0;
+inline constexpr std::uint64_t kViTAttentionOutputSite = 1;
+inline constexpr std::uint64_t kViTMlpHiddenSite = 2;
+inline constexpr std::uint64_t kViTMlpOutputSite = 3;
+constexpr std::uint64_t vit_layer_site(std::size_t i) { return 16 * (static_cast<std::uint64_t>(i) + 1); }
+
 // One pre-norm transformer block (torchvision's EncoderBlock); public so tests can reach its parts.
 class ViTEncoderBlock : public torch::nn::Module {
  public:
   ViTEncoderBlock(std::int64_t hidden_dim, std::int64_t num_heads, std::int64_t mlp_dim, double dropout,
                   double attention_dropout);
 
-  // [N, L, D] → [N, L, D].
-  at::Tensor forward(const at::Tensor& x);
+  // [N, L, D] → [N, L, D]. A keyed `dropout` draws this block's masks per sample at first_site + the
+  // kViT*Site offsets above; not keyed: ATen's dropout from the default generator (torchvision's).
+  at::Tensor forward(const at::Tensor& x, const ops::DropoutSource& dropout = {}, std::uint64_t first_site = 0);
   // Multi-head self-attention alone (no norm, no residual): what nn.MultiheadAttention(x, x, x) returns.
-  at::Tensor attention(const at::Tensor& x);
+  at::Tensor attention(const at::Tensor& x, const ops::DropoutSource& dropout = {}, std::uint64_t first_site = 0);
 
   torch::nn::LayerNorm ln_1{nullptr};
   std::shared_ptr<torch::nn::Module> self_attention;  // holds in_proj_weight, in_proj_bias, out_proj
@@ -80,8 +91,11 @@ class ViT : public ImageClassifier {
   explicit ViT(const ViTConfig& config);
 
   at::Tensor forward(const at::Tensor& images) override;
+  // Training with a keyed `dropout`: every dropout (embeddings, attention probabilities, attention output,
+  // MLP) is drawn per sample at its site (above); eval, or dropout 0, draws nothing.
+  at::Tensor forward(const at::Tensor& images, const ops::DropoutSource& dropout) override;
   // Everything up to the head: the class token after encoder.ln, [N, hidden_dim].
-  at::Tensor features(const at::Tensor& images);
+  at::Tensor features(const at::Tensor& images, const ops::DropoutSource& dropout = {});
 
   [[nodiscard]] const ViTConfig& config() const { return config_; }
   [[nodiscard]] std::int64_t feature_dim() const { return config_.hidden_dim; }

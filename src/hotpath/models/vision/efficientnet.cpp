@@ -5,6 +5,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/hardtanh.h>
 #include <ATen/ops/silu.h>
+#include <ATen/ops/zeros.h>
 #include <torch/nn/init.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
@@ -133,9 +134,11 @@ class MBConv : public torch::nn::Module {
     register_module("block", block);
   }
 
-  at::Tensor forward(const at::Tensor& x) {
+  // A keyed `dropout` draws this block's stochastic depth at `site`; not keyed: the default generator.
+  at::Tensor forward(const at::Tensor& x, const ops::DropoutSource& dropout, std::uint64_t site) {
     at::Tensor y = block->forward(x);
     if (!residual_) return y;
+    if (dropout.keyed()) return stochastic_depth(y, dropout.draw(is_training() ? drop_rate_ : 0.0, site)) + x;
     return stochastic_depth(y, drop_rate_, is_training()) + x;
   }
 
@@ -204,6 +207,18 @@ at::Tensor stochastic_depth(const at::Tensor& x, double p, bool training) {
   return x * keep;
 }
 
+at::Tensor stochastic_depth(const at::Tensor& x, const ops::DropoutDraw& draw) {
+  HOTPATH_CHECK(draw.p >= 0 && draw.p <= 1, "stochastic_depth: p is ", draw.p, ", expected [0, 1]");
+  HOTPATH_CHECK(x.dim() >= 1, "stochastic_depth: expected a tensor with a batch dimension, got ", x.sizes());
+  if (draw.p == 0.0) return x;
+  std::vector<std::int64_t> shape(static_cast<std::size_t>(x.dim()), 1);
+  shape[0] = x.size(0);
+  if (draw.p == 1.0) return x * at::zeros(shape, x.options());  // torchvision: survival 0 keeps nothing
+  // One draw per row: the first element of a [N] mask, keyed like a dropout mask (row b by sample_index[b]).
+  const at::Tensor keep = ops::dropout_mask(draw, {x.size(0)}).to(x.options()).div_(1.0 - draw.p);
+  return x * keep.view(shape);
+}
+
 EfficientNet::EfficientNet(const EfficientNetConfig& config) : ImageClassifier("EfficientNet"), config_(config) {
   check_config(config);
   const Activation act = config.activation;
@@ -257,14 +272,27 @@ std::vector<double> EfficientNet::block_drop_rates() const {
   return rates;
 }
 
-at::Tensor EfficientNet::features(const at::Tensor& images) {
+at::Tensor EfficientNet::features(const at::Tensor& images, const ops::DropoutSource& dropout) {
   HOTPATH_CHECK(images.dim() == 4 && images.size(1) == config_.options.in_channels,
                 "EfficientNet: expected images [N, ", config_.options.in_channels, ", H, W], got ", images.sizes());
   at::Tensor x = stem_->forward(images);
-  for (auto& stage : stages_) x = stage->forward(x);
+  std::uint64_t block_id = 0;
+  for (auto& stage : stages_) {
+    for (std::size_t i = 0; i < stage->size(); ++i) {
+      x = stage->ptr<MBConv>(i)->forward(x, dropout, kEfficientNetFirstBlockSite + block_id++);
+    }
+  }
   return at::adaptive_avg_pool2d(head_->forward(x), {1, 1}).flatten(1);
 }
 
-at::Tensor EfficientNet::forward(const at::Tensor& images) { return classifier->forward(features(images)); }
+at::Tensor EfficientNet::forward(const at::Tensor& images) { return forward(images, {}); }
+
+at::Tensor EfficientNet::forward(const at::Tensor& images, const ops::DropoutSource& dropout) {
+  const at::Tensor pooled = features(images, dropout);
+  if (!dropout.keyed()) return classifier->forward(pooled);
+  const double p = is_training() ? config_.dropout : 0.0;
+  return classifier->ptr<torch::nn::LinearImpl>(1)->forward(
+      ops::fused_dropout(pooled, dropout.draw(p, kEfficientNetClassifierSite)));
+}
 
 }  // namespace hotpath::models

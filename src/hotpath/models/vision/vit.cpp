@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "hotpath/core/error.h"
+#include "hotpath/ops/attention.h"
 
 namespace hotpath::models {
 namespace {
@@ -85,7 +86,7 @@ ViTEncoderBlock::ViTEncoderBlock(std::int64_t hidden_dim, std::int64_t num_heads
                                                      torch::nn::Dropout(dropout)));
 }
 
-at::Tensor ViTEncoderBlock::attention(const at::Tensor& x) {
+at::Tensor ViTEncoderBlock::attention(const at::Tensor& x, const ops::DropoutSource& dropout, std::uint64_t first_site) {
   const std::int64_t n = x.size(0);
   const std::int64_t length = x.size(1);
   const std::int64_t dim = x.size(2);
@@ -93,14 +94,30 @@ at::Tensor ViTEncoderBlock::attention(const at::Tensor& x) {
   const at::Tensor qkv =
       at::linear(x, in_proj_weight, in_proj_bias).view({n, length, 3, num_heads_, dim / num_heads_}).permute(
           {2, 0, 3, 1, 4});
-  const at::Tensor out = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{},
-                                                          is_training() ? attention_dropout_ : 0.0);
+  const double p = is_training() ? attention_dropout_ : 0.0;
+  // Keyed with dropout on: the attention kernel whose probabilities' mask is keyed by (seed, site, sample, head,
+  // i, j); otherwise ATen's SDPA as torchvision runs it.
+  const at::Tensor out =
+      dropout.keyed() && p > 0.0
+          ? ops::attention(qkv[0], qkv[1], qkv[2], /*key_padding_mask=*/{}, ops::AttentionKernel::kAuto,
+                           {p, dropout.seed, first_site + kViTAttentionSite, dropout.sample_index})
+          : at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], /*attn_mask=*/{}, p);
   return out_proj->forward(out.transpose(1, 2).reshape({n, length, dim}));
 }
 
-at::Tensor ViTEncoderBlock::forward(const at::Tensor& x) {
-  at::Tensor y = at::dropout(attention(ln_1->forward(x)), dropout_, is_training()) + x;
-  return y + mlp->forward(ln_2->forward(y));
+at::Tensor ViTEncoderBlock::forward(const at::Tensor& x, const ops::DropoutSource& dropout, std::uint64_t first_site) {
+  if (!dropout.keyed()) {
+    at::Tensor y = at::dropout(attention(ln_1->forward(x)), dropout_, is_training()) + x;
+    return y + mlp->forward(ln_2->forward(y));
+  }
+  const double p = is_training() ? dropout_ : 0.0;
+  at::Tensor y = ops::dropout_add(attention(ln_1->forward(x), dropout, first_site), x,
+                                  dropout.draw(p, first_site + kViTAttentionOutputSite));
+  // mlp: 0 Linear, 1 GELU, 2 Dropout, 3 Linear, 4 Dropout, with the two dropouts keyed.
+  at::Tensor h = mlp->ptr<torch::nn::GELUImpl>(1)->forward(mlp->ptr<torch::nn::LinearImpl>(0)->forward(ln_2->forward(y)));
+  h = ops::fused_dropout(h, dropout.draw(p, first_site + kViTMlpHiddenSite));
+  h = mlp->ptr<torch::nn::LinearImpl>(3)->forward(h);
+  return ops::dropout_add(h, y, dropout.draw(p, first_site + kViTMlpOutputSite));
 }
 
 ViT::ViT(const ViTConfig& config) : ImageClassifier("VisionTransformer"), config_(config) {
@@ -150,7 +167,7 @@ ViT::ViT(const ViTConfig& config) : ImageClassifier("VisionTransformer"), config
   head->bias.zero_();
 }
 
-at::Tensor ViT::features(const at::Tensor& images) {
+at::Tensor ViT::features(const at::Tensor& images, const ops::DropoutSource& dropout) {
   const ViTOptions& opt = config_.options;
   HOTPATH_CHECK(images.dim() == 4, "ViT: expected images [N, ", opt.in_channels, ", ", opt.image_size, ", ",
                 opt.image_size, "], got ", images.sizes());
@@ -166,11 +183,20 @@ at::Tensor ViT::features(const at::Tensor& images) {
   // [N, D, H/P, W/P] → [N, patches, D], patches in row-major order as torchvision's reshape + permute.
   at::Tensor x = conv_proj->forward(images).flatten(2).transpose(1, 2);
   x = at::cat({class_token.expand({n, -1, -1}), x}, 1);
-  x = at::dropout(x + pos_embedding, config_.options.dropout, is_training());
-  for (const auto& layer : layers) x = layer->forward(x);
+  if (dropout.keyed()) {
+    x = ops::fused_dropout(x + pos_embedding, dropout.draw(is_training() ? config_.options.dropout : 0.0,
+                                                           kViTEmbeddingSite));
+  } else {
+    x = at::dropout(x + pos_embedding, config_.options.dropout, is_training());
+  }
+  for (std::size_t i = 0; i < layers.size(); ++i) x = layers[i]->forward(x, dropout, vit_layer_site(i));
   return ln->forward(x).select(1, 0);
 }
 
 at::Tensor ViT::forward(const at::Tensor& images) { return head->forward(features(images)); }
+
+at::Tensor ViT::forward(const at::Tensor& images, const ops::DropoutSource& dropout) {
+  return head->forward(features(images, dropout));
+}
 
 }  // namespace hotpath::models
