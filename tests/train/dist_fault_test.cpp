@@ -1,7 +1,8 @@
 // A rank that stops on an error of its own (distributed.h, report_rank_error): two ranks on threads over a real
 // TCPStore + Gloo group. Rank 1 fails after start-up (as a bad shard on its node would), leaves the group and
 // reports; rank 0's next collective fails at once with one line naming rank 1 and its error, well within the
-// timeout. And before start-up: rank 0 waiting in the agreement check stops on rank 1's report.
+// timeout. And before start-up: rank 0 waiting in the agreement check stops on rank 1's report; --resume on one
+// rank only is refused by the agreement check.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -89,6 +90,62 @@ TEST(DistFaults, ARankFailingBeforeStartUpStopsTheAgreementWait) {
   EXPECT_NE(error0.find("rank 1 stopped with an error: recipe.yaml: optimizer.lr: expected > 0"), std::string::npos)
       << error0;
   EXPECT_LT(took_s, 30.0);
+}
+
+// --resume given to one rank only: the agreement check refuses it at start-up on both ranks with one line naming
+// the option (without it rank 1 restored a checkpoint rank 0 did not, and both waited out the timeout).
+TEST(DistFaults, ResumeOnOneRankOnlyIsRefusedAtStartUp) {
+  const int port = free_port();
+  const Recipe recipe;
+  std::string errors[2];
+  const auto start = std::chrono::steady_clock::now();
+  std::thread rank1([&] {
+    try {
+      auto dist = DistContext::connect(env_for(1, port), kTimeout, recipe_agreement_keys(recipe, {.resume = true}));
+    } catch (const std::exception& e) {
+      errors[1] = e.what();
+    }
+  });
+  try {
+    auto dist = DistContext::connect(env_for(0, port), kTimeout, recipe_agreement_keys(recipe, {}));
+  } catch (const std::exception& e) {
+    errors[0] = e.what();
+  }
+  rank1.join();
+  const double took_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const std::string& error : errors) {
+    EXPECT_NE(error.find("distributed: rank 1's command line differs from rank 0's at --resume (true on rank 1, "
+                         "false on rank 0); every rank must be started with the same --resume option"),
+              std::string::npos)
+        << error;
+    EXPECT_EQ(error.find('\n'), std::string::npos) << "one line: " << error;
+  }
+  EXPECT_LT(took_s, 30.0) << "refused at start-up, not by the timeout";
+}
+
+// The same flags on every rank agree: the group forms.
+TEST(DistFaults, TheSameLaunchFlagsAgree) {
+  const int port = free_port();
+  const Recipe recipe;
+  std::string error1;
+  std::thread rank1([&] {
+    try {
+      auto dist = DistContext::connect(env_for(1, port), kTimeout, recipe_agreement_keys(recipe, {.resume = true}));
+      dist->barrier("test");
+    } catch (const std::exception& e) {
+      error1 = e.what();
+    }
+  });
+  std::string error0;
+  try {
+    auto dist = DistContext::connect(env_for(0, port), kTimeout, recipe_agreement_keys(recipe, {.resume = true}));
+    dist->barrier("test");
+  } catch (const std::exception& e) {
+    error0 = e.what();
+  }
+  rank1.join();
+  EXPECT_EQ(error0, "");
+  EXPECT_EQ(error1, "");
 }
 
 }  // namespace

@@ -63,10 +63,18 @@ void report_rank_error(const DistEnv& env, std::chrono::milliseconds timeout, co
 // Recipe keys and values every rank must share ("optimizer.lr" → "0.1").
 using AgreementKeys = std::vector<std::pair<std::string, std::string>>;
 
+// `hotpath train` options every rank must share as well: a rank resuming alone would restore a checkpoint
+// the others do not (and wait for them at its first collective until the timeout).
+struct LaunchFlags {
+  bool resume = false;     // --resume
+  bool overwrite = false;  // --overwrite
+};
+
 // Every key of the resolved recipe (to_yaml) but those that may differ between ranks without changing
 // the training (data.workers, data.prefetch, train.threads); train.dist_timeout_s, train.ddp_overlap and
-// train.ddp_bucket_mb with the values in effect (after the environment's overrides).
-AgreementKeys recipe_agreement_keys(const Recipe& recipe);
+// train.ddp_bucket_mb with the values in effect (after the environment's overrides); and "--resume",
+// "--overwrite" from `flags` (a difference there is named as the command line's).
+AgreementKeys recipe_agreement_keys(const Recipe& recipe, const LaunchFlags& flags);
 
 // The process group of one job. Collectives are on CPU tensors (Gloo). Not copyable.
 class DistContext {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <charconv>
 #include <optional>
 #include <cstdlib>
@@ -101,8 +102,8 @@ std::chrono::milliseconds dist_timeout(const Recipe& recipe) {
 
 std::chrono::milliseconds dist_timeout() { return dist_timeout(Recipe{}); }
 
-AgreementKeys recipe_agreement_keys(const Recipe& recipe) {
-  AgreementKeys keys;
+AgreementKeys recipe_agreement_keys(const Recipe& recipe, const LaunchFlags& flags) {
+  AgreementKeys keys{{"--resume", flags.resume ? "true" : "false"}, {"--overwrite", flags.overwrite ? "true" : "false"}};
   std::istringstream yaml(to_yaml(recipe));
   std::string line, section;
   while (std::getline(yaml, line)) {
@@ -199,10 +200,12 @@ void check_agreement(c10d::Store& store, int rank, int world_size, const Agreeme
       const auto& b = mine.contains("keys") ? mine["keys"] : nlohmann::ordered_json::object();
       for (const auto& [k, v] : b.items()) {
         if (!a.contains(k) || a[k] != v) {
-          verdict = "distributed: rank " + std::to_string(rank) + "'s recipe differs from rank 0's at " + k + " (" +
-                    v.get<std::string>() + " on rank " + std::to_string(rank) + ", " +
-                    (a.contains(k) ? a[k].get<std::string>() : std::string("absent")) +
-                    " on rank 0); every rank must run the same recipe";
+          const bool flag = k.starts_with("--");  // a command-line option, not a recipe key
+          verdict = "distributed: rank " + std::to_string(rank) + "'s " + (flag ? "command line" : "recipe") +
+                    " differs from rank 0's at " + k + " (" + v.get<std::string>() + " on rank " +
+                    std::to_string(rank) + ", " + (a.contains(k) ? a[k].get<std::string>() : std::string("absent")) +
+                    " on rank 0); every rank must " +
+                    (flag ? "be started with the same " + k + " option" : std::string("run the same recipe"));
           break;
         }
       }
@@ -216,8 +219,21 @@ void check_agreement(c10d::Store& store, int rank, int world_size, const Agreeme
       verdict = text(get_or_fail(store, "verdict/" + std::to_string(r), rank, world_size, what));
     }
     store.set("verdict/all", bytes(verdict));
+    // A refusal: rank 0 may host the store (a plain RANK/WORLD_SIZE launch), so it leaves only once every rank
+    // has read the verdict (bounded), or they would see a closed connection instead of the line.
+    const auto deadline = std::chrono::steady_clock::now() + std::min<std::chrono::milliseconds>(
+                                                                  std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                      store.getTimeout()),
+                                                                  std::chrono::seconds(10));
+    while (!verdict.empty() && store.add("verdict_seen", 0) < world_size - 1 &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   }
-  if (rank != 0) verdict = text(get_or_fail(store, "verdict/all", rank, world_size, what));
+  if (rank != 0) {
+    verdict = text(get_or_fail(store, "verdict/all", rank, world_size, what));
+    store.add("verdict_seen", 1);
+  }
   HOTPATH_CHECK(verdict.empty(), verdict);
 }
 

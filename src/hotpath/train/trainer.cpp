@@ -403,7 +403,9 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   std::unique_ptr<DistContext> dist;
   // Gloo on the CPU, NCCL on this rank's GPU (train.device cuda: pick_device gave it LOCAL_RANK's).
   if (dist_env.distributed()) {
-    dist = DistContext::connect(dist_env, dist_timeout(recipe), recipe_agreement_keys(recipe), device);
+    const AgreementKeys keys =
+        recipe_agreement_keys(recipe, {.resume = options.resume, .overwrite = options.overwrite});
+    dist = DistContext::connect(dist_env, dist_timeout(recipe), keys, device);
   }
   const bool is_main = !dist || dist->rank() == 0;
   const int world_size = dist ? dist->world_size() : 1;
