@@ -62,7 +62,9 @@ LoaderOptions u8_options(std::vector<std::string> shards) {
 
 std::vector<Batch> one_epoch(Loader& loader, std::int64_t epoch) {
   std::vector<Batch> out;
-  for (const Batch& b : loader.epoch(epoch)) out.push_back({b.images.clone(), b.labels.clone(), b.epoch, b.index});
+  for (const Batch& b : loader.epoch(epoch)) {
+    out.push_back({b.images.clone(), b.labels.clone(), b.epoch, b.index, b.positions.clone()});
+  }
   return out;
 }
 
@@ -288,6 +290,67 @@ TEST(Loader, SkipsAndReportsBadSamples) {
   EXPECT_TRUE(mentions("k03.png"));
   EXPECT_TRUE(mentions("missing .cls"));
   EXPECT_TRUE(mentions("k07.cls: label is not a decimal integer"));
+}
+
+// Batch::positions (the key of a row's random draws, and of its dropout in training): with split_batches each
+// rank's rows carry their place in the global batch, and the sample at a position is the one a single rank
+// with the whole global batch has there.
+TEST(Loader, SplitBatchRowsCarryTheirGlobalPositions) {
+  TempDir dir;
+  auto shards = make_shards(dir, 4, 8);
+  std::map<std::int64_t, int> one_rank;  // position → sample id with one rank × 8
+  {
+    LoaderOptions o = u8_options(shards);
+    Loader loader(o);
+    for (const Batch& b : loader.epoch(1)) {
+      ASSERT_EQ(b.positions.numel(), b.images.size(0));
+      for (std::int64_t r = 0; r < b.images.size(0); ++r) {
+        EXPECT_EQ(b.positions[r].item<std::int64_t>(), b.index * 8 + r);
+        one_rank[b.positions[r].item<std::int64_t>()] = sample_id(b.images, r);
+      }
+    }
+  }
+  ASSERT_EQ(one_rank.size(), 32U);
+  std::set<std::int64_t> covered;
+  for (int rank = 0; rank < 2; ++rank) {
+    LoaderOptions o = u8_options(shards);
+    o.batch_size = 4;
+    o.rank = rank;
+    o.world_size = 2;
+    o.split_batches = true;
+    Loader loader(o);
+    for (const Batch& b : loader.epoch(1)) {
+      for (std::int64_t r = 0; r < b.images.size(0); ++r) {
+        const std::int64_t position = b.positions[r].item<std::int64_t>();
+        EXPECT_EQ(position, b.index * 8 + rank * 4 + r);
+        EXPECT_EQ(sample_id(b.images, r), one_rank.at(position)) << "position " << position;
+        covered.insert(position);
+      }
+    }
+  }
+  EXPECT_EQ(covered.size(), 32U);
+}
+
+// A row that fails to decode leaves the batch; the rows after it keep their own positions.
+TEST(Loader, PositionsSkipTheRowsOfBadSamples) {
+  TempDir dir;
+  LoaderOptions o = u8_options(make_shard_with_bad_samples(dir));
+  o.drop_last = false;
+  o.shuffle = false;
+  Loader loader(o);
+  // The planner skips k05 (no .cls) and k07 (bad label); k03 (truncated) is planned at position 3, then fails.
+  const std::vector<int> planned = {0, 1, 2, 3, 4, 6, 8, 9, 10, 11, 12, 13, 14, 15};
+  std::set<std::int64_t> positions;
+  for (const Batch& b : loader.epoch(0)) {
+    for (std::int64_t r = 0; r < b.images.size(0); ++r) {
+      const std::int64_t position = b.positions[r].item<std::int64_t>();
+      ASSERT_LT(position, static_cast<std::int64_t>(planned.size()));
+      EXPECT_EQ(sample_id(b.images, r), planned[static_cast<std::size_t>(position)]) << "position " << position;
+      positions.insert(position);
+    }
+  }
+  EXPECT_EQ(positions.size(), 13U);
+  EXPECT_FALSE(positions.count(3));
 }
 
 TEST(Loader, StopsWithClearErrorPastTheBadSampleBudget) {

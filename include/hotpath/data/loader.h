@@ -100,12 +100,12 @@ SampleAugment draw_sample_augment(const LoaderOptions& options, int width, int h
 struct Batch {
   at::Tensor images;  // [n, C, H, W] (channels-last strides when format.layout == kHWC), or uint8
   at::Tensor labels;  // [n] int64
+  std::int64_t epoch = 0;
+  std::int64_t index = 0;  // batch index within the epoch
   // [n] int64, CPU: each row's place in the epoch's global batch order (index × batch_size × world_size with
   // split_batches, + rank × batch_size + row; rows of bad samples left out), what its augmentation draws are keyed
   // by — and the trainer keys its dropout masks by (train/image_task.cpp).
   at::Tensor positions;
-  std::int64_t epoch = 0;
-  std::int64_t index = 0;  // batch index within the epoch
 };
 
 // Where the next batch comes from; save it with a checkpoint, give it to seek() to resume.
