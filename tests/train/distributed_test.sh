@@ -11,6 +11,9 @@
 #   kill_resume  kill -9 one rank at a random step: the job stops within the timeout with a line naming
 #                the rank; --resume on 2 ranks == an uninterrupted 2-rank run (metrics and weights, byte for byte)
 #   (both also run `hotpath train --nproc 2`, which must train the very model torchrun's ranks do)
+#   resume_world a 2-rank run (× B) stopped at step 8 and resumed on 1 rank (× 2B, the same global batch), and the
+#                reverse, == the uninterrupted 2-rank run within 1e-5 (losses, weights, running statistics); resuming
+#                at another global batch is refused with one line naming both world sizes and global batches
 #   sigterm      SIGTERM to rank 1 alone: every rank finishes the same step, rank 0 checkpoints, all exit 130;
 #                --resume == an uninterrupted run byte for byte
 #   two_nodes    two network namespaces joined by a veth pair, `torchrun --nnodes 2` with one rank in each
@@ -153,6 +156,37 @@ case "$case_" in
     "$hp" train image.yaml --resume --set "output_dir=$work/b" --set train.max_steps=30 >w.log 2>&1 && fail "1 rank resumed a 2-rank checkpoint"
     grep -q "made by 2 rank(s), this run has 1" w.log || fail "world-size resume: $(tail -2 w.log)"
     tail -1 w.log
+    ;;
+  resume_world)
+    image_fixture
+    # sync_batchnorm and lr 0.001 as in equal_image: 1 rank × 64 == 2 ranks × 32 within 1e-5 (fp32 summation order).
+    sed -e 's/model: {name: cnn_small, num_classes: 10}/model: {name: cnn_small, num_classes: 10, sync_batchnorm: true}/' \
+      -e 's/lr: 0.05,/lr: 0.001,/' image.yaml > image-sync.yaml
+    grep -q "sync_batchnorm: true" image-sync.yaml || { echo "cannot write the sync_batchnorm recipe" >&2; exit 1; }
+    export COMPARE_BUFFERS=1e-4
+    trun "$hp" train image-sync.yaml --quiet --set "output_dir=$work/a" >a.log 2>&1 || fail "uninterrupted: $(tail -5 a.log)"
+    # 2 ranks × 32 for 8 steps, then 1 rank × 64.
+    trun "$hp" train image-sync.yaml --quiet --set "output_dir=$work/b" --set train.max_steps=8 >b.log 2>&1 ||
+      fail "2 ranks, 8 steps: $(tail -5 b.log)"
+    "$hp" train image-sync.yaml --quiet --resume --set "output_dir=$work/b" --set train.batch_size=64 >>b.log 2>&1 ||
+      fail "resume on 1 rank × 64: $(tail -3 b.log)"
+    echo -n "2 ranks × 32 for 8 steps, resumed on 1 rank × 64, vs 2 ranks × 32 throughout: "
+    compare a b model.safetensors 1e-5 || fail "resumed on 1 rank differs from the uninterrupted 2-rank run"
+    # 1 rank × 64 for 8 steps, then 2 ranks × 32.
+    "$hp" train image-sync.yaml --quiet --set "output_dir=$work/c" --set train.batch_size=64 --set train.max_steps=8 \
+      >c.log 2>&1 || fail "1 rank, 8 steps: $(tail -3 c.log)"
+    trun "$hp" train image-sync.yaml --quiet --resume --set "output_dir=$work/c" >>c.log 2>&1 ||
+      fail "resume on 2 ranks × 32: $(tail -5 c.log)"
+    echo -n "1 rank × 64 for 8 steps, resumed on 2 ranks × 32, vs 2 ranks × 32 throughout: "
+    compare a c model.safetensors 1e-5 || fail "resumed on 2 ranks differs from the uninterrupted 2-rank run"
+    unset COMPARE_BUFFERS
+    # Another global batch (1 rank × 32 after 2 × 32: c's last checkpoint is the 2 ranks'): refused with one line
+    # naming both and what to set.
+    "$hp" train image-sync.yaml --resume --set "output_dir=$work/c" --set train.max_steps=30 >w.log 2>&1 &&
+      fail "1 rank × 32 resumed a checkpoint of 2 ranks × 32"
+    tail -1 w.log
+    grep -q "made by 2 rank(s), this run has 1: global batch 64 (2 × train.batch_size=32) then, 32 (1 × train.batch_size=32) now, so each step would take other samples; set train.batch_size=64 (the same global batch) or resume with 2 rank(s)" w.log ||
+      fail "another global batch: $(tail -2 w.log)"
     ;;
   sigterm)
     image_fixture

@@ -102,6 +102,10 @@ class Task {
   // Values a checkpoint must share with the recipe to resume exactly (batch layout, data plan, model
   // shape): {"train.batch_size": 32, ...}. A difference is refused naming the key.
   [[nodiscard]] virtual nlohmann::ordered_json resume_key() const = 0;
+  // Why a checkpoint of another world size (at the same global batch) would not see the same samples at each
+  // step, or "" when it would (the batches are planned globally; each rank takes its rows): the trainer then
+  // resumes it on this world size.
+  [[nodiscard]] virtual std::string world_size_change_refusal() const = 0;
   // The task's own running state (e.g. padding counters), saved in trainer.json and restored on resume.
   [[nodiscard]] virtual nlohmann::ordered_json state() const { return nlohmann::ordered_json::object(); }
   virtual void load_state(const nlohmann::json& state, const std::string& where) {

@@ -140,6 +140,9 @@ class ImageTask final : public Task {
             {"train.accum_steps", recipe_.train.accum_steps},
             {"the number of samples in data.train", samples_}};
   }
+  // The loader plans each global batch of world × train.batch_size samples from all shards whatever the world
+  // size (split_batches), and augmentation and dropout are keyed by the global position.
+  [[nodiscard]] std::string world_size_change_refusal() const override { return ""; }
   // Bad samples skipped (and counted against data.max_bad_samples) by this invocation's loaders.
   void add_profile(nlohmann::ordered_json& profile) const override {
     profile["bad_samples"] = {{"train", loader_->stats().bad_samples},

@@ -251,6 +251,13 @@ class TextTask final : public Task {
     for (const auto& [name, p] : trainable_) out[name] = p;
     return out;
   }
+  // The text loader deals the epoch's permutation round robin (rank r takes every world_size-th sample) and
+  // each rank batches, buckets and budgets tokens over its own share, and keeps its own last partial batch:
+  // the samples of a step depend on the world size.
+  [[nodiscard]] std::string world_size_change_refusal() const override {
+    return "text batches are planned per rank (rank r batches every world_size-th sample of the epoch; length "
+           "buckets, token budgets and the epoch's last partial batch depend on the world size)";
+  }
   [[nodiscard]] json resume_key() const override {
     const auto& d = recipe_.data;
     // The epoch plan (order, lengths, buckets) comes from these and the data: the same batch index

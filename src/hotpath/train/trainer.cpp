@@ -232,9 +232,29 @@ TrainerState trainer_state_from_json(const std::string& text, const std::string&
     HOTPATH_CHECK(kind == recipe.data.kind, where, ": a checkpoint of a ", kind, " run, but the recipe has data.kind ",
                   recipe.data.kind);
     const std::int64_t saved_world = j.contains("world_size") ? integer("world_size", 1, 1 << 20) : 1;
-    HOTPATH_CHECK(saved_world == world_size, where, ": the checkpoint was made by ", saved_world, " rank(s), this run has ",
-                  world_size, " (the global batch and each rank's samples would differ); resume with ", saved_world,
-                  " rank(s)");
+    const bool world_changed = saved_world != world_size;
+    if (world_changed) {
+      // Another world size resumes exactly when each step takes the same samples: the task plans global
+      // batches independently of the world size, and world × train.batch_size (the global batch) is unchanged.
+      const std::string made = where + ": the checkpoint was made by " + std::to_string(saved_world) +
+                               " rank(s), this run has " + std::to_string(world_size);
+      const std::string refusal = task.world_size_change_refusal();
+      HOTPATH_CHECK(refusal.empty(), made, ": ", refusal, "; resume with ", saved_world, " rank(s)");
+      const nlohmann::json* saved_batch =
+          format >= 2 && j.contains("resume_key") ? &j["resume_key"]["train.batch_size"] : nullptr;
+      HOTPATH_CHECK(saved_batch != nullptr && saved_batch->is_number_integer(), made,
+                    ": its trainer.json does not record train.batch_size; resume with ", saved_world, " rank(s)");
+      const std::int64_t saved_global = saved_world * saved_batch->get<std::int64_t>();
+      const std::int64_t global = world_size * recipe.train.batch_size;
+      const bool fits = saved_global % world_size == 0 && (saved_global / world_size) % recipe.train.accum_steps == 0;
+      HOTPATH_CHECK(saved_global == global, made, ": global batch ", saved_global, " (", saved_world,
+                    " × train.batch_size=", saved_batch->get<std::int64_t>(), ") then, ", global, " (", world_size,
+                    " × train.batch_size=", recipe.train.batch_size, ") now, so each step would take other samples; ",
+                    fits ? "set train.batch_size=" + std::to_string(saved_global / world_size) +
+                               " (the same global batch) or resume with "
+                         : std::string("resume with "),
+                    saved_world, " rank(s)");
+    }
     s.step = integer("step", 0, kMax);
     s.position = {integer("epoch", 0, kMax), integer("batch", 0, kMax)};
     if (j.contains("best_metric")) s.best_metric = number("best_metric");
@@ -244,6 +264,7 @@ TrainerState trainer_state_from_json(const std::string& text, const std::string&
     if (j.contains("scaler")) s.scaler = grad_scaler_state_from_json(j.at("scaler").dump());
     const json key = task.resume_key();
     for (const auto& [name, now] : key.items()) {
+      if (world_changed && name == "train.batch_size") continue;  // per rank: the global batch was checked above
       const nlohmann::json* then = nullptr;
       if (format >= 2) {
         HOTPATH_CHECK(j.contains("resume_key") && j["resume_key"].contains(name), where, ": resume_key.", name,
