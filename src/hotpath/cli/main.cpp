@@ -48,17 +48,19 @@ void cap_libtorch_isa() {
 }
 
 // LibTorch's OpenMP runtime (libgomp) lets a thread that waits at a barrier or for the next parallel region
-// spin 300,000 pauses (milliseconds) before it sleeps. Where the cores are shared (more runnable threads
-// than cores), a spinning thread burns the time slice its partner needs and every region's barrier waits
-// for a descheduled thread: ResNet-50 batch 1 (57 regions per image, 2 threads, load 8 on 2 cores) ran
-// p50 630-1116 ms so, 180-220 ms with GOMP_SPINCOUNT 1000-3000 (docs/benchmarks.md, 2026-12-03); alone on
-// the cores the short spin measured the same as the default (35-50 ms either way). libgomp reads its
-// environment once, in its constructor, from the environment the process was started with (libc sets
-// environ from it after the preinit array), so setenv() comes too late: without OMP_WAIT_POLICY or
-// GOMP_SPINCOUNT, hotpath restarts itself once from the preinit array — before any library constructor has
-// run; the dynamic loading it repeats takes ~20 ms — with GOMP_SPINCOUNT added. main() takes it out again,
-// so child processes (the benchmark peers, `train --nproc` ranks) start from the user's environment.
-constexpr const char* kOpenmpSpinVar = "GOMP_SPINCOUNT=3000";
+// spin 300,000 pauses before it sleeps: ~50 ms on this project's 2-core VM (~170 ns per pause). Where the
+// cores are shared (more runnable threads than cores), the spinner burns the time slice its partner needs
+// and each of the 57 regions of a ResNet-50 image waits for a descheduled thread: batch 1 on 2 threads at
+// load 8 ran p50 577-596 ms so, 164-181 ms with 1000-3000 pauses; at load 2 the 2-layer cnn took 0.50 ms
+// passive, 0.73 ms at 1000, 1.2 ms at 3000; given both cores (real-time priority) 0.47 / 0.40 ms at 1000 /
+// 3000, ResNet-50 36-41 ms at any count (docs/benchmarks.md, 2026-12-03). 1000 is also what libgomp itself
+// uses once it knows its threads outnumber the cores. libgomp reads its environment once, in its
+// constructor, from the environment the process was started with (libc sets environ from it after the
+// preinit array), so setenv() comes too late: without OMP_WAIT_POLICY or GOMP_SPINCOUNT, hotpath restarts
+// itself once from the preinit array — before any library constructor has run; the dynamic loading it
+// repeats takes ~20 ms — with GOMP_SPINCOUNT added. main() takes it out again, so child processes (the
+// benchmark peers, `train --nproc` ranks) start from the user's environment.
+constexpr const char* kOpenmpSpinVar = "GOMP_SPINCOUNT=1000";
 constexpr const char* kOpenmpSpinMarker = "HOTPATH_GOMP_SPINCOUNT_SET=1";
 bool g_openmp_spin_set = false;
 
