@@ -13,7 +13,8 @@
 #   (both also run `hotpath train --nproc 2`, which must train the very model torchrun's ranks do)
 #   resume_world a 2-rank run (× B) stopped at step 8 and resumed on 1 rank (× 2B, the same global batch), and the
 #                reverse, == the uninterrupted 2-rank run within 1e-5 (losses, weights, running statistics); resuming
-#                at another global batch is refused with one line naming both world sizes and global batches
+#                at another global batch is refused with one line naming both world sizes and global batches, and a
+#                text checkpoint on another world size at all (its batches are planned per rank)
 #   sigterm      SIGTERM to rank 1 alone: every rank finishes the same step, rank 0 checkpoints, all exit 130;
 #                --resume == an uninterrupted run byte for byte
 #   two_nodes    two network namespaces joined by a veth pair, `torchrun --nnodes 2` with one rank in each
@@ -187,6 +188,15 @@ case "$case_" in
     tail -1 w.log
     grep -q "made by 2 rank(s), this run has 1: global batch 64 (2 × train.batch_size=32) then, 32 (1 × train.batch_size=32) now, so each step would take other samples; set train.batch_size=64 (the same global batch) or resume with 2 rank(s)" w.log ||
       fail "another global batch: $(tail -2 w.log)"
+    # Text recipes plan their batches per rank: another world size is refused even at the same global batch.
+    text_fixture
+    trun "$hp" train text.yaml --quiet --set "output_dir=$work/t" --set train.max_steps=4 >t.log 2>&1 ||
+      fail "text, 2 ranks, 4 steps: $(tail -5 t.log)"
+    "$hp" train text.yaml --resume --set "output_dir=$work/t" --set train.batch_size=16 >tw.log 2>&1 &&
+      fail "1 rank × 16 resumed a text checkpoint of 2 ranks × 8"
+    tail -1 tw.log
+    grep -q "made by 2 rank(s), this run has 1: text batches are planned per rank" tw.log ||
+      fail "text, another world size: $(tail -2 tw.log)"
     ;;
   sigterm)
     image_fixture
