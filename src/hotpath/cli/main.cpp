@@ -51,7 +51,7 @@ void cap_libtorch_isa() {
 // spin 300,000 pauses before it sleeps: ~50 ms on this project's 2-core VM (~170 ns per pause). Where the
 // cores are shared (more runnable threads than cores), the spinner burns the time slice its partner needs
 // and each of the 57 regions of a ResNet-50 image waits for a descheduled thread: batch 1 on 2 threads at
-// load 8 ran p50 577-596 ms so, 164-181 ms with 1000-3000 pauses; at load 2 the 2-layer cnn took 0.50 ms
+// load 8 ran p50 577-596 ms so, 164-181 ms with 1000-3000 pauses; at load 2 cnn_small batch 1 took 0.50 ms
 // passive, 0.73 ms at 1000, 1.2 ms at 3000; given both cores (real-time priority) 0.47 / 0.40 ms at 1000 /
 // 3000, ResNet-50 36-41 ms at any count (docs/benchmarks.md, 2026-12-03). 1000 is also what libgomp itself
 // uses once it knows its threads outnumber the cores. libgomp reads its environment once, in its
