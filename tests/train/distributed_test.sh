@@ -180,6 +180,15 @@ case "$case_" in
       fail "resume on 2 ranks × 32: $(tail -5 c.log)"
     echo -n "1 rank × 64 for 8 steps, resumed on 2 ranks × 32, vs 2 ranks × 32 throughout: "
     compare a c model.safetensors 1e-5 || fail "resumed on 2 ranks differs from the uninterrupted 2-rank run"
+    # A ZeRO-1 checkpoint (sharded momentum) resumed on 1 rank × 64: the shards assemble into the one optimizer.
+    trun "$hp" train image-sync.yaml --quiet --set "output_dir=$work/z" --set train.zero=1 --set train.max_steps=8 \
+      >z.log 2>&1 || fail "ZeRO-1, 2 ranks, 8 steps: $(tail -5 z.log)"
+    ls z/checkpoints/step-00000008/optimizer-shard-00001-of-00002.safetensors >/dev/null 2>&1 ||
+      fail "no ZeRO shard in the step-8 checkpoint: $(ls z/checkpoints/step-00000008)"
+    "$hp" train image-sync.yaml --quiet --resume --set "output_dir=$work/z" --set train.batch_size=64 >>z.log 2>&1 ||
+      fail "ZeRO-1 checkpoint resumed on 1 rank × 64: $(tail -3 z.log)"
+    echo -n "ZeRO-1 2 ranks × 32 for 8 steps, resumed on 1 rank × 64, vs DDP 2 ranks × 32 throughout: "
+    compare a z model.safetensors 1e-5 || fail "a ZeRO-1 checkpoint resumed on 1 rank differs from the uninterrupted run"
     unset COMPARE_BUFFERS
     # Another global batch (1 rank × 32 after 2 × 32: c's last checkpoint is the 2 ranks'): refused with one line
     # naming both and what to set.
@@ -265,6 +274,17 @@ SH
     chmod +x other.sh
     trun ./other.sh >other.log 2>&1 && fail "ranks with different recipes trained"
     grep -m1 "differs from rank 0's at optimizer.lr" other.log || fail "different recipe: $(tail -5 other.log)"
+    # --resume given to rank 1 only: refused at start-up naming it (not a wait for the timeout).
+    sed -e 's/optimizer.lr=0.2/--resume/' -e 's/extra=(--set --resume)/extra=(--resume)/' other.sh > resume1.sh
+    chmod +x resume1.sh
+    grep -q 'extra=(--resume)' resume1.sh || { echo "cannot write resume1.sh" >&2; exit 1; }
+    start=$(date +%s)
+    trun ./resume1.sh >resume1.log 2>&1 && fail "--resume on rank 1 only trained"
+    took=$(( $(date +%s) - start ))
+    echo "--resume on rank 1 only, stopped after ${took} s: $(grep -m1 "at --resume" resume1.log)"
+    grep -q "rank 1's command line differs from rank 0's at --resume (true on rank 1, false on rank 0)" resume1.log ||
+      fail "--resume on one rank: $(tail -5 resume1.log)"
+    [ "$took" -le 30 ] || fail "--resume on one rank took ${took} s to refuse (timeout $HOTPATH_DIST_TIMEOUT_S s)"
     # An unreachable master: a clear line within the (short) timeout.
     start=$(date +%s)
     RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=9 HOTPATH_DIST_TIMEOUT_S=3 \
