@@ -336,9 +336,16 @@ def export_onnx(model, example, names, path, text):
     import torch
     dynamic = {n: ({0: "batch", 1: "sequence"} if text else {0: "batch"}) for n in names}
     dynamic["output"] = {0: "batch"}
-    with torch.inference_mode(False), torch.no_grad():
-        torch.onnx.export(model, tuple(torch.from_numpy(x) for x in example), path, opset_version=17,
-                          input_names=list(names), output_names=["output"], dynamic_axes=dynamic, dynamo=False)
+    # Under no_grad an eval nn.MultiheadAttention (torchvision's ViT-B/16) takes its fused fast path,
+    # aten::_native_multi_head_attention, which the exporter cannot write: export the plain ops.
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with torch.inference_mode(False), torch.no_grad():
+            torch.onnx.export(model, tuple(torch.from_numpy(x) for x in example), path, opset_version=17,
+                              input_names=list(names), output_names=["output"], dynamic_axes=dynamic, dynamo=False)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
 
 
 class CalibrationReader:
