@@ -2,7 +2,8 @@
 // they take neither the text graphs' batch split nor the batch-1 token row split (each conv keeps oneDNN's
 // own parallelism), and a steady-state run allocates its activations only — every conv weight is packed
 // into oneDNN's layout once per input shape, never again per call (a weight packed for another shape is
-// reordered on every call: 10-75 ms per conv at batch 1, e1c3a93).
+// reordered on every call: 10-75 ms per conv at batch 1, e1c3a93). Their fp32 linears run MKL's packed
+// sgemm at small row counts and at::addmm past them: both match the training model.
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
@@ -82,6 +83,37 @@ TEST(EngineImageBatch, KeepsPerNodeParallelismAndPacksEachConvWeightOncePerShape
   std::cout << "at::mkldnn_convolution with a plain weight: " << counter.bytes.load() << " bytes per call (weight "
             << w.nbytes() << ")\n";
   EXPECT_GE(counter.bytes.load(), w.nbytes()) << "the count no longer sees oneDNN's weight reorders";
+}
+
+// ViT-tiny (a zero head at init, as torchvision's: randomised here so the logits say something) on 2 threads:
+// batches 1 and 2 run the packed weights (197 and 394 rows), 3 is past the 2 packed row counts and 6 past
+// 1024 rows — at::addmm; each within 1e-5 of the model.
+TEST(EngineImageBatch, VitLinearsOnPackedWeightsAndPastTheBoundMatchTheModel) {
+  at::manual_seed(5);
+  auto model = models::create_model("vit_tiny", {.num_classes = 7, .in_channels = 3});
+  {
+    const at::NoGradGuard no_grad;
+    for (auto& p : model->named_parameters()) {
+      if (p.key().find("head") != std::string::npos) p.value().normal_(0.0, 0.5);
+    }
+  }
+  model->eval();
+  const Graph g = lower_image_model(*model, {.channels = 3, .image_size = 224});
+  const Engine engine = Engine::from_graph(g, {.threads = 2});
+  EXPECT_NE(engine.describe().find("linear: fp32 through MKL's packed sgemm"), std::string::npos) << engine.describe();
+  for (const std::int64_t batch : {1, 2, 3, 6, 1}) {
+    const at::Tensor x = at::randn({batch, 3, 224, 224});
+    at::Tensor want;
+    {
+      const at::NoGradGuard no_grad;
+      want = model->forward(x);
+    }
+    const at::Tensor got = engine.run({x}).front();
+    ASSERT_EQ(got.sizes(), want.sizes());
+    ASSERT_GT(want.abs().max().item<double>(), 0.1);
+    const double rel = (got - want).norm().item<double>() / want.norm().item<double>();
+    EXPECT_LT(rel, 1e-5) << "batch " << batch;
+  }
 }
 
 }  // namespace

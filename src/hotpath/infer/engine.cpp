@@ -144,6 +144,27 @@ const MkldnnConvOps& mkldnn_conv_ops() {
   return ops;
 }
 
+// MKL's packed sgemm as LibTorch exposes it (what Inductor freezes fp32 linears into): the weight packed once
+// for a row count M; mkl::_mkl_linear falls back to at::linear for any other M.
+struct MklLinearOps {
+  std::optional<c10::OperatorHandle> reorder, linear;
+};
+
+const MklLinearOps& mkl_linear_ops() {
+  static const MklLinearOps ops = [] {
+    MklLinearOps o;
+    auto& d = c10::Dispatcher::singleton();
+    o.reorder = d.findSchema({"mkl::_mkl_reorder_linear_weight", ""});
+    o.linear = d.findSchema({"mkl::_mkl_linear", ""});
+    if (!o.reorder || !o.linear) {
+      o.reorder.reset();
+      o.linear.reset();
+    }
+    return o;
+  }();
+  return ops;
+}
+
 // oneDNN's post-op name and arguments for an activation.
 struct PostOp {
   std::string attr = "none";
@@ -199,6 +220,7 @@ struct Step {
   bool fast_ln = false;        // layer_norm / bert_embed: hotpath's f32 LayerNorm kernel (out=, + quantize)
   bool rows = false;           // runs on a range of token rows in the batch-1 row split
   bool packed = false;                                          // run mkldnn_conv_ops with packed weights
+  bool mkl = false;  // fp32 linear of an image graph: MKL's packed sgemm at small row counts (packed_linear_for)
   PostOp post;
   // The weight in oneDNN's layout, per input shape (at most kMaxPackedShapes; guarded by Impl::pack_mutex).
   mutable std::map<std::vector<std::int64_t>, at::Tensor> packed_by_shape;
@@ -206,6 +228,11 @@ struct Step {
 
 // Input shapes (batch sizes, in practice) a conv keeps a packed weight for; past it, the first one serves.
 constexpr std::size_t kMaxPackedShapes = 4;
+// Row counts an fp32 linear packs its weight for (each a full copy of it), and the largest: MKL copies the
+// weight into its panels on every at::addmm call, ~14 % of a ViT-B/16 batch-1 run (M 197); at large M the
+// copy is a small share of the multiply and at::addmm runs.
+constexpr std::size_t kMaxPackedLinearShapes = 2;
+constexpr std::int64_t kMaxPackedLinearRows = 1024;
 
 // Activations the int8 epilogue fuses (erf-gelu as a rational polynomial: hotpath_int8_bench EpilogueGelu);
 // the exp-based ones run after it through ATen's vectorised kernels, in place.
@@ -315,6 +342,17 @@ struct Engine::Impl {
     const at::Tensor w = call(*mkldnn_conv_ops().reorder,
                               {s.weight, s.padding, s.stride, s.dilation, s.groups, c10::IValue(shape)});
     return s.packed_by_shape.emplace(shape, w).first->second;
+  }
+
+  // s.weight packed by MKL for m rows (once per m, at most kMaxPackedLinearShapes); nullptr past that.
+  const at::Tensor* packed_linear_for(const Step& s, std::int64_t m) const {
+    const std::vector<std::int64_t> key = {m};
+    const std::lock_guard<std::mutex> lock(pack_mutex);
+    auto it = s.packed_by_shape.find(key);
+    if (it != s.packed_by_shape.end()) return &it->second;
+    if (s.packed_by_shape.size() >= kMaxPackedLinearShapes) return nullptr;
+    const at::Tensor w = call(*mkl_linear_ops().reorder, {s.weight, m});
+    return &s.packed_by_shape.emplace(key, w).first->second;
   }
 
   void prepare();
@@ -477,6 +515,11 @@ void Engine::Impl::prepare() {
   for (const ValueSpec& in : graph.inputs) {
     if (split_note.empty() && in.shape.empty()) split_note = "input " + in.name + " has no batch dimension";
   }
+  // fp32 linears of image graphs (the ViT's, classifier heads) through MKL's packed sgemm; text graphs
+  // are left out: every sequence length is a new row count, hence a new copy of the weight.
+  const bool image_graph = split_note.rfind("image graph", 0) == 0;
+  const bool mkl_ok = image_graph && options.device.is_cpu() && compute == at::kFloat && mkl_linear_ops().linear;
+  for (Step& s : steps) s.mkl = mkl_ok && s.op == Op::kLinear && !s.qlinear;
   if (split_note.empty() && !options.split_batch) split_note = "split_batch off";
 #ifndef _OPENMP
   if (split_note.empty()) split_note = "engine.cpp built without OpenMP";  // at::parallel_for would be serial
@@ -673,6 +716,16 @@ void Engine::Impl::run_step(const Step& s, std::vector<at::Tensor>& v, const Ste
                     ", expected [..., ", k, "]");
       std::vector<std::int64_t> shape(x.sizes().begin(), x.sizes().end());
       shape.back() = out_features;
+      const std::int64_t rows = x.numel() / k;
+      const at::Tensor* packed = s.mkl && r.all && rows <= kMaxPackedLinearRows ? packed_linear_for(s, rows) : nullptr;
+      if (packed != nullptr) {  // a fresh output: MKL's op has no out= form
+        const c10::IValue bias = s.bias.defined() ? c10::IValue(s.bias) : c10::IValue();
+        at::Tensor y2 = call(*mkl_linear_ops().linear, {x.reshape({rows, k}).contiguous(), *packed, s.weight, bias, rows});
+        if (in(1).defined()) y2.add_(in(1).reshape({rows, out_features}));
+        activate_(y2, s.act);
+        y = y2.view(shape);
+        break;
+      }
       y = io.get(0, shape, x.scalar_type());
       at::Tensor yr = row_view(y, r);
       const at::Tensor xr = row_view(x, r);
@@ -1184,6 +1237,10 @@ std::string Engine::describe() const {
   os << "nodes: " << m.steps.size();
   for (const auto& [op, count] : m.int8_counts) os << ", int8 " << op << " " << count;
   os << "\n";
+  if (std::any_of(m.steps.begin(), m.steps.end(), [](const Step& s) { return s.mkl; })) {
+    os << "linear: fp32 through MKL's packed sgemm, the weight packed per row count (<= " << kMaxPackedLinearRows
+       << " rows, " << kMaxPackedLinearShapes << " counts), else at::addmm\n";
+  }
   os << "attention: " << ops::attention_kernel_name() << "\n";
   os << "batch: " << (m.split_note.empty() ? "batches of >= 2 split across the threads, one part each"
                                            : "every node parallel on its own (" + m.split_note + ")") << "\n";
