@@ -7,6 +7,7 @@
 #include <torch/nn/modules/batchnorm.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -274,7 +275,9 @@ TEST(EngineBf16, RunsFp32WithAReasonWhereTheCpuLacksNativeBf16) {
 
 // Quantizes every conv (static, ranges observed on `calibration`) and linear (dynamic) of `g` by hand,
 // in graph.h's quantized form: what the quantizer writes, without the quantizer.
-Graph quantize_by_hand(const Graph& g, const at::Tensor& calibration) {
+// `pick` (default: all) chooses the nodes; the others stay float, as the quantizer's fallback leaves them.
+Graph quantize_by_hand(const Graph& g, const at::Tensor& calibration,
+                       const std::function<bool(const Node&)>& pick = {}) {
   std::map<std::string, std::pair<double, double>> ranges;
   const Engine fp32 = Engine::from_graph(g, {.threads = 1});
   (void)fp32.run({calibration}, [&](const Node& n, const std::vector<at::Tensor>& in, const at::Tensor&) {
@@ -285,7 +288,7 @@ Graph quantize_by_hand(const Graph& g, const at::Tensor& calibration) {
   });
   Graph q = g;
   for (Node& n : q.nodes) {
-    if (n.op != "conv2d" && n.op != "linear") continue;
+    if ((n.op != "conv2d" && n.op != "linear") || (pick && !pick(n))) continue;
     const at::Tensor w = q.params.at(n.params.at("weight"));
     auto [w8, scale] = n.op == "conv2d" ? ops::Int8Conv2d::quantize_weight(w) : ops::Int8Linear::quantize_weight(w);
     q.params[n.params.at("weight")] = w8;
@@ -316,6 +319,19 @@ TEST(EngineInt8, RunsQuantizedConvsAndLinearsCloseToFp32) {
   // 20 int8 convs in a row on random weights: a few percent of the logit range.
   EXPECT_LT(rel_error(got, want), 0.1);
   EXPECT_GT(rel_error(got, want), 0.0) << "the int8 path really ran";
+}
+
+// An int8 graph's float nodes (the quantizer's fallback, softmax, LayerNorm, ...) run fp32 even where bf16 runs:
+// the export measured its accuracy that way, and bf16 there loses what the fallback kept.
+TEST(EngineInt8, UnquantizedNodesRunFp32EvenWhereBf16Runs) {
+  const Graph g = seeded_image_graph(14, {.name = "resnet18_small", .classes = 6, .channels = 3, .size = 16});
+  const at::Tensor x = at::randn({2, 3, 16, 16});
+  int convs = 0;
+  const Graph q = quantize_by_hand(g, x, [&](const Node& n) { return n.op != "conv2d" || ++convs % 2 == 1; });
+  const Engine plain = Engine::from_graph(q, {.threads = 1, .precision = Precision::kInt8});
+  const Engine with_bf16 = Engine::from_graph(q, {.threads = 1, .precision = Precision::kInt8, .emulate_bf16 = true});
+  EXPECT_NE(with_bf16.describe().find("int8 asked, compute dtype fp32"), std::string::npos) << with_bf16.describe();
+  EXPECT_TRUE(at::equal(plain.run({x}).front(), with_bf16.run({x}).front()));
 }
 
 // Chained convs hand each other u8 tensors (int8_chain.h): the same numbers up to oneDNN's requantization
@@ -392,6 +408,56 @@ PackageDir image_package(const std::string& arch, std::int64_t channels, std::in
   p.image.std.assign(static_cast<std::size_t>(channels), 0.25);
   for (std::int64_t i = 0; i < classes; ++i) p.labels.push_back("class " + std::to_string(i));
   return p;
+}
+
+// The bf16 path itself, on any AVX-512 CPU: emulate_bf16 runs what an AVX512_BF16 CPU runs (oneDNN emulates
+// the instructions), so image and text graphs and a bf16 package are checked within bf16 tolerance here too.
+TEST(EngineBf16, EmulatedBf16RunsTheBf16PathWithinBf16Tolerance) {
+  if (cpu::max_isa() < cpu::Isa::kAvx512) GTEST_SKIP() << "oneDNN's bf16 needs AVX-512 (or a lower HOTPATH_MAX_ISA cap)";
+  const bool native = cpu::max_isa() >= cpu::Isa::kAvx512Bf16;
+  for (const char* name : {"resnet18_small", "efficientnet_lite0"}) {
+    const Graph g = seeded_image_graph(4, {.name = name, .classes = 5, .channels = 3, .size = 33});
+    const at::Tensor x = at::randn({3, 3, 33, 33});
+    const at::Tensor fp32 = Engine::from_graph(g).run({x}).front();
+    const Engine e = Engine::from_graph(g, {.precision = Precision::kBf16, .emulate_bf16 = true});
+    EXPECT_NE(e.describe().find("compute dtype bf16"), std::string::npos) << e.describe();
+    if (!native) {
+      EXPECT_NE(e.describe().find("oneDNN emulates bf16"), std::string::npos) << e.describe();
+    }
+    const at::Tensor got = e.run({x}).front();
+    EXPECT_EQ(got.scalar_type(), at::kFloat) << "float at the graph's edges";
+    EXPECT_LT(rel_error(got, fp32), 5e-2) << name << ": bf16 tolerance";
+    EXPECT_GT(rel_error(got, fp32), 1e-6) << name << ": the bf16 path really ran";
+  }
+  at::manual_seed(5);
+  models::BertForSequenceClassification bert(test::tiny_bert(formats::BertArch::kBert, kTextPositions));
+  bert.eval();
+  const Graph t = lower_text_classifier(bert);
+  const TextInputs in = text_inputs(13, 50);
+  const at::Tensor fp32 = Engine::from_graph(t).run({in.ids, in.mask, in.types}).front();
+  const Engine e = Engine::from_graph(t, {.precision = Precision::kBf16, .emulate_bf16 = true});
+  const at::Tensor got = e.run({in.ids, in.mask, in.types}).front();
+  EXPECT_LT(rel_error(got, fp32), 5e-2) << "bert: bf16 tolerance";
+  EXPECT_GT(rel_error(got, fp32), 1e-6) << "bert: the bf16 path really ran";
+
+  // A bf16 package (bf16 weights on disk, as hotpath export writes them) reloads into the same numbers.
+  const Graph g = seeded_image_graph(6, {.name = "resnet18_small", .classes = 3, .channels = 3, .size = 16});
+  Graph stored = g;
+  for (auto& [key, w] : stored.params) {
+    if (w.scalar_type() == at::kFloat) w = w.to(at::kBFloat16).to(at::kFloat);
+  }
+  const TempDir dir;
+  const fs::path pkg = dir.path() / "bf16";
+  PackageDir bf16_package = image_package("resnet18_small", 3, 16, 3);
+  bf16_package.precision = Precision::kBf16;
+  write_package_dir(pkg, bf16_package, stored, {}, {}, false);
+  const at::Tensor x = at::randn({2, 3, 16, 16});
+  const at::Tensor from_graph =
+      Engine::from_graph(stored, {.precision = Precision::kBf16, .emulate_bf16 = true}).run({x}).front();
+  const Engine loaded = Engine::load(pkg.string(), {.emulate_bf16 = true});
+  EXPECT_NE(loaded.describe().find("bf16 asked, compute dtype bf16"), std::string::npos) << loaded.describe();
+  EXPECT_TRUE(at::equal(loaded.run({x}).front(), from_graph));
+  EXPECT_LT(rel_error(from_graph, Engine::from_graph(g).run({x}).front()), 5e-2) << "package: bf16 tolerance";
 }
 
 TEST(Package, RoundTripsAndReloadsBitIdentical) {

@@ -396,8 +396,15 @@ void Engine::Impl::prepare() {
     compute = prepare_cuda_engine(graph, options);  // cuda/cuda_engine.h
   } else if (options.precision == Precision::kFp32) {
     compute = at::kFloat;
+  } else if (options.precision == Precision::kInt8) {
+    compute = at::kFloat;
+    precision_note = "the nodes left unquantized run fp32, the precision the export measured";
   } else if (native_bf16()) {
     compute = at::kBFloat16;
+  } else if (options.emulate_bf16 && cpu::max_isa() >= cpu::Isa::kAvx512) {
+    compute = at::kBFloat16;
+    precision_note = std::string("emulated: this CPU (or HOTPATH_MAX_ISA cap, now ") + cpu::isa_name(cpu::max_isa()) +
+                     ") lacks AVX512_BF16, oneDNN emulates bf16 (slow; for parity checks)";
   } else {
     compute = at::kFloat;
     precision_note = std::string("bf16 activations not used: this CPU (or HOTPATH_MAX_ISA cap, now ") +
