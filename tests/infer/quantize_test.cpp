@@ -136,6 +136,7 @@ TEST(QuantizeGraph, CalibratesEveryConvAndPicksTheObserverWithTheLowerError) {
     EXPECT_EQ(n.scheme, "static_int8");
     EXPECT_DOUBLE_EQ(n.error, std::min(n.error_minmax, n.error_percentile)) << n.name;
     EXPECT_EQ(n.observer, n.error_percentile < n.error_minmax ? "percentile" : "minmax");
+    EXPECT_EQ(n.error_clip, -1.0);  // no clip candidates by default
     EXPECT_LT(n.error, 0.03) << n.name;
     EXPECT_GT(n.input_scale, 0.0);
     const Node* q = r.graph.find_node(n.name);
@@ -215,6 +216,43 @@ TEST(QuantizeGraph, PercentileObserverWinsOnALargeHeavyTailedInput) {
   const QuantizeResult small = quantize_graph(cnn(), batches({4, 3, 16, 16}, 1), {}, engine_runner(1));
   EXPECT_EQ(node(small, "stem").observer, "minmax");
   EXPECT_DOUBLE_EQ(node(small, "stem").error_percentile, node(small, "stem").error_minmax);
+}
+
+TEST(QuantizeGraph, ClippedRangeWinsWhereMinMaxIsStretchedByValuesTheConvIgnores) {
+  // One input channel spans ±50 but the conv's weights ignore it (a relu6 tensor whose channels differ
+  // 10× in range is the real case): min/max stretches the u8 grid over it, and so does the percentile
+  // (a third of the values lie out there). Clipping it costs the output nothing and shrinks the grid step
+  // for the channels that matter, so the smallest clip candidate (0.85^8 ≈ 0.27 of min/max, still ±13.6,
+  // wider than the N(0, 1) channels) gives the least output error.
+  at::manual_seed(12);
+  Graph g;
+  g.inputs = {{"images", at::kFloat, {-1, 3, 16, 16}, {"batch", "channels", "height", "width"}}};
+  add_conv(g, "stem", "images", "c1", 3, 8, 1, {1, 1, 1, 1});
+  g.outputs = {"c1"};
+  g.params.at("stem.weight").select(1, 0).zero_();
+  at::Tensor x = at::randn({4, 3, 16, 16});
+  x.select(1, 0).uniform_(-50.0, 50.0);
+  const QuantizeResult r = quantize_graph(g, {{x}}, {.clip_candidates = 8}, engine_runner(1));
+  const NodeQuantization& stem = node(r, "stem");
+  EXPECT_EQ(stem.observer, "clip");
+  EXPECT_NEAR(stem.clip_fraction, std::pow(0.85, 8), 1e-12);
+  EXPECT_DOUBLE_EQ(stem.error, stem.error_clip);
+  EXPECT_LT(stem.error_clip, 0.5 * std::min(stem.error_minmax, stem.error_percentile));
+  EXPECT_NEAR(stem.range_max, std::pow(0.85, 8) * x.max().item<double>(), 1e-4);
+  const auto& j = r.report["nodes"][0];
+  EXPECT_EQ(j["observer"], "clip");
+  EXPECT_DOUBLE_EQ(j["errors"]["clip"].get<double>(), stem.error_clip);
+  EXPECT_DOUBLE_EQ(j["clip_fraction"].get<double>(), stem.clip_fraction);
+  EXPECT_EQ(r.report["options"]["clip_candidates"], 8);
+  // The engine runs the clipped conv with the error the report gives.
+  const at::Tensor ref = Engine::from_graph(g).run({x}).front();
+  EXPECT_NEAR(rel_norm_error(Engine::from_graph(r.graph).run({x}).front(), ref), stem.error, 0.2 * stem.error);
+  // Without candidates (the default): min/max or the percentile, no clip error.
+  const QuantizeResult plain = quantize_graph(g, {{x}}, {}, engine_runner(1));
+  EXPECT_NE(node(plain, "stem").observer, "clip");
+  EXPECT_EQ(node(plain, "stem").error_clip, -1.0);
+  EXPECT_TRUE(plain.report["nodes"][0]["errors"]["clip"].is_null());
+  EXPECT_GT(node(plain, "stem").error, 2.0 * stem.error);
 }
 
 TEST(QuantizeGraph, LayerWhoseOwnErrorIsTooLargeStaysFloatAndIsReported) {
@@ -328,7 +366,7 @@ TEST(QuantizeGraph, TheMostSensitiveNodesStayFloatUntilTheOutputMeetsItsTarget) 
   EXPECT_EQ(r.report["totals"]["kept_float"].get<int>(), kept);
   // The ranking: every node measured (all passed their own gate), most sensitive first; the nodes kept float
   // are the head of it. Without a target nothing is measured.
-  EXPECT_EQ(r.report["version"].get<int>(), 3);
+  EXPECT_EQ(r.report["version"].get<int>(), 4);
   EXPECT_EQ(r.report["fallback"]["method"], "sensitivity");
   const auto& ranking = r.report["fallback"]["ranking"];
   ASSERT_EQ(ranking.size(), r.nodes.size());
@@ -453,6 +491,7 @@ TEST(QuantizeGraph, RefusesBadInputNamingIt) {
   const QuantizeResult r = quantize_graph(g, batches({2, 64}, 1));
   EXPECT_TRUE(has(error_of([&] { (void)quantize_graph(r.graph, batches({2, 64}, 1)); }), "already quantized"));
   EXPECT_TRUE(has(error_of([&] { (void)quantize_graph(g, batches({2, 64}, 1), {.percentile = 40.0}); }), "percentile"));
+  EXPECT_TRUE(has(error_of([&] { (void)quantize_graph(g, batches({2, 64}, 1), {.clip_candidates = -1}); }), "clip_candidates"));
   EXPECT_TRUE(has(error_of([&] { (void)quantize_graph(g, batches({2, 64}, 1), {.max_output_error = -1.0}); }),
                   "max_output_error"));
   EXPECT_TRUE(has(error_of([&] { (void)quantize_graph(g, batches({2, 64}, 1), {.max_fallback_passes = -1}); }),

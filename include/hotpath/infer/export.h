@@ -49,6 +49,7 @@ struct ExportOptions {
   // (embeddings: cosine >= 0.99), else the fewest most sensitive layers stay float (quantize.h; reported).
   double max_output_error = 0.015;
   bool gptq = true;  // int8: conv weights rounded by GPTQ on the calibration data, else to nearest (quantize.h)
+  int clip_candidates = 0;  // int8: conv input ranges also tried clipped (quantize.h QuantizeOptions)
   std::vector<std::string> keep_float;  // int8: linear/conv2d node names never quantized
   double min_agreement = 0.97;          // top-1 agreement with fp32 below this refuses the export ...
   bool allow_accuracy_loss = false;     // ... unless this is set (the report still says so)

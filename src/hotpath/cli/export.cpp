@@ -33,6 +33,7 @@ struct ExportArgs {
   std::int64_t max_bad_samples = 100;
   double max_output_error = 0.015;
   std::string weight_rounding = "gptq";
+  int clip_candidates = 0;
   std::vector<std::string> keep_float;
   double min_agreement = 0.97;
   bool allow_accuracy_loss = false;
@@ -65,6 +66,7 @@ void run(const ExportArgs& a) {
                  .max_bad_samples = a.max_bad_samples,
                  .max_output_error = a.max_output_error,
                  .gptq = a.weight_rounding == "gptq",
+                 .clip_candidates = a.clip_candidates,
                  .keep_float = a.keep_float,
                  .min_agreement = a.min_agreement,
                  .allow_accuracy_loss = a.allow_accuracy_loss,
@@ -109,6 +111,10 @@ void add_export(CLI::App& app) {
   cmd->add_option("--weight-rounding", a->weight_rounding,
                   "int8: conv weights rounded by GPTQ (smallest output error on the calibration data) or to nearest")
       ->check(CLI::IsMember({"gptq", "nearest"}));
+  cmd->add_option("--clip-candidates", a->clip_candidates,
+                  "int8: also try each conv input range clipped to min/max x 0.85^i, i = 1..N, and keep the one "
+                  "with the least output error (0: min/max and the percentile only)")
+      ->check(CLI::Range(0, 32));
   cmd->add_option("--keep-float", a->keep_float, "int8: node names (linear/conv2d) never quantized");
   cmd->add_option("--min-agreement", a->min_agreement, "Refuse below this top-1 agreement with fp32 (real data)")
       ->check(CLI::Range(0.0, 1.0));

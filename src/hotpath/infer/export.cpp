@@ -424,6 +424,7 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
     qo.min_output_cosine = real_data ? 0.99 : -1.0;
     qo.keep_float = options.keep_float;
     qo.gptq = options.gptq;
+    qo.clip_candidates = options.clip_candidates;
     QuantizeResult q = quantize_graph(graph, data.batches, qo);
     graph = std::move(q.graph);
     report["quantization"] = std::move(q.report);

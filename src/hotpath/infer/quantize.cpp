@@ -20,14 +20,16 @@
 #include "hotpath/ops/int8_linear.h"
 
 // quantization_report.json:
-//   {"format": "hotpath-quantization-report", "version": 3,
+//   {"format": "hotpath-quantization-report", "version": 4,
 //    "options": {"linear", "conv", "max_node_error", "max_output_error", "min_output_cosine", "percentile",
-//                "bias_correction", "gptq", "gptq_damping", "max_fallback_passes", "keep_float",
+//                "clip_candidates", "bias_correction", "gptq", "gptq_damping", "max_fallback_passes", "keep_float",
 //                "calibration_batches"},
 //    "nodes": [{"name", "op", "scheme", "quantized", "error", "cumulative_error", "added_error",
 //               "sensitivity" (the outputs' relative error with only this node quantized; null: not measured,
 //               the target was met or not set), "reason"?,                                  (every candidate)
-//               conv2d: "observer", "errors": {"minmax", "percentile"}, "range": [lo, hi],
+//               conv2d: "observer" ("minmax" | "percentile" | "clip"), "errors": {"minmax", "percentile",
+//                       "clip" (the best clip candidate's; null: none tried)}, "clip_fraction" (of min/max,
+//                       the best clip candidate's; 1: none tried), "range": [lo, hi],
 //                       "input_scale", "input_zero_point", "bias_correction", "weight_rounding"}],
 //    "fallback": {"target": {...}, "method": "sensitivity",
 //                 "ranking": [{"name", "sensitivity"}] (most sensitive first; empty: no fallback ran),
@@ -40,6 +42,9 @@
 namespace hotpath::infer {
 namespace {
 
+// The clip candidates' ratio: min/max × 0.85^i, i = 1..clip_candidates (8: down to 0.27 of min/max).
+constexpr double kClipStep = 0.85;
+
 // One node to quantize, with what the passes gather for it.
 struct Candidate {
   std::size_t index = 0;  // into graph.nodes
@@ -48,14 +53,22 @@ struct Candidate {
   double min = 0.0, max = 0.0;
   double clip_lo_sum = 0.0, clip_hi_sum = 0.0;
   bool seen = false;
-  // The quantized weight, and per scheme/observer the error sums ‖y_q − y‖², with ‖y‖².
+  // The quantized weight; the linear's error sum ‖y_q − y‖² (err2), with ‖y‖² (ref2, convs too).
   at::Tensor w8, w_scale;
   std::optional<ops::Int8Linear> linear;
-  std::optional<ops::Int8Conv2d> conv_minmax, conv_percentile;
-  double err2_minmax = 0.0, err2_percentile = 0.0, ref2 = 0.0;
-  // Conv only: per output channel, the summed pre-activation error conv_q(x) − conv(x) of each observer and
-  // how many values were summed (bias correction: the mean is what rounding shifts every output by).
-  at::Tensor shift_minmax, shift_percentile;
+  double err2 = 0.0, ref2 = 0.0;
+  // Conv only: the input ranges tried (min/max, the percentile clip, min/max scaled by each clip fraction),
+  // each node alone quantized with it; per output channel the summed pre-activation error conv_q(x) − conv(x)
+  // and how many values were summed (bias correction: the mean is what rounding shifts every output by).
+  struct Range {
+    std::string observer;   // "minmax" | "percentile" | "clip"
+    double fraction = 1.0;  // clip: the fraction of min/max
+    double lo = 0.0, hi = 0.0;
+    std::optional<ops::Int8Conv2d> conv;
+    double err2 = 0.0;
+    at::Tensor shift;
+  };
+  std::vector<Range> ranges;
   double shift_count = 0.0;
   // Conv with GPTQ rounding: the Gram matrix of its input patches per group [groups, K, K] (K = in/groups·kh·kw),
   // summed over the calibration batches; freed once the weight is rounded.
@@ -323,6 +336,8 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
                 "quantize_graph: percentile must be in (50, 100); got ", options.percentile);
   HOTPATH_CHECK(options.gptq_damping > 0.0 && std::isfinite(options.gptq_damping),
                 "quantize_graph: gptq_damping must be finite and > 0; got ", options.gptq_damping);
+  HOTPATH_CHECK(options.clip_candidates >= 0 && options.clip_candidates <= 32,
+                "quantize_graph: clip_candidates must be in [0, 32]; got ", options.clip_candidates);
   fp32.validate();
   for (const std::string& name : options.keep_float) {
     const Node* n = fp32.find_node(name);
@@ -383,7 +398,7 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
       } else {
         const at::Tensor y = value(out, n.output);
         const at::Tensor yq = c.linear->forward(x, n.attr_str("act", "none"), value(out, n.input(1)));
-        c.err2_minmax += sq_norm(yq - y);
+        c.err2 += sq_norm(yq - y);
         c.ref2 += sq_norm(y);
       }
     }
@@ -406,17 +421,27 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
     c.gram = at::Tensor();
   }
 
-  // Pass 2 (convs): each observer's parameters, each node alone quantized on its recorded fp32 inputs; the
-  // mean shift of its pre-activation output per channel (bias correction).
+  // Pass 2 (convs): each input range's parameters, each node alone quantized on its recorded fp32 inputs; the
+  // mean shift of its pre-activation output per channel (bias correction). The ranges: min/max, the
+  // percentile clip, and min/max scaled by kClipStep^i (i = 1..clip_candidates): the clip that gives the
+  // node's own output the least error (MSE over clip candidates) — the percentile is blind to how the u8
+  // grid's step trades against clipping, which for relu6 outputs whose channels differ 10× in range favours
+  // clipping the few wide channels well inside min/max.
   const double batches = static_cast<double>(calibration.size());
   for (Candidate& c : candidates) {
     if (!c.conv) continue;
     const Node& n = fp32.nodes[c.index];
-    const at::Tensor& bias = param(fp32, n, "bias");
-    c.conv_minmax = ops::Int8Conv2d::prepare(c.w8, c.w_scale, bias, ops::int8_affine_u8_params(c.min, c.max), geometry_of(n));
-    c.conv_percentile = ops::Int8Conv2d::prepare(
-        c.w8, c.w_scale, bias, ops::int8_affine_u8_params(c.clip_lo_sum / batches, c.clip_hi_sum / batches),
-        geometry_of(n));
+    c.ranges.push_back({.observer = "minmax", .lo = c.min, .hi = c.max});
+    c.ranges.push_back({.observer = "percentile", .lo = c.clip_lo_sum / batches, .hi = c.clip_hi_sum / batches});
+    double fraction = 1.0;
+    for (int i = 0; i < options.clip_candidates; ++i) {
+      fraction *= kClipStep;
+      c.ranges.push_back({.observer = "clip", .fraction = fraction, .lo = c.min * fraction, .hi = c.max * fraction});
+    }
+    for (Candidate::Range& r : c.ranges) {
+      r.conv = ops::Int8Conv2d::prepare(c.w8, c.w_scale, param(fp32, n, "bias"), ops::int8_affine_u8_params(r.lo, r.hi),
+                                        geometry_of(n));
+    }
   }
   if (any_conv) {
     run_all(runner, observed.graph, calibration, "measuring conv errors", [&](std::size_t, const std::vector<at::Tensor>& out) {
@@ -428,15 +453,13 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
         const at::Tensor y = value(out, n.output);
         const std::string act = n.attr_str("act", "none");
         const at::Tensor ref = float_conv(x, param(fp32, n, "weight"), param(fp32, n, "bias"), n);
-        const auto measure = [&](const ops::Int8Conv2d& conv, double& err2, at::Tensor& shift) {
-          at::Tensor pre = conv.forward(x, "none").to(at::kFloat);
+        for (Candidate::Range& range : c.ranges) {
+          at::Tensor pre = range.conv->forward(x, "none").to(at::kFloat);
           const at::Tensor s = (pre - ref).sum({0, 2, 3}).to(at::kDouble);
-          shift = shift.defined() ? shift + s : s;
+          range.shift = range.shift.defined() ? range.shift + s : s;
           if (r.defined()) pre = pre + r.to(at::kFloat);
-          err2 += sq_norm(ops::apply_activation_reference(pre, act) - y);
-        };
-        measure(*c.conv_minmax, c.err2_minmax, c.shift_minmax);
-        measure(*c.conv_percentile, c.err2_percentile, c.shift_percentile);
+          range.err2 += sq_norm(ops::apply_activation_reference(pre, act) - y);
+        }
         c.shift_count += static_cast<double>(ref.numel() / ref.size(1));
         c.ref2 += sq_norm(y);
       }
@@ -458,21 +481,30 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
     nq.op = src.op;
     nq.scheme = c.conv ? "static_int8" : "dynamic_int8";
     nq.weight_rounding = c.gptq ? "gptq" : "nearest";
-    nq.error_minmax = relative(c.err2_minmax, c.ref2);
-    nq.error = nq.error_minmax;
+    nq.error = relative(c.err2, c.ref2);
     choices[k].bias = param(fp32, src, "bias");
     if (c.conv) {
-      nq.error_percentile = relative(c.err2_percentile, c.ref2);
-      const bool percentile = nq.error_percentile < nq.error_minmax;
-      nq.observer = percentile ? "percentile" : "minmax";
-      nq.error = percentile ? nq.error_percentile : nq.error_minmax;
-      nq.range_min = percentile ? c.clip_lo_sum / batches : c.min;
-      nq.range_max = percentile ? c.clip_hi_sum / batches : c.max;
-      choices[k].input = (percentile ? c.conv_percentile : c.conv_minmax)->input_quant();
+      // The range with the lowest error; ties go to the earlier (min/max before the percentile before clips).
+      const Candidate::Range* best = &c.ranges.front();
+      for (const Candidate::Range& r : c.ranges) {
+        if (r.err2 < best->err2) best = &r;
+        const double e = relative(r.err2, c.ref2);
+        if (r.observer == "minmax") nq.error_minmax = e;
+        if (r.observer == "percentile") nq.error_percentile = e;
+        if (r.observer == "clip" && (nq.error_clip < 0.0 || e < nq.error_clip)) {
+          nq.error_clip = e;
+          nq.clip_fraction = r.fraction;
+        }
+      }
+      nq.observer = best->observer;
+      nq.error = relative(best->err2, c.ref2);
+      nq.range_min = best->lo;
+      nq.range_max = best->hi;
+      choices[k].input = best->conv->input_quant();
       nq.input_scale = choices[k].input.scale;
       nq.input_zero_point = choices[k].input.zero_point;
       if (options.bias_correction && c.shift_count > 0.0) {
-        const at::Tensor shift = ((percentile ? c.shift_percentile : c.shift_minmax) / c.shift_count).to(at::kFloat);
+        const at::Tensor shift = (best->shift / c.shift_count).to(at::kFloat);
         nq.bias_correction = shift.abs().max().item<double>();
         const at::Tensor& b = choices[k].bias;
         choices[k].bias = (b.defined() ? b.to(at::kFloat) : at::zeros_like(shift)) - shift;
@@ -658,13 +690,14 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
   // The report.
   nlohmann::ordered_json& j = result.report;
   j["format"] = "hotpath-quantization-report";
-  j["version"] = 3;
+  j["version"] = 4;
   j["options"] = {{"linear", options.linear},
                   {"conv", options.conv},
                   {"max_node_error", options.max_node_error},
                   {"max_output_error", options.max_output_error},
                   {"min_output_cosine", options.min_output_cosine},
                   {"percentile", options.percentile},
+                  {"clip_candidates", options.clip_candidates},
                   {"bias_correction", options.bias_correction},
                   {"gptq", options.gptq},
                   {"gptq_damping", options.gptq_damping},
@@ -687,7 +720,9 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
     if (!nq.quantized) e["reason"] = nq.reason;
     if (nq.op == "conv2d") {
       e["observer"] = nq.observer;
-      e["errors"] = {{"minmax", nq.error_minmax}, {"percentile", nq.error_percentile}};
+      e["errors"] = {{"minmax", nq.error_minmax}, {"percentile", nq.error_percentile},
+                     {"clip", nq.error_clip >= 0.0 ? nlohmann::ordered_json(nq.error_clip) : nlohmann::ordered_json(nullptr)}};
+      e["clip_fraction"] = nq.clip_fraction;
       e["range"] = {nq.range_min, nq.range_max};
       e["input_scale"] = nq.input_scale;
       e["input_zero_point"] = nq.input_zero_point;
