@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
     hotpath::apply_malloc_policy();  // before any thread: see core/malloc_policy.h
     cap_libtorch_isa();
   } catch (const hotpath::Error& e) {
-    std::cerr << "hotpath: error: " << e.what() << "\n";
+    std::cerr << "hotpath: error: " + std::string(e.what()) + "\n";
     return 1;
   }
   CLI::App app{"hotpath: fast data loading, training and inference for image and text models (C++/LibTorch)"};
@@ -152,27 +152,28 @@ int main(int argc, char** argv) {
   hotpath::cli::add_embed(app);
   hotpath::cli::add_serve(app);
 
+  // Each error line goes out in one write (std::cerr is unbuffered: every << is a write), so the lines of
+  // ranks sharing one stderr under torchrun never interleave mid-line.
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help, --help-all, --version: CLI11 prints them, exit 0
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     // One line, exit 1, like every other bad input (CLI11's own exit() prints two lines, exit 105).
-    std::cerr << "hotpath: error: " << hotpath::printable(first_line(e.what()), 400)
-              << " (run with --help for usage)\n";
+    std::cerr << "hotpath: error: " + hotpath::printable(first_line(e.what()), 400) + " (run with --help for usage)\n";
     return 1;
   } catch (const hotpath::Error& e) {  // escaped, never cut to its first line: all of it is context
-    std::cerr << "hotpath: error: " << hotpath::printable(e.what(), 4000) << "\n";
+    std::cerr << "hotpath: error: " + hotpath::printable(e.what(), 4000) + "\n";
     return 1;
   } catch (const std::bad_alloc&) {
     // The command line names the inputs; no stage got to say which one asked for the memory.
     std::string command;
     for (int i = 1; i < argc; ++i) command += std::string(i > 1 ? " " : "") + argv[i];
-    std::cerr << "hotpath: error: out of memory running `hotpath " << hotpath::printable(command, 300)
-              << "`: an input asked for more memory than this machine has (see docs/bad-input.md)\n";
+    std::cerr << "hotpath: error: out of memory running `hotpath " + hotpath::printable(command, 300) +
+                     "`: an input asked for more memory than this machine has (see docs/bad-input.md)\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "hotpath: error: " << hotpath::printable(first_line(e.what()), 2000) << "\n";
+    std::cerr << "hotpath: error: " + hotpath::printable(first_line(e.what()), 2000) + "\n";
     return 1;
   } catch (...) {
     std::cerr << "hotpath: error: unexpected non-standard exception\n";

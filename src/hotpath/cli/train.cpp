@@ -205,10 +205,11 @@ void train_this_rank(const TrainArgs& a) {
   options.quiet = a.quiet;
   const train::TrainResult r = train::train(recipe, options);
 
-  std::cerr << r.breakdown.summary() << "\n";
+  // One write per line (std::cerr is unbuffered): ranks sharing a stderr under torchrun must not interleave.
+  std::cerr << r.breakdown.summary() + "\n";
   if (r.interrupted) {
-    std::cerr << "interrupted at step " << r.steps << "; checkpoint saved. Resume with: hotpath train " << a.config
-              << " --resume" << (a.overrides.empty() ? "" : " --set ...") << "\n";
+    std::cerr << "interrupted at step " + std::to_string(r.steps) + "; checkpoint saved. Resume with: hotpath train " +
+                     a.config + " --resume" + (a.overrides.empty() ? "" : " --set ...") + "\n";
     std::exit(130);
   }
   // One result line on stdout (the trainer's progress and its own details went to stderr).
