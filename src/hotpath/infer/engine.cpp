@@ -511,6 +511,9 @@ void Engine::Impl::prepare() {
     steps.push_back(std::move(s));
   }
   for (const std::string& out : graph.outputs) output_slots.push_back(slot.at(out));
+  const bool image_graph = std::any_of(steps.begin(), steps.end(), [](const Step& s) {
+    return s.op == Op::kConv || s.op == Op::kMaxPool || s.op == Op::kAvgPool;
+  });
   for (const Step& s : steps) {
     if (s.op == Op::kConv || s.op == Op::kMaxPool || s.op == Op::kAvgPool) {
       split_note = "image graph (convolutions and pools keep their own parallelism)";
@@ -524,7 +527,6 @@ void Engine::Impl::prepare() {
   }
   // fp32 linears of image graphs (the ViT's, classifier heads) through MKL's packed sgemm; text graphs
   // are left out: every sequence length is a new row count, hence a new copy of the weight.
-  const bool image_graph = split_note.rfind("image graph", 0) == 0;
   const bool mkl_ok = image_graph && options.device.is_cpu() && compute == at::kFloat && mkl_linear_ops().linear;
   for (Step& s : steps) s.mkl = mkl_ok && s.op == Op::kLinear && !s.qlinear;
   if (split_note.empty() && !options.split_batch) split_note = "split_batch off";
