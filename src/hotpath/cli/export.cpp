@@ -31,7 +31,7 @@ struct ExportArgs {
   std::vector<std::string> calibration;
   std::int64_t calibration_samples = 256;
   std::int64_t max_bad_samples = 100;
-  double max_output_error = 0.015;
+  double max_output_error = 0.010;
   std::string weight_rounding = "gptq";
   int clip_candidates = 0;
   std::vector<std::string> keep_float;
