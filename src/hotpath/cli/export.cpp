@@ -32,6 +32,7 @@ struct ExportArgs {
   std::int64_t calibration_samples = 256;
   std::int64_t max_bad_samples = 100;
   double max_output_error = 0.010;
+  double min_output_cosine = 0.995;
   std::string weight_rounding = "gptq";
   int clip_candidates = 0;
   std::vector<std::string> keep_float;
@@ -65,6 +66,7 @@ void run(const ExportArgs& a) {
                  .calibration_samples = a.calibration_samples,
                  .max_bad_samples = a.max_bad_samples,
                  .max_output_error = a.max_output_error,
+                 .min_output_cosine = a.min_output_cosine,
                  .gptq = a.weight_rounding == "gptq",
                  .clip_candidates = a.clip_candidates,
                  .keep_float = a.keep_float,
@@ -108,6 +110,10 @@ void add_export(CLI::App& app) {
                   "int8: keep layers float until the logits are within this relative error of fp32 on the "
                   "calibration data (0: no target)")
       ->check(CLI::Range(0.0, 10.0));
+  cmd->add_option("--min-output-cosine", a->min_output_cosine,
+                  "int8 sentence embeddings: keep layers float until every calibration row's cosine with fp32 "
+                  "reaches this (the export refuses below 0.99)")
+      ->check(CLI::Range(-1.0, 1.0));
   cmd->add_option("--weight-rounding", a->weight_rounding,
                   "int8: conv weights rounded by GPTQ (smallest output error on the calibration data) or to nearest")
       ->check(CLI::IsMember({"gptq", "nearest"}));

@@ -421,7 +421,7 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
     // data only: on random inputs (benchmark shapes) agreement means nothing, and nothing is kept float by it.
     const bool real_data = data.source.rfind("random", 0) != 0;
     qo.max_output_error = real_data ? options.max_output_error : 0.0;
-    qo.min_output_cosine = real_data ? 0.99 : -1.0;
+    qo.min_output_cosine = real_data ? options.min_output_cosine : -1.0;
     qo.keep_float = options.keep_float;
     qo.gptq = options.gptq;
     qo.clip_candidates = options.clip_candidates;

@@ -64,9 +64,9 @@ struct Candidate {
     std::string observer;   // "minmax" | "percentile" | "clip"
     double fraction = 1.0;  // clip: the fraction of min/max
     double lo = 0.0, hi = 0.0;
-    std::optional<ops::Int8Conv2d> conv;
+    std::optional<ops::Int8Conv2d> conv{};
     double err2 = 0.0;
-    at::Tensor shift;
+    at::Tensor shift{};
   };
   std::vector<Range> ranges;
   double shift_count = 0.0;
