@@ -34,6 +34,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/InferenceMode.h>
 
+#include <algorithm>
 #include <atomic>
 #include <exception>
 #include <list>
