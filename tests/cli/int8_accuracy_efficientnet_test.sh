@@ -9,12 +9,8 @@
 set -uo pipefail
 hp=$1
 py=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-export TMPDIR="$work"
-failures=0
-fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+source "$(dirname "$0")/lib.sh"
+make_work_dir
 min_agreement=${HOTPATH_INT8_MIN_AGREEMENT:-0.98}
 
 mate=/usr/share/backgrounds/mate
@@ -35,8 +31,7 @@ measured_photos+=("$wall/Flow/contents/images/5120x2880.jpg" "$wall/Honeywave/co
   "$wall/PastelHills/contents/images/3200x2000.jpg" "$wall/SafeLanding/contents/images/5120x2880.jpg"
   "$wall/Shell/contents/images/5120x2880.jpg" "$wall/Volna/contents/images/5120x2880.jpg")
 for photo in "${calibration_photos[@]}" "${measured_photos[@]}"; do
-  [ -f "$photo" ] || { echo "FAIL: $photo is missing: install darknet, mate-backgrounds and" \
-    "plasma-workspace-wallpapers (scripts/setup)" >&2; exit 1; }
+  [ -f "$photo" ] || die "$photo is missing: install darknet, mate-backgrounds and plasma-workspace-wallpapers (scripts/setup)"
 done
 
 # Six views of each photo: whole, centre 60 %, four 60 % corners; long side <= 512, JPEG quality 95.
@@ -57,19 +52,19 @@ for i, path in enumerate(sys.argv[2:]):
         view.thumbnail((512, 512), Image.Resampling.BICUBIC)
         view.save(os.path.join(out, "%03d_%d.jpg" % (i, j)), quality=95)
 PY
-"$py" views.py calibration "${calibration_photos[@]}" || { echo "FAIL: calibration views" >&2; exit 1; }
-"$py" views.py measured "${measured_photos[@]}" || { echo "FAIL: measured views" >&2; exit 1; }
+"$py" views.py calibration "${calibration_photos[@]}" || die "calibration views"
+"$py" views.py measured "${measured_photos[@]}" || die "measured views"
 { echo "path,label"; for f in "$work"/calibration/*.jpg; do echo "$f,photo"; done; } > calibration.csv
-"$hp" data pack calibration.csv -o calib > pack.log 2>&1 || { echo "FAIL: data pack: $(tail -3 pack.log)" >&2; exit 1; }
+"$hp" data pack calibration.csv -o calib > pack.log 2>&1 || die "data pack: $(tail -3 pack.log)"
 
 start=$(date +%s)
 "$hp" export --model efficientnet_lite0 --pretrained --out fp32 > export_fp32.log 2>&1 \
-  || { echo "FAIL: export fp32: $(tail -3 export_fp32.log)" >&2; exit 1; }
+  || die "export fp32: $(tail -3 export_fp32.log)"
 mid=$(date +%s)
 # --allow-accuracy-loss: the export's own gate (agreement on the calibration views) is not what is measured
 # here; the package is judged on the other photos below.
 "$hp" export --model efficientnet_lite0 --pretrained --out int8 --precision int8 --calibration calib-000000.tar \
-  --allow-accuracy-loss > export_int8.log 2>&1 || { echo "FAIL: export int8: $(tail -3 export_int8.log)" >&2; exit 1; }
+  --allow-accuracy-loss > export_int8.log 2>&1 || die "export int8: $(tail -3 export_int8.log)"
 end=$(date +%s)
 echo "export fp32 $((mid - start)) s, int8 $((end - mid)) s (wall clock, this machine's load included)"
 tail -1 export_int8.log
@@ -104,8 +99,4 @@ for k in sorted(fp32):
 sys.exit(0 if agreement >= bound else 1)
 PY
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures failure(s)" >&2
-  exit 1
-fi
-echo "int8 accuracy (EfficientNet-Lite0, real photos): passed"
+finish "int8 accuracy (EfficientNet-Lite0, real photos): passed"
