@@ -3,10 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <torch/version.h>
 
-#include <unistd.h>
-
 #include <cstdlib>
-#include <cstring>
 #include <exception>
 #include <iostream>
 #include <new>
@@ -47,52 +44,13 @@ void cap_libtorch_isa() {
   if (caps.mkl != nullptr) setenv("MKL_ENABLE_INSTRUCTIONS", caps.mkl, 0);
 }
 
-// LibTorch's OpenMP runtime (libgomp) lets a thread that waits at a barrier or for the next parallel region
-// spin 300,000 pauses before it sleeps: ~50 ms on this project's 2-core VM (~170 ns per pause). Where the
-// cores are shared (more runnable threads than cores), the spinner burns the time slice its partner needs
-// and each of the 57 regions of a ResNet-50 image waits for a descheduled thread: batch 1 on 2 threads at
-// load 8 ran p50 577-596 ms so, 164-181 ms with 1000-3000 pauses; at load 2 cnn_small batch 1 took 0.50 ms
-// passive, 0.73 ms at 1000, 1.2 ms at 3000; given both cores (real-time priority) 0.47 / 0.40 ms at 1000 /
-// 3000, ResNet-50 36-41 ms at any count (docs/benchmarks.md, 2026-12-03). 1000 is also what libgomp itself
-// uses once it knows its threads outnumber the cores. libgomp reads its environment once, in its
-// constructor, from the environment the process was started with (libc sets environ from it after the
-// preinit array), so setenv() comes too late: without OMP_WAIT_POLICY or GOMP_SPINCOUNT, hotpath restarts
-// itself once from the preinit array — before any library constructor has run; the dynamic loading it
-// repeats takes ~20 ms — with GOMP_SPINCOUNT added. main() takes it out again, so child processes (the
-// benchmark peers, `train --nproc` ranks) start from the user's environment.
-constexpr const char* kOpenmpSpinVar = "GOMP_SPINCOUNT=1000";
-constexpr const char* kOpenmpSpinMarker = "HOTPATH_GOMP_SPINCOUNT_SET=1";
-bool g_openmp_spin_set = false;
-
-bool has_var(char** envp, const char* name) {
-  const std::size_t n = std::strlen(name);
-  for (char** e = envp; e != nullptr && *e != nullptr; ++e) {
-    if (std::strncmp(*e, name, n) == 0 && (*e)[n] == '=') return true;
-  }
-  return false;
-}
-
-// Runs before libc and every library are initialised: only plain C calls, no allocation.
-void restart_with_openmp_spin_count(int /*argc*/, char** argv, char** envp) {
-  if (has_var(envp, "OMP_WAIT_POLICY") || has_var(envp, "GOMP_SPINCOUNT") ||
-      has_var(envp, "HOTPATH_GOMP_SPINCOUNT_SET")) {
-    return;
-  }
-  std::size_t n = 0;
-  while (envp != nullptr && envp[n] != nullptr) ++n;
-  auto** env = static_cast<char**>(__builtin_alloca((n + 3) * sizeof(char*)));
-  for (std::size_t i = 0; i < n; ++i) env[i] = envp[i];
-  env[n] = const_cast<char*>(kOpenmpSpinVar);
-  env[n + 1] = const_cast<char*>(kOpenmpSpinMarker);
-  env[n + 2] = nullptr;
-  execve("/proc/self/exe", argv, env);  // returns only on failure: run on with libgomp's default
-}
-
-__attribute__((section(".preinit_array"), used)) void (*g_preinit_openmp)(int, char**, char**) =
-    restart_with_openmp_spin_count;
-
+// LibTorch's OpenMP runtime (libgomp) lets a waiting thread spin 300,000 pauses (~50 ms here) before it sleeps.
+// Sessions 9-10 measured both ways (docs/benchmarks.md): on cores shared with other work (load 8 on 2 cores)
+// GOMP_SPINCOUNT=1000 took ResNet-50 batch 1 from ~580 to ~170 ms; on a machine to itself the default is
+// faster (ResNet-50 batch 1 p50 35 vs 41 ms, cnn_small training 8% faster, BERT-base int8 batch 1 level), so
+// hotpath leaves libgomp's default and --version says what runs; set GOMP_SPINCOUNT=1000 (or
+// OMP_WAIT_POLICY=passive) where the cores are shared.
 std::string openmp_wait_text() {
-  if (g_openmp_spin_set) return std::string("OpenMP wait: ") + kOpenmpSpinVar + " (hotpath's default)\n";
   std::string text = "OpenMP wait:";
   if (const char* policy = std::getenv("OMP_WAIT_POLICY"); policy != nullptr) text += std::string(" OMP_WAIT_POLICY=") + policy;
   if (const char* spin = std::getenv("GOMP_SPINCOUNT"); spin != nullptr) text += std::string(" GOMP_SPINCOUNT=") + spin;
@@ -118,11 +76,6 @@ std::string version_text() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (std::getenv("HOTPATH_GOMP_SPINCOUNT_SET") != nullptr) {  // libgomp has read it: children get the user's env
-    g_openmp_spin_set = true;
-    unsetenv("GOMP_SPINCOUNT");
-    unsetenv("HOTPATH_GOMP_SPINCOUNT_SET");
-  }
   try {
     hotpath::apply_malloc_policy();  // before any thread: see core/malloc_policy.h
     cap_libtorch_isa();
