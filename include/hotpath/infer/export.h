@@ -37,6 +37,10 @@ struct ExportSource {
   std::int64_t max_length = 0;  // text packages: 0 = sentence_bert_config.json's max_seq_length, else min(128, positions)
 };
 
+// An int8 sentence-embedding export whose lowest row cosine with fp32 on real data is below this is refused
+// (unless allow_accuracy_loss).
+inline constexpr double kMinEmbeddingCosine = 0.99;
+
 struct ExportOptions {
   std::filesystem::path out;
   Precision precision = Precision::kFp32;
@@ -47,7 +51,7 @@ struct ExportOptions {
   std::int64_t max_bad_samples = 100;  // corrupt calibration samples skipped and counted, beyond: error
   // int8 on real calibration data: the quantized graph's logits within this relative error of fp32 on it
   // (embeddings: every row's cosine >= min_output_cosine), else the fewest most sensitive layers stay float
-  // (quantize.h; reported). The embedding target sits above the 0.99 the export refuses below, so that other
+  // (quantize.h; reported). The embedding target sits above kMinEmbeddingCosine, so that other
   // texts than the calibration lines keep >= 0.99 too (docs/inference-accuracy.md §0d).
   double max_output_error = 0.010;
   double min_output_cosine = 0.995;

@@ -29,14 +29,15 @@ struct ExportArgs {
   std::string precision = "fp32";
   std::string format = "package";
   std::vector<std::string> calibration;
-  std::int64_t calibration_samples = 256;
-  std::int64_t max_bad_samples = 100;
-  double max_output_error = 0.010;
-  double min_output_cosine = 0.995;
+  // The library's defaults (infer/export.h), one source for both.
+  std::int64_t calibration_samples = infer::ExportOptions{}.calibration_samples;
+  std::int64_t max_bad_samples = infer::ExportOptions{}.max_bad_samples;
+  double max_output_error = infer::ExportOptions{}.max_output_error;
+  double min_output_cosine = infer::ExportOptions{}.min_output_cosine;
   std::string weight_rounding = "gptq";
-  int clip_candidates = 0;
+  int clip_candidates = infer::ExportOptions{}.clip_candidates;
   std::vector<std::string> keep_float;
-  double min_agreement = 0.97;
+  double min_agreement = infer::ExportOptions{}.min_agreement;
   bool allow_accuracy_loss = false;
   bool overwrite = false;
   int threads = 0;

@@ -47,9 +47,9 @@ void cap_libtorch_isa() {
 // LibTorch's OpenMP runtime (libgomp) lets a waiting thread spin 300,000 pauses (~50 ms here) before it sleeps.
 // Sessions 9-10 measured both ways (docs/benchmarks.md): on cores shared with other work (load 8 on 2 cores)
 // GOMP_SPINCOUNT=1000 took ResNet-50 batch 1 from ~580 to ~170 ms; on a machine to itself the default is
-// faster (ResNet-50 batch 1 p50 35 vs 41 ms, cnn_small training 8% faster, BERT-base int8 batch 1 level), so
-// hotpath leaves libgomp's default and --version says what runs; set GOMP_SPINCOUNT=1000 (or
-// OMP_WAIT_POLICY=passive) where the cores are shared.
+// faster (ResNet-50 batch 1 p50 35 vs 41 ms; cnn_small training took 1.09x the wall time with 1000; BERT-base
+// int8 batch 1 level), so hotpath leaves libgomp's default and --version says what runs; set
+// GOMP_SPINCOUNT=1000 (or OMP_WAIT_POLICY=passive) where the cores are shared.
 std::string openmp_wait_text() {
   std::string text = "OpenMP wait:";
   if (const char* policy = std::getenv("OMP_WAIT_POLICY"); policy != nullptr) text += std::string(" OMP_WAIT_POLICY=") + policy;

@@ -402,6 +402,8 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
   const bool embedder = package.kind == PackageKind::kSentenceEmbedder;
   const ReportData data = package.kind == PackageKind::kImageClassifier ? image_data(package, options)
                                                                        : text_data(src.lowered, options);
+  // Random inputs (no calibration data: benchmark shapes): agreement and output targets mean nothing on them.
+  const bool synthetic = data.source.rfind("random", 0) == 0;
   const c10::InferenceMode inference;
   const Engine fp32 = Engine::from_graph(src.lowered.graph, {.threads = options.threads});
   const std::vector<at::Tensor> fp32_out = run_all(fp32, data);
@@ -419,9 +421,8 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
     QuantizeOptions qo;
     // The whole-graph target keeps the layers float whose error compounds most (quantize.h); judged on real
     // data only: on random inputs (benchmark shapes) agreement means nothing, and nothing is kept float by it.
-    const bool real_data = data.source.rfind("random", 0) != 0;
-    qo.max_output_error = real_data ? options.max_output_error : 0.0;
-    qo.min_output_cosine = real_data ? options.min_output_cosine : -1.0;
+    qo.max_output_error = synthetic ? 0.0 : options.max_output_error;
+    qo.min_output_cosine = synthetic ? -1.0 : options.min_output_cosine;
     qo.keep_float = options.keep_float;
     qo.gptq = options.gptq;
     qo.clip_candidates = options.clip_candidates;
@@ -445,14 +446,13 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
   nlohmann::ordered_json vs = compare(run_all(engine, data), fp32_out, embedder);
   report["vs_fp32"] = vs;
 
-  const bool synthetic = data.source.rfind("random", 0) == 0;
   std::ostringstream summary;
   summary << precision_name(options.precision) << " package of " << package.architecture << ": ";
   bool refused = false;
   if (embedder) {
     const double c = vs["min_cosine"].get<double>();
     summary << "min cosine " << c << " with fp32";
-    refused = !synthetic && c < 0.99;
+    refused = !synthetic && c < kMinEmbeddingCosine;
   } else {
     const double a = vs["top1_agreement"].get<double>();
     summary << "top-1 agreement " << 100.0 * a << " % with fp32";
@@ -462,9 +462,14 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
           << ", max abs error " << vs["max_abs_error"].get<double>();
   if (data.bad_samples > 0) summary << " (" << data.bad_samples << " bad samples skipped)";
   report["status"] = refused ? (options.allow_accuracy_loss ? "accepted-with-loss" : "refused") : "ok";
+  std::ostringstream threshold;
+  if (embedder) {
+    threshold << "min cosine " << kMinEmbeddingCosine;
+  } else {
+    threshold << "--min-agreement " << std::to_string(options.min_agreement);
+  }
   HOTPATH_CHECK(!refused || options.allow_accuracy_loss, "export: ", summary.str(), " — below the threshold (",
-                embedder ? "min cosine 0.99" : "--min-agreement " + std::to_string(options.min_agreement),
-                "); no package written. Pass --allow-accuracy-loss to write it anyway");
+                threshold.str(), "); no package written. Pass --allow-accuracy-loss to write it anyway");
   package.source["exported_with"] = {{"precision", precision_name(options.precision)},
                                      {"calibration", options.calibration},
                                      {"calibration_samples", data.samples}};
