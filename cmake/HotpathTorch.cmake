@@ -10,20 +10,30 @@
 # wheel ships libtorch_cuda.so) the CUDA backend library is linked with --no-as-needed so
 # CUDA devices and pinned memory are available at run time when a GPU is present.
 
-execute_process(
-  COMMAND "${HOTPATH_PYTHON}" -c
-    "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch.compiled_with_cxx11_abi())); print(torch.__version__)"
-  OUTPUT_VARIABLE _hp_torch_out
-  RESULT_VARIABLE _hp_torch_rc
-  ERROR_VARIABLE _hp_torch_err
-  OUTPUT_STRIP_TRAILING_WHITESPACE)
-if(NOT _hp_torch_rc EQUAL 0)
-  message(FATAL_ERROR "hotpath: `${HOTPATH_PYTHON} -c 'import torch'` failed: ${_hp_torch_err}")
+# HOTPATH_TORCH_HEADERS_ONLY=<unpacked wheel>/torch: compile against another LibTorch release's headers (no link;
+# scripts/compile-against-torch, the GPU machine's torch 2.11 checked here). Its version comes from version.py.
+set(HOTPATH_TORCH_HEADERS_ONLY "" CACHE PATH "hotpath: torch/ folder of another release's headers (compile checks only)")
+if(HOTPATH_TORCH_HEADERS_ONLY)
+  set(HOTPATH_TORCH_DIR "${HOTPATH_TORCH_HEADERS_ONLY}")
+  file(STRINGS "${HOTPATH_TORCH_DIR}/version.py" _hp_torch_version_line REGEX "^__version__")
+  string(REGEX REPLACE "^__version__ *= *'([^']*)'.*" "\\1" HOTPATH_TORCH_VERSION "${_hp_torch_version_line}")
+  set(_hp_torch_abi 1)  # every wheel since 2.7 is built with the new ABI
+else()
+  execute_process(
+    COMMAND "${HOTPATH_PYTHON}" -c
+      "import os, torch; print(os.path.dirname(torch.__file__)); print(int(torch.compiled_with_cxx11_abi())); print(torch.__version__)"
+    OUTPUT_VARIABLE _hp_torch_out
+    RESULT_VARIABLE _hp_torch_rc
+    ERROR_VARIABLE _hp_torch_err
+    OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT _hp_torch_rc EQUAL 0)
+    message(FATAL_ERROR "hotpath: `${HOTPATH_PYTHON} -c 'import torch'` failed: ${_hp_torch_err}")
+  endif()
+  string(REPLACE "\n" ";" _hp_torch_out "${_hp_torch_out}")
+  list(GET _hp_torch_out 0 HOTPATH_TORCH_DIR)
+  list(GET _hp_torch_out 1 _hp_torch_abi)
+  list(GET _hp_torch_out 2 HOTPATH_TORCH_VERSION)
 endif()
-string(REPLACE "\n" ";" _hp_torch_out "${_hp_torch_out}")
-list(GET _hp_torch_out 0 HOTPATH_TORCH_DIR)
-list(GET _hp_torch_out 1 _hp_torch_abi)
-list(GET _hp_torch_out 2 HOTPATH_TORCH_VERSION)
 message(STATUS "hotpath: LibTorch ${HOTPATH_TORCH_VERSION} from ${HOTPATH_TORCH_DIR} (cxx11 abi ${_hp_torch_abi})")
 
 set(_hp_torch_lib "${HOTPATH_TORCH_DIR}/lib")
@@ -50,3 +60,36 @@ target_link_libraries(hotpath_torch INTERFACE ${_hp_torch_libs})
 # ours only has to find the wheel's lib/ folder.
 set(CMAKE_BUILD_RPATH "${CMAKE_BUILD_RPATH};${_hp_torch_lib}")
 set(CMAKE_INSTALL_RPATH "${CMAKE_INSTALL_RPATH};${_hp_torch_lib}")
+
+# HOTPATH_CUDART_INCLUDE_DIR: ONE folder of complete CUDA runtime headers, for the two places that include them
+# (nvjpeg.h in the loader, ProcessGroupNCCL.hpp in nccl_backend.cpp). Complete means cuda_runtime_api.h AND the
+# crt/ folder it includes: the torch wheel's nvidia/cu13/include on the GPU machine has the first without the
+# second, which cost a GPU run (../shared/gpu-run-1). The toolkit's /usr/local/cuda/include comes first where it
+# exists, then LibTorch's own nvidia wheels; a partial set is never chosen, and a folder given with -D that is
+# partial stops the configure with what is missing.
+if(HOTPATH_TORCH_CUDA)
+  set(_hp_cudart_candidates /usr/local/cuda/include "${HOTPATH_TORCH_DIR}/../nvidia/cu13/include"
+      "${HOTPATH_TORCH_DIR}/../nvidia/cuda_runtime/include")
+  if(HOTPATH_CUDART_INCLUDE_DIR)
+    if(NOT EXISTS "${HOTPATH_CUDART_INCLUDE_DIR}/cuda_runtime_api.h" OR
+       NOT EXISTS "${HOTPATH_CUDART_INCLUDE_DIR}/crt/host_defines.h")
+      message(FATAL_ERROR "hotpath: HOTPATH_CUDART_INCLUDE_DIR=${HOTPATH_CUDART_INCLUDE_DIR} is not a complete set of "
+        "CUDA runtime headers (expected cuda_runtime_api.h and crt/host_defines.h in it)")
+    endif()
+  else()
+    foreach(_hp_dir IN LISTS _hp_cudart_candidates)
+      if(EXISTS "${_hp_dir}/cuda_runtime_api.h" AND EXISTS "${_hp_dir}/crt/host_defines.h")
+        get_filename_component(_hp_dir "${_hp_dir}" REALPATH)
+        set(HOTPATH_CUDART_INCLUDE_DIR "${_hp_dir}" CACHE PATH
+          "hotpath: folder of the complete CUDA runtime headers (cuda_runtime_api.h and crt/)")
+        break()
+      endif()
+    endforeach()
+  endif()
+  if(HOTPATH_CUDART_INCLUDE_DIR)
+    message(STATUS "hotpath: CUDA runtime headers from ${HOTPATH_CUDART_INCLUDE_DIR}")
+  else()
+    message(STATUS "hotpath: no complete CUDA runtime headers (cuda_runtime_api.h with crt/) in: "
+      "${_hp_cudart_candidates}: decode nvjpeg and NCCL are left out")
+  endif()
+endif()

@@ -7,6 +7,8 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/nn/modules/batchnorm.h>
 
+#include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -24,6 +26,19 @@ std::vector<std::int64_t> reduced_dims(const at::Tensor& x) {
   std::vector<std::int64_t> dims{0};
   for (std::int64_t d = 2; d < x.dim(); ++d) dims.push_back(d);
   return dims;
+}
+
+// A custom autograd node in the pointer type this LibTorch holds nodes in: std::shared_ptr<Node> up to torch 2.11
+// (the GPU machine's), c10::intrusive_ptr<Node> in later releases. Decided from Edge::function's type, not from a
+// version number, so a release that changes it again fails to compile here instead of at a guessed version.
+template <class T>
+auto make_autograd_node() {
+  using NodePtr = decltype(torch::autograd::Edge{}.function);
+  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<torch::autograd::Node>>) {
+    return std::make_shared<T>();
+  } else {
+    return c10::make_intrusive<T>();
+  }
 }
 
 // [C] → [1, C, 1, ...] to broadcast against x.
@@ -159,7 +174,7 @@ at::Tensor sync_batch_norm(const at::Tensor& x_in, const at::Tensor& weight, con
     y = y.to(x_in.scalar_type());
   }
   if (torch::autograd::compute_requires_grad(x_in, weight, bias)) {
-    auto node = c10::make_intrusive<SyncBatchNormBackward>();
+    auto node = make_autograd_node<SyncBatchNormBackward>();
     node->set_next_edges(torch::autograd::collect_next_edges(x_in, weight, bias));
     node->x_ = SavedVariable(x_in, false);
     node->weight_ = SavedVariable(weight, false);
