@@ -56,6 +56,13 @@ if(HOTPATH_TORCH_CUDA)
   target_compile_definitions(hotpath_torch INTERFACE HOTPATH_TORCH_CUDA=1)
 endif()
 target_link_libraries(hotpath_torch INTERFACE ${_hp_torch_libs})
+# libstdc++ first in every binary's DT_NEEDED, ahead of LibTorch. The torch wheels export a statically linked copy of
+# libstdc++'s std::filesystem (libtorch_cpu.so in 2.15, libtorch.so in 2.11) and ELF lookup binds a call to the first
+# library in load order that defines the symbol, so hotpath's std::filesystem calls ran torch's copy. In torch 2.11
+# that copy's remove_all jumps to address 0: every CUDA trainer test, every CUDA loader test (at its temporary
+# folder's removal) and `bench train` / `bench text` (at exit) died with SIGSEGV on the GPU machine (issue 24;
+# tests/train/link_order_test.cpp shows the binding on any machine).
+target_link_options(hotpath_torch INTERFACE "SHELL:-Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state")
 # The wheel's libraries find their own dependencies (nvidia-* wheels) through their RPATH;
 # ours only has to find the wheel's lib/ folder.
 set(CMAKE_BUILD_RPATH "${CMAKE_BUILD_RPATH};${_hp_torch_lib}")
