@@ -10,9 +10,11 @@ prints one JSON line: {"samples_per_s", "data_wait_fraction", "steps", "breakdow
 
     python bench/peers/torch_train_peer.py --recipe run/recipe.yaml --steps 20 --warmup 3
 
-data_wait_fraction follows hotpath's StepBreakdown: data time (next batch + host copy + memory
-format) over data + forward + backward + optimizer, summed over every step, warm-up included;
-steady_data_wait_fraction counts only the timed steps.
+The breakdown is timed as hotpath's StepClock (train/step_clock.h) times it, over the timed steps only:
+CUDA events at each phase boundary (no synchronisation added to the loop; the GPU timeline), the wall
+clock on the CPU, each step beginning where the previous one ended, so that its step_ms is the step
+time samples/s implies (wall_step_ms). data_wait_fraction: data time (next batch + host copy + memory
+format) over data + forward + backward + optimizer, over the timed steps.
 """
 import argparse
 import copy
@@ -183,6 +185,39 @@ def make_schedule(s, optimizer, base_lr, total_steps, steps_per_epoch):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+# ---- step clock --------------------------------------------------------------------------------
+
+PHASES = ("data", "forward", "backward", "optimizer")
+
+
+class StepClock:
+    """hotpath's StepClock for the peer: a mark at each phase boundary, the time between a mark and the one
+    before it belongs to the later mark's phase. The marks run on from step to step (a step's data phase
+    begins at the previous step's optimizer mark), so the phases add up to the time from the first mark to
+    the last. On CUDA, events on the current stream, read once at the end: timing with synchronize() after
+    every phase would slow the loop it times and count the launch latency each wait exposes."""
+
+    def __init__(self, cuda):
+        self.cuda = cuda
+        self.marks = []  # (phase, event or perf_counter seconds); the first one's phase is unused
+
+    def mark(self, phase):
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.marks.append((phase, event))
+        else:
+            self.marks.append((phase, time.perf_counter()))
+
+    def seconds(self):
+        parts = dict.fromkeys(PHASES, 0.0)
+        if self.cuda and self.marks:
+            self.marks[-1][1].synchronize()  # one stream: the last event completes last
+        for (_, before), (phase, after) in zip(self.marks, self.marks[1:]):
+            parts[phase] += before.elapsed_time(after) / 1000 if self.cuda else after - before
+        return parts
+
+
 # ---- training ----------------------------------------------------------------------------------
 
 def main():
@@ -238,38 +273,33 @@ def main():
         if use_cuda:
             torch.cuda.synchronize()
 
-    parts = {"data": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0}
-    steady = dict(parts)
+    clock = StepClock(use_cuda)
     samples = 0
     start = time.perf_counter()
     for step in range(args.warmup + args.steps):
+        timed = step >= args.warmup
         if step == args.warmup:
             sync()
             start = time.perf_counter()
             samples = 0
-        t_step = dict.fromkeys(parts, 0.0)
+            clock.mark(None)  # the first timed step begins here, as samples/s's time does
         loss_sum = 0.0
         for _ in range(accum):
-            t0 = time.perf_counter()
             images, labels = next(it)
             images = images.to(device, non_blocking=True, memory_format=memory_format)
             labels = labels.to(device, non_blocking=True)
-            sync()
-            t1 = time.perf_counter()
+            if timed:
+                clock.mark("data")
             with torch.autocast(device_type=device.type, dtype=amp_dtype or torch.bfloat16,
                                 enabled=amp_dtype is not None):
                 loss = F.cross_entropy(model(images), labels, label_smoothing=tr["label_smoothing"])
-            sync()
-            t2 = time.perf_counter()
+            if timed:
+                clock.mark("forward")
             scaler.scale(loss / accum if accum > 1 else loss).backward()
-            sync()
-            t3 = time.perf_counter()
-            t_step["data"] += t1 - t0
-            t_step["forward"] += t2 - t1
-            t_step["backward"] += t3 - t2
+            if timed:
+                clock.mark("backward")
             loss_sum += loss.detach().float()
             samples += labels.shape[0]
-        t3 = time.perf_counter()
         if tr["clip_grad_norm"] > 0:
             scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(model.parameters(), tr["clip_grad_norm"])
@@ -285,30 +315,28 @@ def main():
                 for k, v in e.items():
                     if not v.is_floating_point():
                         v.copy_(p[k])
+        if timed:
+            clock.mark("optimizer")
         step_loss = float(loss_sum) / accum  # hotpath reads the loss every step (NaN check) too
-        sync()
-        t_step["optimizer"] = time.perf_counter() - t3
-        for k in parts:
-            parts[k] += t_step[k]
-            if step >= args.warmup:
-                steady[k] += t_step[k]
         if not math.isfinite(step_loss) and precision != "fp16":
             sys.exit(f"torch_train_peer: the loss became {step_loss} at step {step + 1}")
+    sync()
     seconds = time.perf_counter() - start
 
-    total_all = sum(parts.values())
-    total_steady = sum(steady.values())
+    parts = clock.seconds()
+    total = max(sum(parts.values()), 1e-12)
     print(json.dumps({
         "samples_per_s": samples / seconds,
-        "data_wait_fraction": parts["data"] / total_all,
-        "steady_data_wait_fraction": steady["data"] / total_steady,
+        "data_wait_fraction": parts["data"] / total,
         "steps": args.steps,
         "warmup": args.warmup,
         "samples": samples,
         "seconds": seconds,
         "last_loss": step_loss,
-        "breakdown": {"steps": args.warmup + args.steps, "step_ms": 1000 * total_all / (args.warmup + args.steps),
-                      "seconds": parts, "fractions": {k: v / total_all for k, v in parts.items()}},
+        "breakdown": {"steps": args.steps, "step_ms": 1000 * total / args.steps,
+                      "wall_step_ms": 1000 * seconds / args.steps,
+                      "clock": "cuda events (GPU timeline)" if use_cuda else "wall clock",
+                      "seconds": parts, "fractions": {k: v / total for k, v in parts.items()}},
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "device": device.type,

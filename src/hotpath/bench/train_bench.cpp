@@ -1,6 +1,9 @@
 #include "hotpath/bench/train_bench.h"
 
+#include <ATen/Context.h>
+
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
@@ -22,10 +25,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-Json breakdown_json(const train::StepBreakdown& b) {
+// The step time samples/s implies: a step is batch_size samples (the global batch, one process).
+double wall_step_ms(std::int64_t batch_size, double samples_per_s) {
+  return samples_per_s > 0 ? 1000.0 * static_cast<double>(batch_size) / samples_per_s : 0.0;
+}
+
+// step_ms is the breakdown's own (its phases over its steps: the timed ones, the trainer drops the
+// warm-up); wall_step_ms the one samples/s implies. The trainer chains its steps, so the two agree up to
+// the host work after the last step; `clock` says which timeline the phases were measured on.
+Json breakdown_json(const train::StepBreakdown& b, double wall_ms, const char* clock) {
   const double total = std::max(b.total_s(), 1e-12);
   return {{"steps", b.steps},
           {"step_ms", b.steps ? 1000.0 * b.total_s() / static_cast<double>(b.steps) : 0.0},
+          {"wall_step_ms", wall_ms},
+          {"clock", clock},
           {"fractions",
            {{"data", b.data_s / total},
             {"forward", b.forward_s / total},
@@ -75,6 +88,9 @@ BenchReport run_train_bench(const TrainBenchOptions& a, std::ostream* log) {
   write_file_atomic(recipe_path, train::to_yaml(recipe));
 
   const auto& tr = recipe.train;
+  // The trainer's device choice (train.device auto: CUDA when present), for naming the breakdown's clock.
+  const bool on_cuda = tr.device == "cuda" || (tr.device == "auto" && at::hasCUDA());
+  const char* clock = on_cuda ? "cuda events (GPU timeline)" : "wall clock";
   if (log) {
     *log << "hotpath bench train: " << recipe.model.name << ", batch " << tr.batch_size
          << (tr.accum_steps > 1 ? " (" + std::to_string(tr.accum_steps) + " micro-batches)" : "") << ", "
@@ -100,7 +116,10 @@ BenchReport run_train_bench(const TrainBenchOptions& a, std::ostream* log) {
                HOTPATH_CHECK(result.steady_steps == a.steps, "bench train: hotpath ran ", result.steady_steps,
                              " timed steps, expected ", a.steps);
                if (result.steady_samples_per_s > best.steady_samples_per_s) best = result;
-               return RunFigures{result.steady_samples_per_s, {{"breakdown", breakdown_json(result.breakdown)}}};
+               return RunFigures{result.steady_samples_per_s,
+                                 {{"breakdown", breakdown_json(result.breakdown,
+                                                               wall_step_ms(tr.batch_size, result.steady_samples_per_s),
+                                                               clock)}}};
              }});
   if (!a.compare.empty()) {
     const std::vector<std::string> argv = {
@@ -118,6 +137,7 @@ BenchReport run_train_bench(const TrainBenchOptions& a, std::ostream* log) {
   const BenchmarkResult r = bench.run(log);
 
   const train::StepBreakdown& bd = best.breakdown;
+  const double wall_ms = wall_step_ms(tr.batch_size, best.steady_samples_per_s);
   const double data_wait = bd.total_s() > 0 ? bd.data_s / bd.total_s() : 0;
   Json report{
       {"config", a.config},
@@ -143,10 +163,21 @@ BenchReport run_train_bench(const TrainBenchOptions& a, std::ostream* log) {
       {"data_wait_fraction", data_wait},
       {"torch_data_wait_fraction", nullptr},
       {"breakdown", bd.summary()},
-      {"hotpath_breakdown", breakdown_json(bd)},
+      {"hotpath_breakdown", breakdown_json(bd, wall_ms, clock)},
       {"hotpath_runs_samples_per_s", r.at("hotpath").rates()},
   };
-  if (log) *log << "  hotpath:  " << rate_text(best.steady_samples_per_s) << " samples/s; " << bd.summary() << "\n";
+  // Both lines: the step time samples/s implies (wall), then the breakdown with the clock it was measured on.
+  if (log) {
+    *log << "  hotpath:  " << rate_text(best.steady_samples_per_s) << " samples/s = " << fixed(wall_ms, 1)
+         << " ms/step wall; breakdown (" << clock << ", " << bd.steps << " timed steps): " << bd.summary() << "\n";
+    // The phases should add up to the wall step (see breakdown_json); say so when they do not, so that a
+    // run shows which of the two figures to distrust.
+    const double step_ms = bd.steps ? 1000.0 * bd.total_s() / static_cast<double>(bd.steps) : 0.0;
+    if (wall_ms > 0 && std::abs(step_ms - wall_ms) > 0.1 * wall_ms) {
+      *log << "  note: the breakdown's " << fixed(step_ms, 1) << " ms/step is not the " << fixed(wall_ms, 1)
+           << " ms/step samples/s implies\n";
+    }
+  }
   if (r.has("torch")) {
     const ContenderResult& torch = r.at("torch");
     const Json& peer_best = torch.best().details;
@@ -159,13 +190,16 @@ BenchReport run_train_bench(const TrainBenchOptions& a, std::ostream* log) {
     std::string peer_summary;
     const Json breakdown = peer_best.value("breakdown", Json::object());
     if (const Json f = breakdown.value("fractions", Json::object()); !f.empty()) {
-      peer_summary = "step " + fixed(breakdown.value("step_ms", 0.0), 1) + " ms: data " +
+      peer_summary = " = " + fixed(wall_step_ms(tr.batch_size, torch.best_per_s), 1) + " ms/step wall; breakdown (" +
+                     breakdown.value("clock", std::string("?")) + ", " +
+                     std::to_string(breakdown.value("steps", std::int64_t{0})) + " timed steps): step " +
+                     fixed(breakdown.value("step_ms", 0.0), 1) + " ms: data " +
                      fixed(100 * f.value("data", 0.0), 1) + "% · forward " + fixed(100 * f.value("forward", 0.0), 1) +
                      "% · backward " + fixed(100 * f.value("backward", 0.0), 1) + "% · optimizer " +
                      fixed(100 * f.value("optimizer", 0.0), 1) + "%";
     }
     if (log) {
-      *log << "  PyTorch:  " << rate_text(torch.best_per_s) << " samples/s; " << peer_summary << "\n"
+      *log << "  PyTorch:  " << rate_text(torch.best_per_s) << " samples/s" << peer_summary << "\n"
            << "  ratio:    " << fixed(r.ratio_vs("torch"), 2) << "x\n";
     }
   }

@@ -609,6 +609,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
 
   const auto save = [&] {
     if (benchmark || (!is_main && !zero)) return;  // DDP: every rank holds the same state; rank 0 writes it
+    step_clock.pause();  // a checkpoint is no step's data phase
     CheckpointData data;
     if (zero) {  // each rank its optimizer shard into DIR.tmp/, then rank 0 the rest and the manifest
       const std::string dir = (ckpt_root / checkpoint_name(state.step)).string();
@@ -642,6 +643,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   };
   // Call with the EMA weights in the module (EmaSwap) when EMA is on.
   const auto run_eval = [&](std::int64_t epoch_label) {
+    step_clock.pause();  // evaluation is no step's data phase
     const infer::EvalResult r = task->evaluate(precision);
     model.train();
     result.eval = r;
@@ -777,6 +779,9 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
       if (benchmark && state.step == steady_from) {
         steady_start = Clock::now();
         steady_samples_base = samples_done;
+        // The breakdown covers the steps samples/s counts: without this the warm-up (cuDNN autotuning, lazy
+        // kernel loads) was averaged into the timed steps' "step N ms".
+        step_clock.restart(bd);
       }
 
       if (!std::isfinite(step_loss) && !(scaler.is_enabled() && !stepped)) {

@@ -18,14 +18,26 @@ void StepClock::add(StepBreakdown& bd, StepPhase phase, double seconds) {
   }
 }
 
+StepClock::EventPtr StepClock::record() const {
+  // Recorded on the stream the step's work was queued on (the training thread's current stream; the
+  // loader's stage stream is another thread's), so that consecutive marks are ordered on one stream and
+  // elapsedTime between them is the GPU time in between. Timing flag on (BACKEND_DEFAULT), no wait.
+  auto event = std::make_shared<c10::Event>(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+  event->record(c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device_));
+  return event;
+}
+
 void StepClock::start() {
+  if (open_) return;  // a step that never finished (an epoch out of batches): its time carries on
+  open_ = true;
   if (!device_.is_cuda()) {
-    last_ = Clock::now();
+    // Chained, last_ is the previous step's last lap: the time since then is this step's data phase.
+    if (!chained_) last_ = Clock::now();
     for (double& s : seconds_) s = 0;
     return;
   }
   current_.marks.clear();
-  lap(StepPhase::kData);  // the start mark
+  current_.begin = chained_ && end_ ? end_ : record();
 }
 
 void StepClock::lap(StepPhase phase) {
@@ -35,37 +47,54 @@ void StepClock::lap(StepPhase phase) {
     last_ = now;
     return;
   }
-  // Recorded on the stream the step's work was queued on; timing flag on (BACKEND_DEFAULT), no wait.
-  c10::Event event(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
-  event.record(c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device_));
-  current_.marks.emplace_back(phase, std::move(event));
+  current_.marks.emplace_back(phase, record());
 }
 
-void StepClock::add(const DeviceStep& step, StepBreakdown& bd) const {
-  for (std::size_t i = 1; i < step.marks.size(); ++i) {
+void StepClock::add(const DeviceStep& step, StepBreakdown& bd) {
+  const c10::Event* before = step.begin.get();
+  for (const auto& [phase, event] : step.marks) {
     // elapsedTime: milliseconds from the earlier event to this one.
-    add(bd, step.marks[i].first, step.marks[i - 1].second.elapsedTime(step.marks[i].second) / 1000.0);
+    add(bd, phase, before->elapsedTime(*event) / 1000.0);
+    before = event.get();
   }
   ++bd.steps;
 }
 
 void StepClock::finish_step(StepBreakdown& bd) {
+  open_ = false;
+  chained_ = true;
   if (!device_.is_cuda()) {
     for (int p = 0; p < 5; ++p) add(bd, static_cast<StepPhase>(p), seconds_[p]);
     ++bd.steps;
     return;
   }
-  if (current_.marks.size() >= 2) pending_.push_back(std::move(current_));
+  end_ = current_.marks.empty() ? current_.begin : current_.marks.back().second;
+  if (current_.begin && !current_.marks.empty()) pending_.push_back(std::move(current_));
   current_ = {};
-  while (!pending_.empty() && pending_.front().marks.back().second.query()) {
+  while (!pending_.empty() && pending_.front().marks.back().second->query()) {
     add(pending_.front(), bd);
     pending_.pop_front();
   }
 }
 
+void StepClock::pause() {
+  open_ = false;
+  chained_ = false;
+  current_ = {};
+  end_.reset();
+}
+
+void StepClock::restart(StepBreakdown& bd) {
+  // Dropped unread: destroying a recorded event that has not completed yet is allowed (CUDA frees it when
+  // it does), and end_ keeps the one the next step begins at.
+  pending_.clear();
+  bd.data_s = bd.forward_s = bd.backward_s = bd.optimizer_s = bd.allreduce_s = 0;
+  bd.steps = 0;
+}
+
 void StepClock::flush(StepBreakdown& bd) {
   if (pending_.empty()) return;
-  pending_.back().marks.back().second.synchronize();  // one stream: the last event completes last
+  pending_.back().marks.back().second->synchronize();  // one stream: the last event completes last
   for (const DeviceStep& step : pending_) add(step, bd);
   pending_.clear();
 }
