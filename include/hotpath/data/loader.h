@@ -123,7 +123,8 @@ struct LoaderStats {
   double decode_seconds = 0;        // workers: decode + crop + resize
   double store_seconds = 0;         // workers: flip + normalise + write to the batch
   double wait_seconds = 0;          // consumer: blocked waiting for the next batch
-  double device_seconds = 0;        // CUDA mode: the stage thread (nvJPEG decode, copies, augment, its stream's wait)
+  double device_seconds = 0;        // CUDA mode: the stage thread (nvJPEG decode, copies, augment launches)
+  double device_decode_seconds = 0; // CUDA mode, decode nvjpeg: of device_seconds, inside nvJPEG (headers + decode)
 };
 
 // Samples one epoch of `options` yields before batching (this rank's shards, all with split_batches; samples without an

@@ -27,7 +27,8 @@ using TjHandle = std::unique_ptr<void, TjDeleter>;
 data::LoaderStats minus(const data::LoaderStats& a, const data::LoaderStats& b) {
   return {a.samples - b.samples,           a.bad_samples - b.bad_samples,       a.batches - b.batches,
           a.plan_seconds - b.plan_seconds, a.decode_seconds - b.decode_seconds, a.store_seconds - b.store_seconds,
-          a.wait_seconds - b.wait_seconds,  a.device_seconds - b.device_seconds};
+          a.wait_seconds - b.wait_seconds,  a.device_seconds - b.device_seconds,
+          a.device_decode_seconds - b.device_decode_seconds};
 }
 
 }  // namespace
@@ -122,7 +123,8 @@ BenchReport run_data_bench(const DataBenchOptions& a, std::ostream* log) {
                 {"decode_crop_resize", s.decode_seconds},
                 {"store_normalize", s.store_seconds},
                 {"consumer_wait", s.wait_seconds},
-                {"device_stage", s.device_seconds}};
+                {"device_stage", s.device_seconds},
+                {"device_stage_in_nvjpeg", s.device_decode_seconds}};
   };
   const bool on_device = o.device.is_cuda();
   Benchmark bench("loader", "images/s", a.repeats);

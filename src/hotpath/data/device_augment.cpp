@@ -99,9 +99,15 @@ at::Tensor normalize_batch(const at::Tensor& x, const Normalization& norm, const
       scale[k] = format.normalize ? 1.0f / (255.0f * norm.std[k]) : 1.0f / 255.0f;
       bias[k] = format.normalize ? -norm.mean[k] / norm.std[k] : 0.0f;
     }
-    const auto opts = at::TensorOptions().dtype(at::kFloat);
-    const at::Tensor s = at::tensor(scale, opts).to(x.device(), /*non_blocking=*/false).view({1, c, 1, 1});
-    const at::Tensor b = at::tensor(bias, opts).to(x.device(), /*non_blocking=*/false).view({1, c, 1, 1});
+    // To a CUDA device through pinned memory, non_blocking: a pageable copy would make the stage thread wait for
+    // everything queued on its stream (the batch's decode and resize) before going on.
+    const auto to_device = [&](const std::vector<float>& v) {
+      at::Tensor host = at::tensor(v, at::TensorOptions().dtype(at::kFloat));
+      if (!x.is_cuda()) return host;
+      return host.pin_memory().to(x.device(), /*non_blocking=*/true);
+    };
+    const at::Tensor s = to_device(scale).view({1, c, 1, 1});
+    const at::Tensor b = to_device(bias).view({1, c, 1, 1});
     out = at::addcmul(b, x.to(at::kFloat), s);
     if (format.type == PixelType::kBFloat16) out = out.to(at::kBFloat16);
   }

@@ -428,6 +428,13 @@ void Loader::State::planner_loop() {
                                         std::make_move_iterator(first + options.batch_size));
       }
       if (!picked.empty()) {
+        // CUDA mode: the stage thread does not wait for its stream; the copies that read this slot's pinned memory
+        // (pixels, labels) may still be queued. Wait for them here, at the refill, which comes prefetch + 2 batches
+        // later: by then they have long run, and the stage thread never waited on the GPU.
+        if (slot.done) {
+          slot.done->synchronize();
+          slot.done.reset();
+        }
         allocate_if_held(slot);
         auto* labels = slot.labels.data_ptr<std::int64_t>();
         for (std::size_t i = 0; i < picked.size(); ++i) labels[i] = picked[i].label;
@@ -623,7 +630,7 @@ void Loader::State::finish_on_device(Slot& slot, std::vector<std::string>& bad) 
   }
   slot.device_images = good > 0 ? images : at::Tensor();
   slot.device_labels = good > 0 ? stage->labels(slot.labels.narrow(0, 0, good)) : at::Tensor();
-  slot.done = stage->finish();  // after this the slot's host memory is free to be refilled
+  slot.done = stage->finish();  // the slot's host memory is refilled only once this event has completed (planner)
 }
 
 void Loader::State::stage_loop() {
@@ -649,6 +656,7 @@ void Loader::State::stage_loop() {
     lk.lock();
     stage_busy = false;
     stats.device_seconds += seconds_since(t0);
+    stats.device_decode_seconds = stage->decode_seconds();
     done_cv.notify_all();
     if (gen != generation) continue;  // seek() frees every slot once this thread is idle
     if (error) {  // a device failure (out of memory, a CUDA error): the consumer rethrows it

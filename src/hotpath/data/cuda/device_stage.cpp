@@ -7,6 +7,8 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <chrono>
+
 #include "hotpath/core/error.h"
 #include "hotpath/data/device_augment.h"
 #include "nvjpeg_decoder.h"
@@ -45,7 +47,9 @@ at::Tensor DeviceStage::decode(std::span<const std::span<const std::byte>> encod
                                std::span<const SampleAugment> augments, std::vector<std::string>& errors) {
   HOTPATH_ASSERT(decoder_ != nullptr);
   const c10::StreamGuard guard(stream_);
+  const auto t0 = std::chrono::steady_clock::now();
   std::vector<at::Tensor> decoded = decoder_->decode(encoded, stream_, errors);
+  decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<at::Tensor> good;
   std::vector<SampleAugment> good_augments;
   for (std::size_t i = 0; i < decoded.size(); ++i) {
@@ -65,7 +69,6 @@ at::Tensor DeviceStage::labels(const at::Tensor& host_labels) {
 c10::Event DeviceStage::finish() {
   c10::Event done(c10::DeviceType::CUDA);
   done.record(stream_);
-  done.synchronize();
   return done;
 }
 

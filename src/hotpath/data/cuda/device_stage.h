@@ -5,7 +5,8 @@
 //   DeviceStage stage(options);                                  // opens nvJPEG for decode = kNvjpeg
 //   at::Tensor x = stage.from_host(pinned_u8_hwc);               // cpu decode: copy non_blocking + normalise
 //   at::Tensor y = stage.decode(jpegs, augments, errors);        // nvjpeg: decode + crop/resize/flip/normalise
-//   c10::Event done = stage.finish();                            // stage thread: host buffers reusable now
+//   c10::Event done = stage.finish();                            // stage thread: no wait; host buffers reusable
+//                                                                //   once done.synchronize() (at the slot's refill)
 //   DeviceStage::hand_over(done, {x, labels});                   // consumer: its current stream waits on `done`
 #pragma once
 
@@ -41,9 +42,12 @@ class DeviceStage {
                     std::vector<std::string>& errors);
   // Host labels to the device (non_blocking from pinned memory).
   at::Tensor labels(const at::Tensor& host_labels);
-  // Records an event after the work so far on the stage's stream and waits for it (this thread only: the
-  // compute stream is never synchronised), so the batch's host memory may be reused.
+  // Records an event after the work so far on the stage's stream, without waiting: the batch's host memory
+  // (pinned pixels, labels) may be reused once it has completed, and the compute stream waits on it (hand_over).
+  // The stage thread goes on to the next batch while the GPU still runs this one.
   c10::Event finish();
+  // Seconds this stage spent inside nvJPEG (header parsing and decode calls), host time, all batches so far.
+  [[nodiscard]] double decode_seconds() const { return decode_seconds_; }
   // Consumer thread: the current stream of the tensors' device waits for `done`; the caching allocator learns
   // that the tensors are used on that stream (they were allocated on the stage's).
   static void hand_over(const c10::Event& done, std::initializer_list<at::Tensor> tensors);
@@ -54,6 +58,7 @@ class DeviceStage {
   LoaderOptions options_;
   c10::Stream stream_;
   std::unique_ptr<NvjpegDecoder> decoder_;
+  double decode_seconds_ = 0;
 };
 
 }  // namespace hotpath::data
