@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -128,6 +130,56 @@ TEST(GradScaler, MatchesTorchOnInjectedOverflowRun) {
   EXPECT_EQ(got.state.scale, ref["state"]["scale"].get<double>());
   EXPECT_EQ(got.state.growth_tracker, ref["state"]["_growth_tracker"].get<int64_t>());
   EXPECT_EQ(got.state.scale, ref["final_scale"].get<double>());
+}
+
+// The fused AdamW (what AdamW is on CUDA; forced here on the CPU) under the scaler: the same skips, scales
+// and parameters as LibTorch's loop, which the scaler steps only after reading the flag. Overflow on step 0
+// (no optimizer state yet), 3 and a NaN on 6; unscale_ + clip on odd steps.
+TEST(GradScaler, FusedAdamWSkipsAndStepsAsTheLoop) {
+  struct Run {
+    std::vector<bool> stepped;
+    std::vector<double> scale;
+    NamedParameters params;
+    std::unique_ptr<torch::optim::Optimizer> opt;
+  };
+  const auto run = [](AdamWKernel kernel) {
+    Run r;
+    at::manual_seed(11);
+    r.params = {{"w", at::randn({4, 3}).requires_grad_(true)}, {"b", at::randn({4}).requires_grad_(true)}};
+    r.opt = make_optimizer({.kind = OptimizerKind::kAdamW, .lr = 1e-2, .weight_decay = 0.05, .adamw_kernel = kernel},
+                           r.params);
+    EXPECT_EQ(is_fused_adamw(*r.opt), kernel == AdamWKernel::kFused);
+    GradScaler scaler({.init_scale = 1024.0, .growth_interval = 2});
+    for (int64_t i = 0; i < 9; ++i) {
+      for (auto& [name, p] : r.params) p.mutable_grad() = scaler.scale(at::randn(p.sizes()));
+      if (i == 0 || i == 3) r.params[0].second.mutable_grad()[1][2].fill_(std::numeric_limits<float>::infinity());
+      if (i == 6) r.params[1].second.mutable_grad()[0].fill_(std::numeric_limits<float>::quiet_NaN());
+      if (i % 2 == 1) {
+        scaler.unscale_(*r.opt);
+        (void)clip_grad_norm({r.params[0].second, r.params[1].second}, 1.0);
+      }
+      r.stepped.push_back(scaler.step(*r.opt));
+      scaler.update();
+      r.scale.push_back(scaler.get_scale());
+      r.opt->zero_grad(true);
+    }
+    return r;
+  };
+  Run loop = run(AdamWKernel::kPerParameter);
+  Run fused = run(AdamWKernel::kFused);
+  EXPECT_EQ(fused.stepped, loop.stepped);
+  EXPECT_EQ(fused.stepped, (std::vector<bool>{false, true, true, false, true, true, false, true, true}));
+  EXPECT_EQ(fused.scale, loop.scale);
+  for (size_t i = 0; i < loop.params.size(); ++i) {
+    const at::Tensor& a = loop.params[i].second;
+    const at::Tensor& b = fused.params[i].second;
+    EXPECT_TRUE(at::allclose(b, a, 1e-6, 1e-7)) << loop.params[i].first;
+    const auto* sa = dynamic_cast<const torch::optim::AdamWParamState*>(loop.opt->state().at(a.unsafeGetTensorImpl()).get());
+    const auto* sb = dynamic_cast<const torch::optim::AdamWParamState*>(fused.opt->state().at(b.unsafeGetTensorImpl()).get());
+    ASSERT_TRUE(sa != nullptr && sb != nullptr);
+    EXPECT_EQ(sb->step(), sa->step());
+    EXPECT_EQ(sb->step(), 6);
+  }
 }
 
 TEST(GradScaler, DisabledIsPassThrough) {

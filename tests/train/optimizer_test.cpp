@@ -101,6 +101,103 @@ TEST(OptimizerParity, AdamWMatchesTorch) {
   RecordProperty("max_abs_diff", scientific(worst));
 }
 
+// The fused kernel (what AdamW runs on CUDA) on the CPU: the same update as torch.optim.AdamW.
+TEST(OptimizerParity, FusedAdamWMatchesTorch) {
+  const double worst = expect_matches_torch({.kind = OptimizerKind::kAdamW, .lr = 1e-2, .weight_decay = 0.1,
+                                             .beta1 = 0.8, .beta2 = 0.99, .eps = 1e-7,
+                                             .adamw_kernel = AdamWKernel::kFused});
+  RecordProperty("max_abs_diff", scientific(worst));
+}
+
+const torch::optim::AdamWParamState* adamw_state(torch::optim::Optimizer& opt, const at::Tensor& p) {
+  const auto it = opt.state().find(p.unsafeGetTensorImpl());
+  return it == opt.state().end() ? nullptr : dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get());
+}
+
+// CPU parameters keep LibTorch's loop under kAuto (the CPU path is unchanged); kFused gives the same
+// parameters, step counts and moments, kept in the same AdamWParamState a checkpoint reads.
+TEST(FusedAdamW, AutoKeepsTheLoopOnTheCpuAndFusedMatchesIt) {
+  NamedParameters loop_params = make_params(5);
+  NamedParameters fused_params = make_params(5);
+  const OptimizerConfig config{.kind = OptimizerKind::kAdamW, .lr = 1e-2, .weight_decay = 0.1};
+  OptimizerConfig fused_config = config;
+  fused_config.adamw_kernel = AdamWKernel::kFused;
+  auto loop = make_optimizer(config, loop_params);
+  auto fused = make_optimizer(fused_config, fused_params);
+  EXPECT_FALSE(is_fused_adamw(*loop));
+  EXPECT_TRUE(is_fused_adamw(*fused));
+  EXPECT_NE(dynamic_cast<torch::optim::AdamW*>(fused.get()), nullptr);  // checkpoint.cpp's test
+  EXPECT_FALSE(step_unless_found_inf(*loop, at::zeros({})).has_value());
+  for (int step = 0; step < 4; ++step) {
+    for (size_t i = 0; i < loop_params.size(); ++i) {
+      // Step 1 leaves fc2.bias without a gradient: it gets no state and no step, on both sides.
+      const bool skip = step == 1 && loop_params[i].first == "fc2.bias";
+      const at::Tensor g = at::randn(loop_params[i].second.sizes());
+      loop_params[i].second.mutable_grad() = skip ? at::Tensor() : g.clone();
+      fused_params[i].second.mutable_grad() = skip ? at::Tensor() : g.clone();
+    }
+    loop->step();
+    fused->step();
+  }
+  for (size_t i = 0; i < loop_params.size(); ++i) {
+    const auto& name = loop_params[i].first;
+    EXPECT_TRUE(at::allclose(fused_params[i].second, loop_params[i].second, 1e-6, 1e-7)) << name;
+    const auto* a = adamw_state(*loop, loop_params[i].second);
+    const auto* b = adamw_state(*fused, fused_params[i].second);
+    ASSERT_TRUE(a != nullptr && b != nullptr) << name;
+    EXPECT_EQ(b->step(), a->step()) << name;
+    EXPECT_EQ(b->step(), name == "fc2.bias" ? 3 : 4) << name;
+    EXPECT_TRUE(at::allclose(b->exp_avg(), a->exp_avg(), 1e-6, 1e-7)) << name;
+    EXPECT_TRUE(at::allclose(b->exp_avg_sq(), a->exp_avg_sq(), 1e-6, 1e-7)) << name;
+  }
+}
+
+// The loss scaler's form: a nonzero flag (1, or a sum over ranks) leaves parameters, moments and step
+// counts as they were, and a parameter's first step, skipped, leaves no state; a zero flag steps.
+TEST(FusedAdamW, StepUnlessFoundInfSkipsOnTheFlag) {
+  NamedParameters named = make_params(6);
+  NamedParameters reference = make_params(6);
+  auto fused = make_optimizer({.kind = OptimizerKind::kAdamW, .lr = 1e-2, .weight_decay = 0.1,
+                               .adamw_kernel = AdamWKernel::kFused},
+                              named);
+  auto loop = make_optimizer({.kind = OptimizerKind::kAdamW, .lr = 1e-2, .weight_decay = 0.1}, reference);
+  const auto set_grads = [&] {
+    for (size_t i = 0; i < named.size(); ++i) {
+      const at::Tensor g = at::randn(named[i].second.sizes());
+      named[i].second.mutable_grad() = g.clone();
+      reference[i].second.mutable_grad() = g.clone();
+    }
+  };
+  const auto snapshot = [&] {
+    std::vector<at::Tensor> out;
+    for (const auto& [name, p] : named) out.push_back(p.detach().clone());
+    return out;
+  };
+  set_grads();
+  std::vector<at::Tensor> before = snapshot();
+  EXPECT_EQ(step_unless_found_inf(*fused, at::ones({})), std::optional<bool>(false));
+  EXPECT_TRUE(fused->state().empty()) << "a skipped first step kept state";
+  for (size_t i = 0; i < named.size(); ++i) EXPECT_TRUE(at::equal(named[i].second, before[i])) << named[i].first;
+
+  set_grads();
+  EXPECT_EQ(step_unless_found_inf(*fused, at::zeros({})), std::optional<bool>(true));
+  loop->step();
+  set_grads();
+  before = snapshot();
+  EXPECT_EQ(step_unless_found_inf(*fused, at::full({}, 2.0)), std::optional<bool>(false));  // two ranks saw inf
+  for (size_t i = 0; i < named.size(); ++i) {
+    EXPECT_TRUE(at::equal(named[i].second, before[i])) << named[i].first;
+    EXPECT_EQ(adamw_state(*fused, named[i].second)->step(), 1) << named[i].first;
+  }
+  set_grads();
+  EXPECT_EQ(step_unless_found_inf(*fused, at::zeros({})), std::optional<bool>(true));
+  loop->step();
+  for (size_t i = 0; i < named.size(); ++i) {
+    EXPECT_TRUE(at::allclose(named[i].second, reference[i].second, 1e-6, 1e-7)) << named[i].first;
+    EXPECT_EQ(adamw_state(*fused, named[i].second)->step(), 2) << named[i].first;
+  }
+}
+
 TEST(Optimizer, NoDecayGroupsHoldBiasesAndNorms) {
   NamedParameters named = make_params(1);
   named.emplace_back("frozen.weight", at::ones({2, 2}));  // requires_grad false: left out

@@ -8,6 +8,10 @@
 // _amp_update_scale_), so the scale sequence equals GradScaler's: ×backoff on an overflow step,
 // ×growth after growth_interval clean steps in a row. The scale lives on the loss's device (CPU or
 // CUDA) and is created by the first scale(); unscale_ is optional and at most once per step.
+//
+// Host waits: scale(), unscale_() and update() queue device work only. step() reads the inf flag once: after
+// the optimizer's launches for the fused AdamW (optimizer.h; CUDA), which skips on the device, so the wait
+// comes at the end of the step; before optimizer.step() for any other optimizer, as torch does.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -58,8 +62,8 @@ class GradScaler {
   // inf/NaN findings over the ranks with `sum_over_ranks` (an all-reduce), so that every rank skips or takes
   // the same steps and backs off the scale alike.
   void agree_on_inf(torch::optim::Optimizer& optimizer, const std::function<void(at::Tensor&)>& sum_over_ranks);
-  // unscale_() if not done yet, then optimizer.step() unless a gradient was inf/NaN.
-  // Returns whether the optimizer stepped.
+  // unscale_() if not done yet, then optimizer.step() unless a gradient was inf/NaN (the fused AdamW:
+  // step_unless_found_inf). Returns whether the optimizer stepped.
   bool step(torch::optim::Optimizer& optimizer);
   // Adjusts the scale from this iteration's inf checks (all optimizers) and resets per-step state.
   void update();

@@ -7,11 +7,18 @@
 // The no-decay rule is timm's: a parameter with dim() <= 1 (biases, BatchNorm/LayerNorm scales and
 // shifts) or a name ending in ".bias" gets weight_decay 0. Group 0 holds the decayed parameters,
 // group 1 the rest (an empty group is left out). Frozen parameters (requires_grad false) are skipped.
+//
+// AdamW on CUDA: ATen's fused multi-tensor kernel (at::_fused_adamw_, what torch.optim.AdamW(fused=True)
+// runs): one launch per group and dtype (chunked by ATen), not LibTorch's ~9 launches per parameter. Same
+// update rule (decoupled decay, bias-corrected moments, eps outside the square root) and the same state
+// (torch::optim::AdamWParamState: step count, exp_avg, exp_avg_sq), so checkpoints read and write as before.
+// AdamW over CPU parameters stays LibTorch's torch::optim::AdamW, bit for bit (what the parity tests pin).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -24,6 +31,12 @@ class Optimizer;
 namespace hotpath::train {
 
 enum class OptimizerKind { kSgd, kAdamW };
+
+// AdamW's kernel. kAuto: fused when every parameter is on a CUDA device, LibTorch's per-parameter loop
+// otherwise (the CPU). kFused: the fused kernel wherever the tensors are (ATen has a CPU one too: what the
+// CPU tests compare it with); a step whose tensors it cannot take (sparse or non-dense gradients, mixed
+// devices) runs LibTorch's loop instead. kPerParameter: LibTorch's loop everywhere.
+enum class AdamWKernel { kAuto, kFused, kPerParameter };
 
 // "sgd", "adamw"; throws naming the allowed values.
 OptimizerKind parse_optimizer_kind(std::string_view name);
@@ -41,6 +54,7 @@ struct OptimizerConfig {
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
+  AdamWKernel adamw_kernel = AdamWKernel::kAuto;
 };
 
 using NamedParameters = std::vector<std::pair<std::string, at::Tensor>>;
@@ -66,6 +80,19 @@ struct ParamSplit {
 // absent are skipped, tensors the split lacks are left out (frozen).
 [[nodiscard]] std::unique_ptr<torch::optim::Optimizer> make_optimizer(
     const OptimizerConfig& config, const NamedParameters& named_params, const ParamSplit& split);
+
+// Whether `optimizer` is make_optimizer's fused AdamW (kAuto over CUDA parameters, or kFused).
+[[nodiscard]] bool is_fused_adamw(const torch::optim::Optimizer& optimizer);
+
+// The loss scaler's step (grad_scaler.h) for the fused AdamW: queues the update with `found_inf` (float32,
+// 0-dim, on the parameters' device; nonzero: a gradient was inf/NaN and the kernel leaves every parameter
+// and moment as it was), and only then reads found_inf on the host — one wait at the end of the step, after
+// the optimizer's work is queued, instead of one before it. Returns whether it stepped; step counts (and the
+// state of parameters stepped for the first time) are kept only then, as if step() had not been called.
+// nullopt: this optimizer cannot (not the fused AdamW, found_inf on another device, tensors the kernel does
+// not take); nothing was done, and the caller reads found_inf and calls step() itself.
+[[nodiscard]] std::optional<bool> step_unless_found_inf(torch::optim::Optimizer& optimizer,
+                                                        const at::Tensor& found_inf);
 
 // Every param group's lr.
 void set_lr(torch::optim::Optimizer& optimizer, double lr);

@@ -215,17 +215,35 @@ FinetuneSetup prepare_finetune(const TextBenchOptions& a, const ScratchDir& scra
   return s;
 }
 
+// The attention the fine-tune runs, for its header line and report: "reference" (eager matmul + softmax);
+// fused on the CPU: hotpath's kernel and its ISA; fused on CUDA: the kernel ATen's SDPA picks for the step's
+// inputs — asked with them (q, k, v [batch, heads, seq_len, head_dim] in the autocast dtype, requiring
+// grad, the attention dropout, no mask: every token of these batches is attended and the text task passes
+// no mask on CUDA then), the same question scaled_dot_product_attention asks before it runs.
+std::string finetune_attention(const TextBenchOptions& a, const formats::BertConfig& c) {
+  if (a.attention != "fused") return a.attention;
+  const at::Device device(a.device);
+  if (!device.is_cuda()) return std::string("fused (") + ops::attention_kernel_name() + ")";
+  if (!at::hasCUDA()) return "fused (ATen SDPA; no CUDA device to ask which kernel)";
+  const at::ScalarType dtype = a.precision == "fp16" ? at::kHalf : a.precision == "bf16" ? at::kBFloat16 : at::kFloat;
+  const at::Tensor q = at::zeros({a.batch_size, c.num_attention_heads, a.seq_len, c.head_dim()},
+                                 at::TensorOptions(device).dtype(dtype))
+                           .requires_grad_(true);
+  return std::string("fused (ATen SDPA ") + ops::sdpa_backend_name(q, q, q, at::Tensor(), c.attention_probs_dropout_prob) +
+         ")";
+}
+
 Json bench_finetune(const TextBenchOptions& a, std::ostream* log, std::vector<std::string>* rows) {
   const ScratchDir scratch("bench-finetune", a.keep);
   const FinetuneSetup s = prepare_finetune(a, scratch);
   const formats::BertConfig& config = s.config;
+  const std::string attention = finetune_attention(a, config);
   if (log) {
     *log << "hotpath bench text finetune: BERT " << config.num_hidden_layers << " layers × " << config.hidden_size
          << (a.pretrained.empty() ? " (random weights)" : " (" + a.pretrained + ")") << ", batch " << a.batch_size
          << " × seq " << a.seq_len << ", " << a.precision << " on " << a.device
          << (a.precision == "bf16" ? std::string(" (hotpath bf16 math: ") + ops::bf16_math_name() + ")" : "")
-         << ", attention " << a.attention
-         << (a.attention == "fused" ? std::string(" (") + ops::attention_kernel_name() + ")" : "") << ", "
+         << ", attention " << attention << ", "
          << a.threads << " thread(s); " << a.warmup << " warm-up + " << a.steps << " timed steps"
          << (a.compare.empty() ? "" : ", vs transformers") << (a.keep ? "; scratch " + scratch.path().string() : "")
          << "\n";
@@ -281,9 +299,9 @@ Json bench_finetune(const TextBenchOptions& a, std::ostream* log, std::vector<st
               {"device", a.device},
               {"bf16_math", a.precision == "bf16" ? Json(ops::bf16_math_name()) : Json(nullptr)},
               {"malloc", malloc_policy_name()},
-              {"attention", a.attention == "fused" ? std::string("fused (") + ops::attention_kernel_name() + ")"
-                                                   : std::string("reference")},
-              {"optimizer", "adamw lr 2e-5 wd 0.01 (every parameter), constant lr"},
+              {"attention", attention},
+              {"optimizer", std::string("adamw lr 2e-5 wd 0.01 (every parameter), constant lr") +
+                                (at::Device(a.device).is_cuda() ? ", fused (at::_fused_adamw_)" : "")},
               {"threads", a.threads},
               {"steps", a.steps},
               {"warmup", a.warmup},

@@ -6,8 +6,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <optional>
+#include <utility>
+
 #include "hotpath/core/error.h"
 #include "hotpath/core/json.h"
+#include "hotpath/train/optimizer.h"
 
 namespace hotpath::train {
 
@@ -80,8 +85,9 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
   c10::NoGradGuard no_grad;
   // Reciprocal in double then rounded to float, as torch does, so the unscaled gradients match bit for bit.
   const at::Tensor inv_scale = scale_.to(at::kDouble).reciprocal().to(at::kFloat);
-  // One found_inf per device; the kernel wants each list on one device and of one dtype.
-  std::map<std::string, std::pair<at::Device, std::map<at::ScalarType, std::vector<at::Tensor>>>> grads;
+  // One found_inf per device; the kernel wants each list on one device and of one dtype. Devices in the
+  // order their first gradient comes (a linear search: one or two devices, no per-parameter string).
+  std::vector<std::pair<at::Device, std::map<at::ScalarType, std::vector<at::Tensor>>>> grads;
   for (auto& group : optimizer.param_groups()) {
     for (const at::Tensor& param : group.params()) {
       const at::Tensor& grad = param.grad();
@@ -89,14 +95,13 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
       HOTPATH_CHECK(grad.scalar_type() != at::kHalf,
                     "grad scaler: attempting to unscale FP16 gradients; keep fp32 master parameters");
       HOTPATH_CHECK(!grad.is_sparse(), "grad scaler: sparse gradients are not supported");
-      auto [it, inserted] = grads.try_emplace(grad.device().str(), grad.device(),
-                                              std::map<at::ScalarType, std::vector<at::Tensor>>{});
-      it->second.second[grad.scalar_type()].push_back(grad);
+      auto it = std::find_if(grads.begin(), grads.end(), [&](const auto& d) { return d.first == grad.device(); });
+      if (it == grads.end()) it = grads.insert(grads.end(), {grad.device(), {}});
+      it->second[grad.scalar_type()].push_back(grad);
     }
   }
   state.found_inf.clear();
-  for (auto& [name, device_grads] : grads) {
-    const auto& [device, by_dtype] = device_grads;
+  for (auto& [device, by_dtype] : grads) {
     at::Tensor found_inf = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
     const at::Tensor device_inv_scale = inv_scale.to(device, /*non_blocking=*/true);
     for (const auto& [dtype, list] : by_dtype) {
@@ -134,10 +139,19 @@ bool GradScaler::step(torch::optim::Optimizer& optimizer) {
   // torch asserts here; an optimizer with no gradient at all has nothing to check or step.
   HOTPATH_CHECK(!state.found_inf.empty(), "grad scaler: no inf checks were recorded for this optimizer ",
                 "(no parameter has a gradient)");
-  double found = 0.0;
-  for (const at::Tensor& f : state.found_inf) found += f.item<double>();  // the one host sync
-  const bool stepped = found == 0.0;
-  if (stepped) optimizer.step();
+  // The fused AdamW (CUDA) skips on the device: its step is queued with the inf flag and the flag is read
+  // after it, so the host waits once at the end of the step instead of before the optimizer's launches.
+  std::optional<bool> on_device;
+  if (state.found_inf.size() == 1) on_device = step_unless_found_inf(optimizer, state.found_inf.front());
+  bool stepped = false;
+  if (on_device) {
+    stepped = *on_device;
+  } else {
+    double found = 0.0;
+    for (const at::Tensor& f : state.found_inf) found += f.item<double>();  // the one host sync
+    stepped = found == 0.0;
+    if (stepped) optimizer.step();
+  }
   state.stage = Stage::kStepped;
   return stepped;
 }

@@ -10,6 +10,8 @@
 #include <optional>
 #include <tuple>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "hotpath/core/error.h"
 
@@ -31,6 +33,123 @@ void validate(const OptimizerConfig& c) {
     HOTPATH_CHECK(c.eps > 0.0, "optimizer: eps must be > 0, got ", c.eps);
   }
 }
+
+// Whether the fused kernel takes `t` beside parameter `p`: same device, dtype, sizes and strides, dense
+// (ATen's fast-path restrictions, checked here first so that a step the kernel would refuse runs the loop).
+bool fused_takes(const at::Tensor& t, const at::Tensor& p) {
+  return t.defined() && t.layout() == at::kStrided && t.device() == p.device() && t.scalar_type() == p.scalar_type() &&
+         t.sizes() == p.sizes() && t.strides() == p.strides() && t.is_non_overlapping_and_dense();
+}
+
+// torch::optim::AdamW whose step runs at::_fused_adamw_. The state is LibTorch's AdamWParamState (step
+// count on the host, moments beside the parameters), created as LibTorch creates it (zeros_like, preserve
+// format) the first time a parameter has a gradient.
+class FusedAdamW final : public torch::optim::AdamW {
+ public:
+  using torch::optim::AdamW::AdamW;
+
+  at::Tensor step(LossClosure closure = nullptr) override {
+    at::Tensor loss;
+    if (closure != nullptr) {
+      const at::AutoGradMode enable_grad(true);
+      loss = closure();
+    }
+    if (!fused_step(std::nullopt)) (void)torch::optim::AdamW::step(nullptr);
+    return loss;
+  }
+
+  // One step; with found_inf, skipped on the device when it is nonzero and read back after the launches.
+  // Returns whether it stepped, or nullopt (nothing done) when the kernel cannot take these tensors.
+  std::optional<bool> fused_step(const std::optional<at::Tensor>& found_inf) {
+    const at::NoGradGuard no_grad;
+    struct Item {
+      at::Tensor param;
+      at::Tensor grad;
+      void* key = nullptr;
+    };
+    // Checks first, changing nothing: a refusal leaves the step to LibTorch's loop.
+    std::vector<std::vector<Item>> groups(param_groups_.size());
+    std::optional<at::Device> device;
+    for (std::size_t g = 0; g < param_groups_.size(); ++g) {
+      if (static_cast<const torch::optim::AdamWOptions&>(param_groups_[g].options()).amsgrad()) return std::nullopt;
+      for (const at::Tensor& p : param_groups_[g].params()) {
+        const at::Tensor& grad = p.grad();
+        if (!grad.defined()) continue;
+        const auto t = p.scalar_type();
+        if (!(t == at::kFloat || t == at::kHalf || t == at::kBFloat16) || !fused_takes(p, p) || !fused_takes(grad, p)) {
+          return std::nullopt;
+        }
+        if (device && *device != p.device()) return std::nullopt;
+        device = p.device();
+        void* key = p.unsafeGetTensorImpl();
+        if (const auto it = state_.find(key); it != state_.end()) {
+          const auto* s = dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get());
+          if (s == nullptr || !fused_takes(s->exp_avg(), p) || !fused_takes(s->exp_avg_sq(), p)) return std::nullopt;
+        }
+        groups[g].push_back({p, grad, key});
+      }
+    }
+    if (!device) return true;  // no gradient anywhere: nothing to do, as LibTorch's step
+    if (found_inf && (!found_inf->defined() || found_inf->device() != *device || found_inf->numel() != 1 ||
+                      found_inf->scalar_type() != at::kFloat)) {
+      return std::nullopt;
+    }
+    // The kernel skips only when the flag is exactly 1 (a sum over ranks may be more): 0 or 1 from here.
+    std::optional<at::Tensor> flag;
+    if (found_inf) flag = at::clamp_max(found_inf->reshape({}), 1.0);
+
+    // State for parameters stepped for the first time (kept only if this step happens).
+    std::vector<void*> created;
+    for (const auto& items : groups) {
+      for (const Item& item : items) {
+        auto& slot = state_[item.key];
+        if (slot) continue;
+        auto s = std::make_unique<torch::optim::AdamWParamState>();
+        s->step(0);
+        s->exp_avg(at::zeros_like(item.param, at::MemoryFormat::Preserve));
+        s->exp_avg_sq(at::zeros_like(item.param, at::MemoryFormat::Preserve));
+        slot = std::move(s);
+        created.push_back(item.key);
+      }
+    }
+    // One launch per (group, dtype, step count): the kernel takes the options as scalars and the step
+    // count from a float32 tensor per parameter (read only: one tensor serves a whole list).
+    const auto state_of = [&](void* key) -> torch::optim::AdamWParamState& {
+      return static_cast<torch::optim::AdamWParamState&>(*state_.at(key));
+    };
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      if (groups[g].empty()) continue;
+      const auto& o = static_cast<const torch::optim::AdamWOptions&>(param_groups_[g].options());
+      std::map<std::pair<at::ScalarType, std::int64_t>, std::vector<const Item*>> lists;
+      for (const Item& item : groups[g]) lists[{item.param.scalar_type(), state_of(item.key).step() + 1}].push_back(&item);
+      for (const auto& [what, items] : lists) {
+        std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+        for (const Item* item : items) {
+          auto& s = state_of(item->key);
+          params.push_back(item->param);
+          grads.push_back(item->grad);
+          exp_avgs.push_back(s.exp_avg());
+          exp_avg_sqs.push_back(s.exp_avg_sq());
+        }
+        const at::Tensor step = at::full({}, static_cast<double>(what.second), at::TensorOptions(*device).dtype(at::kFloat));
+        const std::vector<at::Tensor> steps(params.size(), step);
+        at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, at::TensorList{}, steps, o.lr(), std::get<0>(o.betas()),
+                          std::get<1>(o.betas()), o.weight_decay(), o.eps(), /*amsgrad=*/false, /*maximize=*/false,
+                          /*grad_scale=*/std::nullopt, flag);
+      }
+    }
+    // The one host read, after every launch of the step (the caller would otherwise wait before them).
+    const bool stepped = !flag || flag->item<float>() == 0.0F;
+    if (stepped) {
+      for (const auto& items : groups) {
+        for (const Item& item : items) state_of(item.key).step(state_of(item.key).step() + 1);
+      }
+    } else {
+      for (void* key : created) state_.erase(key);
+    }
+    return stepped;
+  }
+};
 
 }  // namespace
 
@@ -124,9 +243,29 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerConfig& c
   torch::optim::AdamWOptions defaults(config.lr);
   defaults.betas(std::make_tuple(config.beta1, config.beta2)).eps(config.eps)
       .weight_decay(config.weight_decay);
+  bool all_cuda = true;  // the optimizer's tensors, frozen ones left out
+  for (const auto* names : {&split.decay, &split.no_decay}) {
+    for (const std::string& name : *names) all_cuda = all_cuda && by_name.at(name).is_cuda();
+  }
+  const bool fused = config.adamw_kernel == AdamWKernel::kFused || (config.adamw_kernel == AdamWKernel::kAuto && all_cuda);
+  if (fused) {
+    auto optimizer = std::make_unique<FusedAdamW>(build(defaults), defaults);
+    restore_weight_decay(optimizer, static_cast<torch::optim::AdamWOptions*>(nullptr));
+    return optimizer;
+  }
   auto optimizer = std::make_unique<torch::optim::AdamW>(build(defaults), defaults);
   restore_weight_decay(optimizer, static_cast<torch::optim::AdamWOptions*>(nullptr));
   return optimizer;
+}
+
+bool is_fused_adamw(const torch::optim::Optimizer& optimizer) {
+  return dynamic_cast<const FusedAdamW*>(&optimizer) != nullptr;
+}
+
+std::optional<bool> step_unless_found_inf(torch::optim::Optimizer& optimizer, const at::Tensor& found_inf) {
+  auto* fused = dynamic_cast<FusedAdamW*>(&optimizer);
+  if (fused == nullptr) return std::nullopt;
+  return fused->fused_step(found_inf);
 }
 
 void set_lr(torch::optim::Optimizer& optimizer, double lr) {

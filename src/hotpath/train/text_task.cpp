@@ -102,6 +102,21 @@ TensorMap merged_state(torch::nn::Module& model) {
   return state;
 }
 
+// The kernels ATen's SDPA picks for this model's attention in a training step on a CUDA device: q, k, v
+// [1, heads, length, head_dim] in the autocast dtype (fp32 when nullopt), requiring grad, the attention
+// dropout; without a mask (batches with every token attended: next() passes none on CUDA) and with one
+// (padded batches). "SDPA flash", or "SDPA flash; padded batches: SDPA memory-efficient".
+std::string sdpa_kernels(const at::Device& device, const formats::BertConfig& config, std::int64_t length,
+                         std::optional<at::ScalarType> dtype) {
+  const auto options = at::TensorOptions(device).dtype(dtype.value_or(at::kFloat));
+  const at::Tensor q = at::zeros({1, config.num_attention_heads, length, config.head_dim()}, options).requires_grad_(true);
+  const at::Tensor mask = at::ones({1, length}, at::TensorOptions(device).dtype(at::kLong));
+  const double p = config.attention_probs_dropout_prob;
+  const std::string full = ops::sdpa_backend_name(q, q, q, at::Tensor(), p);
+  const std::string padded = ops::sdpa_backend_name(q, q, q, mask, p);
+  return "SDPA " + full + (padded == full ? "" : "; padded batches: SDPA " + padded);
+}
+
 class TextTask final : public Task {
  public:
   TextTask(const Recipe& recipe, const TaskOptions& options) : recipe_(recipe), device_(options.device) {
@@ -174,8 +189,7 @@ class TextTask final : public Task {
       const std::optional<at::ScalarType> dtype = tr.precision == "fp16"   ? std::optional(at::kHalf)
                                                   : tr.precision == "bf16" ? std::optional(at::kBFloat16)
                                                                            : std::nullopt;
-      describe_ += " (on CUDA: " + sdpa_choice(device_, config.num_attention_heads, recipe.data.max_length,
-                                               config.hidden_size / config.num_attention_heads, dtype) + ")";
+      describe_ += " (on CUDA: " + sdpa_kernels(device_, config, recipe.data.max_length, dtype) + ")";
     }
     // Peak tensor memory from here on (profile.json): what activation checkpointing is measured by.
     peak_.emplace();
@@ -206,7 +220,7 @@ class TextTask final : public Task {
     padding_.padded_tokens += batch->padded_tokens;
     text::TextBatchTensors t = text::to_tensors(*batch);
     MicroBatch mb;
-    mb.inputs = {to_device(t.input_ids, device_), to_device(t.attention_mask, device_),
+    mb.inputs = {to_device(t.input_ids, device_), device_mask(*batch, t.attention_mask),
                  to_device(t.token_type_ids, device_)};
     mb.labels = to_device(t.labels, device_);
     mb.samples = batch->batch_size;
@@ -235,7 +249,7 @@ class TextTask final : public Task {
       at::Tensor logits;
       {
         ops::AutocastGuard guard(device_.type(), autocast);
-        logits = model_->forward(to_device(t.input_ids, device_), to_device(t.attention_mask, device_),
+        logits = model_->forward(to_device(t.input_ids, device_), device_mask(*batch, t.attention_mask),
                                  to_device(t.token_type_ids, device_));
       }
       meter.add(logits.to(at::kCPU), t.labels);
@@ -320,6 +334,15 @@ class TextTask final : public Task {
   }
 
  private:
+  // The batch's attention mask on the device. On CUDA a batch with every token attended (no padding, known
+  // here on the host) gets none: an all-ones mask changes no score, and without one ATen's SDPA may take
+  // FlashAttention (which takes no mask) and no additive mask is built per layer. The CPU keeps the mask,
+  // so its kernels and results are as they were.
+  [[nodiscard]] at::Tensor device_mask(const text::TextBatch& batch, const at::Tensor& mask) const {
+    if (device_.is_cuda() && batch.real_tokens == batch.padded_tokens) return {};
+    return to_device(mask, device_);
+  }
+
   Recipe recipe_;
   at::Device device_;
   std::unique_ptr<text::TextLoader> loader_;

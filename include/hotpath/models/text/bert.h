@@ -50,7 +50,8 @@ using AttentionFn = at::Tensor (*)(const at::Tensor& q, const at::Tensor& k, con
 at::Tensor bert_eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& key_padding_mask, double dropout_p = 0.0);
 // The AttentionFn form: unkeyed dropout is at::dropout(probs, dropout.p) as above (its seed unused); keyed
-// (dropout.sample_index set) applies ops::attention_dropout_mask's mask, as ops::reference_attention does.
+// (dropout.sample_index set) applies ops::attention_dropout_mask's mask, as ops::reference_attention does —
+// on the CPU; CUDA tensors take at::dropout as unkeyed (that mask is made on the host), as the SDPA path does.
 at::Tensor bert_eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& key_padding_mask, const ops::AttentionDropout& dropout);
 

@@ -141,7 +141,11 @@ at::Tensor bert_eager_attention(const at::Tensor& q, const at::Tensor& k, const 
 
 at::Tensor bert_eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                 const at::Tensor& key_padding_mask, const AttentionDropout& dropout) {
-  if (!dropout.sample_index.defined() || dropout.p == 0.0) return bert_eager_attention(q, k, v, key_padding_mask, dropout.p);
+  // CUDA: at::dropout's device generator, as the hidden dropout there (dropout.h) — the keyed mask is made on
+  // the CPU ([B, heads, Lq, Lk] per layer and step) and would be copied to the device each time.
+  if (!dropout.sample_index.defined() || dropout.p == 0.0 || q.is_cuda()) {
+    return bert_eager_attention(q, k, v, key_padding_mask, dropout.p);
+  }
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   at::Tensor scores = autocast_matmul(q, k.transpose(-2, -1)) * scale;
   if (key_padding_mask.defined()) {

@@ -19,16 +19,21 @@ namespace {
 // The key padding mask as SDPA's additive mask [B, 1, 1, Lk] in q's dtype: 0 where kept, the dtype's
 // lowest value where masked. Additive, not boolean, so a sequence whose keys are all masked gets every
 // score equal and the mean of V, as reference_attention gives (a boolean mask would give NaN or zeros).
+// Its rows are laid out 16 elements apart (a view of [B, 1, 1, Lk rounded up to 16]): the memory-efficient
+// kernel wants the mask's strides aligned, and ATen would otherwise pad a copy of it on every call.
 std::optional<at::Tensor> additive_mask(const at::Tensor& q, const at::Tensor& key_padding_mask) {
   if (!key_padding_mask.defined()) return std::nullopt;
   double lowest = static_cast<double>(std::numeric_limits<float>::lowest());
   if (q.scalar_type() == at::kHalf) lowest = static_cast<double>(std::numeric_limits<c10::Half>::lowest());
   if (q.scalar_type() == at::kBFloat16) lowest = static_cast<double>(std::numeric_limits<c10::BFloat16>::lowest());
   if (q.scalar_type() == at::kDouble) lowest = std::numeric_limits<double>::lowest();
-  const at::Tensor masked = key_padding_mask.to(q.device()).eq(0);
-  return at::zeros(masked.sizes(), q.options())
-      .masked_fill(masked, lowest)
-      .view({key_padding_mask.size(0), 1, 1, key_padding_mask.size(1)});
+  constexpr std::int64_t kAlign = 16;
+  const std::int64_t batch = key_padding_mask.size(0);
+  const std::int64_t keys = key_padding_mask.size(1);
+  const at::Tensor masked = key_padding_mask.to(q.device()).eq(0).view({batch, 1, 1, keys});
+  at::Tensor bias = at::zeros({batch, 1, 1, (keys + kAlign - 1) / kAlign * kAlign}, q.options()).narrow(3, 0, keys);
+  bias.masked_fill_(masked, lowest);
+  return bias;
 }
 
 void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, double p) {
