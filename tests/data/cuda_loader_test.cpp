@@ -49,10 +49,11 @@ struct Comparison {
   int batches = 0;
   double mean = 0;
   double worst_row = 0;
+  double worst_leading_row = 0;  // of each batch's first `leading_rows` rows
 };
 
 // Two epochs of `device_o` against the CPU loader of the same options: labels in the same order, images close.
-Comparison compare_with_cpu(const LoaderOptions& cpu_o, const LoaderOptions& device_o) {
+Comparison compare_with_cpu(const LoaderOptions& cpu_o, const LoaderOptions& device_o, std::int64_t leading_rows = 0) {
   Loader cpu(cpu_o);
   Loader gpu(device_o);
   Comparison c;
@@ -74,6 +75,9 @@ Comparison compare_with_cpu(const LoaderOptions& cpu_o, const LoaderOptions& dev
           (got->images.cpu().to(at::kFloat) - want->images).abs().reshape({want->labels.size(0), -1}).mean(1);
       c.mean += err.sum().item<double>();
       c.worst_row = std::max(c.worst_row, err.max().item<double>());
+      if (leading_rows > 0) {
+        c.worst_leading_row = std::max(c.worst_leading_row, err.narrow(0, 0, std::min(leading_rows, err.size(0))).max().item<double>());
+      }
       rows += want->labels.size(0);
       ++c.batches;
     }
@@ -91,6 +95,7 @@ TEST(CudaLoader, NvjpegBatchesMatchTheCpuLoaderForTheSameSeed) {
   LoaderOptions gpu_o = cpu_o;
   gpu_o.device = at::Device(at::kCUDA, 0);
   gpu_o.decode = DecodeBackend::kNvjpeg;
+  gpu_o.nvjpeg_cpu_share = 0;  // every image through nvJPEG
   const Comparison c = compare_with_cpu(cpu_o, gpu_o);
   std::cout << "[ measured ] nvjpeg vs cpu: " << c.batches << " batches, mean |diff| " << c.mean << ", worst row "
             << c.worst_row << "\n";
@@ -102,6 +107,33 @@ TEST(CudaLoader, NvjpegBatchesMatchTheCpuLoaderForTheSameSeed) {
   std::cout << "[ describe ] " << gpu.describe() << "\n";
   EXPECT_NE(gpu.describe().find("decode nvjpeg ("), std::string::npos) << gpu.describe();
   EXPECT_NE(gpu.describe().find("augment cuda:0"), std::string::npos) << gpu.describe();
+}
+
+// The split nvjpeg mode: a fixed share puts each batch's first rows on the decode threads (the CPU path's exact
+// pixels) and the rest on nvJPEG (within its tolerance); the adapted split (the default) keeps order and labels.
+TEST(CudaLoader, SplitBatchesTakeTheCpuPathsPixelsForTheirFirstRows) {
+  HOTPATH_REQUIRE_CUDA();
+  TempDir dir;
+  const Fixture f = make_jpeg_shards(dir, 96);
+  const LoaderOptions cpu_o = options_for(f);
+  LoaderOptions gpu_o = cpu_o;
+  gpu_o.device = at::Device(at::kCUDA, 0);
+  gpu_o.decode = DecodeBackend::kNvjpeg;
+  gpu_o.nvjpeg_cpu_share = 0.5;
+  const Comparison half = compare_with_cpu(cpu_o, gpu_o, /*leading_rows=*/8);
+  EXPECT_EQ(half.batches, 12);
+  EXPECT_LT(half.worst_leading_row, 1e-5) << "rows 0..7 of each batch come from the decode threads";
+  EXPECT_LT(half.worst_row, kNvjpegRowTolerance);
+  gpu_o.nvjpeg_cpu_share = -1;
+  const Comparison adapted = compare_with_cpu(cpu_o, gpu_o);
+  EXPECT_EQ(adapted.batches, 12);
+  EXPECT_LT(adapted.worst_row, kNvjpegRowTolerance);
+  Loader gpu(gpu_o);
+  for (int i = 0; i < 3; ++i) gpu.next();
+  std::cout << "[ describe ] " << gpu.describe() << "\n";
+  EXPECT_NE(gpu.describe().find("for each batch's first rows (adapted"), std::string::npos) << gpu.describe();
+  gpu_o.nvjpeg_cpu_share = 1.5;
+  EXPECT_THROW(Loader{gpu_o}, Error);
 }
 
 TEST(CudaLoader, PinnedUint8BatchesNormalisedOnTheDeviceEqualTheCpuLoader) {
@@ -134,6 +166,7 @@ TEST(CudaLoader, CorruptSamplesAreSkippedAndCountedLikeTheCpuPath) {
   LoaderOptions gpu_o = cpu_o;
   gpu_o.device = at::Device(at::kCUDA, 0);
   gpu_o.decode = DecodeBackend::kNvjpeg;
+  gpu_o.nvjpeg_cpu_share = 0;  // nvJPEG's own rejections (the decode threads' are the CPU path's by construction)
   const auto run = [](const LoaderOptions& o, std::vector<std::int64_t>& labels, std::vector<std::string>& bad) {
     Loader loader(o);
     for (const Batch& b : loader.epoch(0)) {

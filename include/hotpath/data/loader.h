@@ -14,11 +14,12 @@
 //
 // CUDA ("mixed") mode, LoaderOptions::device = cuda: a stage thread finishes each batch on the GPU on
 // its own stream and hands out device tensors. decode = kCpu: the decode threads crop, resize and flip
-// into pinned uint8 batches, copied non_blocking and normalised on the device. decode = kNvjpeg: the
-// decode threads only read headers and draw the crops; whole JPEGs go to nvJPEG (loaded with dlopen,
-// nvjpeg_library.h), then crop/resize/flip/normalise run as ATen ops (device_augment.h). The crops
-// come from the same draws as on the CPU (draw_sample_augment); pixels differ within the tolerance
-// docs/gpu.md gives.
+// into pinned uint8 batches, copied non_blocking and normalised on the device. decode = kNvjpeg: each
+// batch is split: its first rows are decoded by the decode threads as in kCpu (into pinned uint8), the
+// rest go whole to nvJPEG (loaded with dlopen, nvjpeg_library.h; its hardware decoder where the GPU has
+// one), then crop/resize/flip run as ATen ops (device_augment.h) and the batch is normalised on the GPU.
+// The split (nvjpeg_cpu_share) follows the two sides' speed unless fixed. The crops come from the same
+// draws as on the CPU (draw_sample_augment); nvJPEG's pixels differ within the tolerance docs/gpu.md gives.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -81,6 +82,11 @@ struct LoaderOptions {
   bool pin_memory = true;              // only takes effect when a CUDA device is present
   at::Device device = at::kCPU;        // cuda: batches are finished on this GPU (the mode above)
   DecodeBackend decode = DecodeBackend::kCpu;
+  // decode = kNvjpeg: the fraction of each batch the decode threads decode on the CPU while nvJPEG decodes the
+  // rest. < 0 (the default): adapted batch by batch so that neither side waits for the other (the GPU decoder and
+  // the CPU threads add up); which rows go where then depends on timing. 0..1: fixed, a function of the row only
+  // (0: nvJPEG alone).
+  double nvjpeg_cpu_share = -1;
 };
 
 // The random choices of one sample's train transform, in source pixels.

@@ -141,8 +141,9 @@ BenchReport run_data_bench(const DataBenchOptions& a, std::ostream* log) {
   bench.add({"hotpath",
              on_device ? std::string("hotpath::data::Loader, CUDA mode: ") +
                              (o.decode == data::DecodeBackend::kNvjpeg
-                                  ? "whole JPEGs decoded by nvJPEG, RandomResizedCrop/flip/normalize as ATen ops on "
-                                    "the GPU (own stream), batches on the device"
+                                  ? "each batch split: whole JPEGs decoded by nvJPEG, RandomResizedCrop/flip as ATen ops on "
+                                    "the GPU (own stream), the other rows by the decode threads (libjpeg-turbo) into "
+                                    "pinned uint8; normalized on the GPU, batches on the device"
                                   : "libjpeg-turbo crop+scale during decode into pinned uint8, copied non_blocking, "
                                     "normalized on the GPU (own stream), batches on the device")
                        : "hotpath::data::Loader: shard mmap, libjpeg-turbo crop+scale during decode, RandomResizedCrop, "

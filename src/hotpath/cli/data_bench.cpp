@@ -37,6 +37,7 @@ struct BenchArgs {
   std::uint64_t seed = 0;
   std::string device = "cpu";
   std::string decode = "cpu";
+  double nvjpeg_cpu_share = -1;
 };
 
 void run(const BenchArgs& a) {
@@ -60,6 +61,7 @@ void run(const BenchArgs& a) {
   o.format.layout = a.layout == "nhwc" ? data::PixelLayout::kHWC : data::PixelLayout::kCHW;
   o.device = a.device == "cuda" ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
   o.decode = a.decode == "nvjpeg" ? data::DecodeBackend::kNvjpeg : data::DecodeBackend::kCpu;
+  o.nvjpeg_cpu_share = a.nvjpeg_cpu_share;
   b.warmup_batches = a.warmup_batches;
   b.batches = a.batches;
   b.repeats = a.repeats;
@@ -99,6 +101,10 @@ void add_loader_bench(CLI::App& parent, const char* name) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--decode", args->decode, "nvjpeg: decode the JPEGs on the GPU (needs --device cuda)")
       ->check(CLI::IsMember({"cpu", "nvjpeg"}));
+  cmd->add_option("--nvjpeg-cpu-share", args->nvjpeg_cpu_share,
+                  "With --decode nvjpeg: the fraction of each batch the decode threads decode on the CPU (0..1; "
+                  "default: adapted so that both sides are busy)")
+      ->check(CLI::Range(-1.0, 1.0));
   cmd->callback([args] { run(*args); });
 }
 

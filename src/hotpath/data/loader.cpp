@@ -4,6 +4,7 @@
 #include <ATen/Functions.h>
 
 #include <algorithm>
+#include <cmath>
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
@@ -172,6 +173,7 @@ struct Slot {
   std::vector<std::string> plan_bad;  // samples the planner skipped while filling this batch
   int remaining = 0;
   // CUDA mode.
+  int cpu_rows = 0;                     // decode nvjpeg: rows [0, cpu_rows) are decoded by the decode threads
   std::vector<SampleAugment> augments;  // decode nvjpeg: per row, drawn by the decode threads
   at::Tensor device_images;             // the finished batch (good rows only)
   at::Tensor device_labels;
@@ -239,8 +241,13 @@ struct Loader::State {
   bool pinned = false;
   // What the decode threads write: options.format, or uint8 HWC (normalised on the device) in the CUDA mode.
   StoreFormat host_format{};
-  bool nvjpeg = false;                 // decode threads only draw; the stage decodes
+  bool nvjpeg = false;                 // the split mode: the decode threads take a batch's first rows, nvJPEG the rest
   std::unique_ptr<DeviceStage> stage;  // CUDA mode
+  // decode nvjpeg: how many rows of a batch the decode threads decode. Adapted by the stage thread (nvjpeg_cpu_share
+  // < 0): up when it finds the next batch already decoded (it is the slower side), down when it has to wait for
+  // the decode threads. Read by the planner.
+  double cpu_rows_target = 0;
+  std::int64_t cpu_decoded = 0;        // decode nvjpeg: images the decode threads decoded (the rest: nvJPEG)
 
   std::mutex mu;
   std::condition_variable work_cv;   // workers: tasks available / stop
@@ -302,7 +309,7 @@ struct Loader::State {
   void allocate_if_held(Slot& slot) const {
     const auto& o = options;
     const auto in_use = [](const at::Tensor& t) { return !t.defined() || t.storage().use_count() > 1; };
-    if (!nvjpeg && in_use(slot.images)) {  // decode nvjpeg: no host pixels
+    if (in_use(slot.images)) {
       at::ScalarType dtype = at::kFloat;
       if (host_format.type == PixelType::kUInt8) dtype = at::kByte;
       if (host_format.type == PixelType::kBFloat16) dtype = at::kBFloat16;
@@ -466,7 +473,10 @@ void Loader::State::planner_loop() {
       slot.samples = std::move(picked);
       slot.plan_bad = std::move(bad);
       slot.errors.assign(slot.samples.size(), std::string());
-      if (nvjpeg) slot.augments.assign(slot.samples.size(), SampleAugment{});
+      if (nvjpeg) {
+        slot.augments.assign(slot.samples.size(), SampleAugment{});
+        slot.cpu_rows = std::clamp(static_cast<int>(std::lround(cpu_rows_target)), 0, static_cast<int>(slot.samples.size()));
+      }
       slot.remaining = static_cast<int>(slot.samples.size());
       slot.state = SlotState::kFilling;
       for (int r = 0; r < slot.remaining; ++r) tasks.push_back({slot_id, r});
@@ -547,9 +557,10 @@ void Loader::State::process(Slot& slot, int row, std::uint8_t* hwc, DecodeScratc
   const auto t0 = Clock::now();
   const std::span<const std::byte> bytes = ref.shard->bytes(*ref.image);
   // decode nvjpeg: a truncated JPEG is rejected here, as the CPU decoder would (nvJPEG may not notice).
-  const ImageInfo info = nvjpeg ? probe_image_complete(bytes, o.limits) : probe_image(bytes, o.limits);
+  const bool to_nvjpeg = nvjpeg && row >= slot.cpu_rows;
+  const ImageInfo info = to_nvjpeg ? probe_image_complete(bytes, o.limits) : probe_image(bytes, o.limits);
   const SampleAugment a = draw_sample_augment(o, info.width, info.height, slot.epoch, ref.position);
-  if (nvjpeg) {  // the stage thread decodes the whole image on the GPU and applies `a` there
+  if (to_nvjpeg) {  // the stage thread decodes the whole image on the GPU and applies `a` there
     slot.augments[static_cast<std::size_t>(row)] = a;
     local.decode_seconds += seconds_since(t0);
     return;
@@ -603,28 +614,39 @@ void Loader::State::worker_loop() {
 
 // The stage thread's work on one batch (CUDA mode); the slot is kStaging, so nothing else touches it.
 void Loader::State::finish_on_device(Slot& slot, std::vector<std::string>& bad) {
+  // decode nvjpeg: the rows the decode threads decoded are a prefix of the batch; compaction keeps the order, so
+  // the good ones stay a prefix, of this length.
+  int good_cpu = 0;
+  for (int r = 0; r < std::min<int>(slot.cpu_rows, static_cast<int>(slot.samples.size())); ++r) {
+    if (slot.errors[static_cast<std::size_t>(r)].empty()) ++good_cpu;
+  }
   int good = compact_rows(slot, bad);
   at::Tensor images;
   if (nvjpeg && good > 0) {
     std::vector<std::span<const std::byte>> encoded;
-    for (int r = 0; r < good; ++r) {
+    for (int r = good_cpu; r < good; ++r) {
       const SampleRef& ref = slot.samples[static_cast<std::size_t>(r)];
       encoded.push_back(ref.shard->bytes(*ref.image));
     }
-    std::vector<std::string> errors;
-    images = stage->decode(encoded, std::span(slot.augments).first(static_cast<std::size_t>(good)), errors);
+    std::vector<std::string> errors;  // per nvJPEG row (row good_cpu + i)
+    const at::Tensor host = good_cpu > 0 ? slot.images.narrow(0, 0, good_cpu) : at::Tensor();
+    images = stage->decode(host, encoded,
+                           std::span(slot.augments).subspan(static_cast<std::size_t>(good_cpu),
+                                                            static_cast<std::size_t>(good - good_cpu)),
+                           errors);
     // Rows nvJPEG and the CPU decoders both rejected: out of the batch (decode() already left them out).
     auto* labels = slot.labels.data_ptr<std::int64_t>();
-    int kept = 0;
-    for (int r = 0; r < good; ++r) {
-      if (!errors[static_cast<std::size_t>(r)].empty()) {
-        bad.push_back(image_where(slot.samples[static_cast<std::size_t>(r)]) + ": " + errors[static_cast<std::size_t>(r)]);
+    int kept = good_cpu;
+    for (int r = good_cpu; r < good; ++r) {
+      if (const std::string& why = errors[static_cast<std::size_t>(r - good_cpu)]; !why.empty()) {
+        bad.push_back(image_where(slot.samples[static_cast<std::size_t>(r)]) + ": " + why);
         continue;
       }
       slot.samples[static_cast<std::size_t>(kept)] = slot.samples[static_cast<std::size_t>(r)];
       labels[kept++] = labels[r];
     }
     good = kept;
+    slot.cpu_rows = good_cpu;  // what the decode threads delivered, for the count
   } else if (good > 0) {
     images = stage->from_host(slot.images.narrow(0, 0, good));
   }
@@ -635,8 +657,16 @@ void Loader::State::finish_on_device(Slot& slot, std::vector<std::string>& bad) 
 
 void Loader::State::stage_loop() {
   std::unique_lock lk(mu);
+  const bool adapt = nvjpeg && options.nvjpeg_cpu_share < 0;
+  const double step = std::max(1.0, options.batch_size / 32.0);
   while (true) {
-    done_cv.wait(lk, [&] { return stop || slots[stage_seq % slots.size()].state == SlotState::kReady; });
+    const auto ready = [&] { return slots[stage_seq % slots.size()].state == SlotState::kReady; };
+    // The split follows whichever side is slower: a batch already decoded when this thread comes for it means
+    // nvJPEG (this thread) is the bottleneck, so the decode threads take more rows; waiting for it, fewer.
+    if (adapt && !stop && planner_active) {
+      cpu_rows_target = std::clamp(cpu_rows_target + (ready() ? step : -step), 0.0, double{options.batch_size});
+    }
+    done_cv.wait(lk, [&] { return stop || ready(); });
     if (stop) return;
     const std::uint64_t gen = generation;
     Slot& slot = slots[stage_seq % slots.size()];
@@ -665,6 +695,7 @@ void Loader::State::stage_loop() {
       continue;
     }
     slot.stage_bad = std::move(bad);
+    cpu_decoded += slot.cpu_rows;
     slot.state = SlotState::kStaged;
     ++stage_seq;
   }
@@ -688,6 +719,8 @@ Loader::Loader(LoaderOptions options) : state_(std::make_unique<State>(std::move
   HOTPATH_CHECK(o.decode != DecodeBackend::kNvjpeg || o.device.is_cuda(),
                 "loader: decode nvjpeg needs a CUDA device (LoaderOptions::device), got ", o.device.str());
   HOTPATH_CHECK(o.device.is_cpu() || o.device.is_cuda(), "loader: device must be cpu or cuda, got ", o.device.str());
+  HOTPATH_CHECK(!(o.nvjpeg_cpu_share > 1) && !std::isnan(o.nvjpeg_cpu_share),
+                "loader: nvjpeg_cpu_share must be in [0, 1] (or < 0: adapted), got ", o.nvjpeg_cpu_share);
   s.row_elements = static_cast<std::int64_t>(o.size) * o.size * o.channels;
   s.pinned = o.pin_memory && at::globalContext().hasCUDA();
   s.host_format = o.format;
@@ -696,6 +729,8 @@ Loader::Loader(LoaderOptions options) : state_(std::make_unique<State>(std::move
     s.host_format = {.type = PixelType::kUInt8, .layout = PixelLayout::kHWC, .normalize = false};
     s.nvjpeg = o.decode == DecodeBackend::kNvjpeg;
     s.pinned = true;
+    // Adapted: start from an even split; fixed: that share of every batch.
+    s.cpu_rows_target = o.batch_size * (o.nvjpeg_cpu_share < 0 ? 0.5 : o.nvjpeg_cpu_share);
   }
   // prefetch batches being prepared + the batch the trainer is using + the one it just dropped.
   s.slots.resize(static_cast<std::size_t>(o.prefetch) + 2);
@@ -845,6 +880,14 @@ const LoaderOptions& Loader::options() const { return state_->options; }
 std::string Loader::describe() const {
   const State& s = *state_;
   const std::string threads = std::to_string(s.options.workers) + " decode thread(s)";
+  if (s.nvjpeg) {
+    std::lock_guard lk(state_->mu);
+    const std::string share = s.options.nvjpeg_cpu_share < 0
+                                  ? "adapted, now " + std::to_string(static_cast<int>(std::lround(s.cpu_rows_target)))
+                                  : "fixed " + std::to_string(s.options.nvjpeg_cpu_share);
+    return s.stage->describe() + ", " + threads + " (libjpeg-turbo) for each batch's first rows (" + share + " of " +
+           std::to_string(s.options.batch_size) + "; " + std::to_string(s.cpu_decoded) + " images so far)";
+  }
   if (s.stage) return s.stage->describe() + ", " + threads;
   return "decode cpu (libjpeg-turbo, " + threads + "), augment cpu";
 }

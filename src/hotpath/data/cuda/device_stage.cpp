@@ -43,22 +43,30 @@ at::Tensor DeviceStage::from_host(const at::Tensor& host_u8_hwc) {
   return normalize_batch(device_u8.permute({0, 3, 1, 2}), options_.normalization, options_.format);
 }
 
-at::Tensor DeviceStage::decode(std::span<const std::span<const std::byte>> encoded,
+at::Tensor DeviceStage::decode(const at::Tensor& host_u8_hwc, std::span<const std::span<const std::byte>> encoded,
                                std::span<const SampleAugment> augments, std::vector<std::string>& errors) {
   HOTPATH_ASSERT(decoder_ != nullptr);
   const c10::StreamGuard guard(stream_);
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<at::Tensor> decoded = decoder_->decode(encoded, stream_, errors);
-  decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::vector<at::Tensor> good;
-  std::vector<SampleAugment> good_augments;
-  for (std::size_t i = 0; i < decoded.size(); ++i) {
-    if (!decoded[i].defined()) continue;
-    good.push_back(std::move(decoded[i]));
-    good_augments.push_back(augments[i]);
+  std::vector<at::Tensor> parts;  // float 0..255 [n, C, S, S]: the CPU rows, then nvJPEG's
+  if (host_u8_hwc.defined() && host_u8_hwc.size(0) > 0) {
+    parts.push_back(host_u8_hwc.to(stream_.device(), /*non_blocking=*/true).permute({0, 3, 1, 2}).to(at::kFloat));
   }
-  if (good.empty()) return {};
-  return normalize_batch(crop_resize_batch(good, good_augments, options_.size), options_.normalization, options_.format);
+  errors.clear();
+  if (!encoded.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<at::Tensor> decoded = decoder_->decode(encoded, stream_, errors);
+    decode_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::vector<at::Tensor> good;
+    std::vector<SampleAugment> good_augments;
+    for (std::size_t i = 0; i < decoded.size(); ++i) {
+      if (!decoded[i].defined()) continue;
+      good.push_back(std::move(decoded[i]));
+      good_augments.push_back(augments[i]);
+    }
+    if (!good.empty()) parts.push_back(crop_resize_batch(good, good_augments, options_.size));
+  }
+  if (parts.empty()) return {};
+  return normalize_batch(parts.size() == 1 ? parts.front() : at::cat(parts), options_.normalization, options_.format);
 }
 
 at::Tensor DeviceStage::labels(const at::Tensor& host_labels) {

@@ -4,7 +4,8 @@
 //
 //   DeviceStage stage(options);                                  // opens nvJPEG for decode = kNvjpeg
 //   at::Tensor x = stage.from_host(pinned_u8_hwc);               // cpu decode: copy non_blocking + normalise
-//   at::Tensor y = stage.decode(jpegs, augments, errors);        // nvjpeg: decode + crop/resize/flip/normalise
+//   at::Tensor y = stage.decode(host_rows, jpegs, augments, errors);  // nvjpeg: the host rows (CPU-decoded) then
+//                                                                //   the JPEGs decoded + crop/resize/flip, normalised
 //   c10::Event done = stage.finish();                            // stage thread: no wait; host buffers reusable
 //                                                                //   once done.synchronize() (at the slot's refill)
 //   DeviceStage::hand_over(done, {x, labels});                   // consumer: its current stream waits on `done`
@@ -36,10 +37,12 @@ class DeviceStage {
   // Host [B, S, S, C] uint8 (pinned), already cropped, resized, flipped and shifted on the CPU: copied
   // non_blocking to the device and normalised there into options.format.
   at::Tensor from_host(const at::Tensor& host_u8_hwc);
-  // Whole encoded images decoded on the device (nvJPEG), then crop_resize_batch + normalize_batch. Row i that
-  // no decoder accepts gets its reason in errors[i] and is left out of the batch (the rows keep their order).
-  at::Tensor decode(std::span<const std::span<const std::byte>> encoded, std::span<const SampleAugment> augments,
-                    std::vector<std::string>& errors);
+  // One batch of the split nvjpeg mode: `host_u8_hwc` ([N, S, S, C] pinned uint8, finished on the CPU; may be
+  // undefined or empty) first, then the whole encoded images decoded on the device (nvJPEG) and crop_resize_batch'ed;
+  // normalize_batch over all of them. Image i that no decoder accepts gets its reason in errors[i] and is left out
+  // of the batch (the rows keep their order).
+  at::Tensor decode(const at::Tensor& host_u8_hwc, std::span<const std::span<const std::byte>> encoded,
+                    std::span<const SampleAugment> augments, std::vector<std::string>& errors);
   // Host labels to the device (non_blocking from pinned memory).
   at::Tensor labels(const at::Tensor& host_labels);
   // Records an event after the work so far on the stage's stream, without waiting: the batch's host memory
