@@ -62,7 +62,9 @@ target_link_libraries(hotpath_torch INTERFACE ${_hp_torch_libs})
 # that copy's remove_all jumps to address 0: every CUDA trainer test, every CUDA loader test (at its temporary
 # folder's removal) and `bench train` / `bench text` (at exit) died with SIGSEGV on the GPU machine (issue 24;
 # tests/train/link_order_test.cpp shows the binding on any machine).
-target_link_options(hotpath_torch INTERFACE "SHELL:-Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state")
+# One linker argument (the driver cannot move its parts). hotpath no longer calls remove_all (core/remove_tree.h),
+# so this order is the second line of defence; LinkOrder.* (also in cuda_tests, so a GPU run reports it) checks it.
+target_link_options(hotpath_torch INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
 # The wheel's libraries find their own dependencies (nvidia-* wheels) through their RPATH;
 # ours only has to find the wheel's lib/ folder.
 set(CMAKE_BUILD_RPATH "${CMAKE_BUILD_RPATH};${_hp_torch_lib}")

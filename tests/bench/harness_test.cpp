@@ -18,6 +18,7 @@
 #include "hotpath/core/error.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/text/lines.h"
+#include "hotpath/core/remove_tree.h"
 
 namespace hotpath::bench {
 namespace {
@@ -195,7 +196,7 @@ TEST(ScratchDir, IsFreshAndRemovedUnlessKept) {
   }
   EXPECT_FALSE(std::filesystem::exists(removed));
   EXPECT_TRUE(std::filesystem::exists(kept));
-  std::filesystem::remove_all(kept);
+  hotpath::remove_tree(kept);
 }
 
 TEST(PeerScript, NamesTheMissingScript) {

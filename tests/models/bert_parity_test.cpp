@@ -22,6 +22,7 @@
 #include "hotpath/models/text/hf_weights.h"
 #include "hotpath/models/weights.h"
 #include "hotpath/text/tokenizer.h"
+#include "hotpath/core/remove_tree.h"
 #include "models/model_test_support.h"
 #include "support/test_support.h"
 
@@ -47,7 +48,7 @@ class BertParity : public ::testing::Test {
     test::run_python(script, {"fixtures", "--out", partial.string()});
     test::write_file((partial / "done").string(), "");
     std::filesystem::rename(partial, dir_, ec);  // atomic; a parallel process may have won the race
-    if (ec) std::filesystem::remove_all(partial);
+    if (ec) hotpath::remove_tree(partial);
   }
   static std::filesystem::path fixture(const std::string& name) { return dir_ / name; }
 

@@ -18,6 +18,7 @@
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/models/text/hf_weights.h"
 #include "hotpath/models/weights.h"
+#include "hotpath/core/remove_tree.h"
 #include "models/model_test_support.h"
 #include "support/test_support.h"
 
@@ -39,7 +40,7 @@ class TorchBinParity : public ::testing::Test {
     test::run_python(script, {partial.string()});
     test::write_file((partial / "done").string(), "");
     std::filesystem::rename(partial, dir_, ec);  // atomic; a parallel process may have won the race
-    if (ec) std::filesystem::remove_all(partial);
+    if (ec) hotpath::remove_tree(partial);
   }
   static std::string file(const std::string& name) { return (dir_ / name).string(); }
 

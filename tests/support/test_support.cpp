@@ -1,6 +1,7 @@
 #include "support/test_support.h"
 
 #include "hotpath/core/process.h"
+#include "hotpath/core/remove_tree.h"
 
 #include <unistd.h>
 
@@ -30,7 +31,7 @@ TempDir::TempDir() {
 
 TempDir::~TempDir() {
   std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
+  hotpath::remove_tree(path_, ec);
 }
 
 std::string python() {

@@ -24,6 +24,7 @@
 #include "hotpath/infer/evaluate.h"
 #include "hotpath/infer/package.h"
 #include "hotpath/train/recipe.h"
+#include "hotpath/core/remove_tree.h"
 #include "support/test_support.h"
 
 namespace hotpath::train {
@@ -406,7 +407,7 @@ TEST(Checkpoint, StrayOrOverflowingNamesAreReportedNeverTrustedOrPruned) {
     EXPECT_NE(e.find(std::string(stray) + ": not a checkpoint name"), std::string::npos) << e;
     EXPECT_NE(error_of([&] { prune_checkpoints(root, 1); }), "") << stray;
     EXPECT_TRUE(fs::exists(root + "/step-00000005")) << "nothing pruned on account of " << stray;
-    fs::remove_all(root + "/" + stray);
+    hotpath::remove_tree(root + "/" + stray);
   }
   EXPECT_NE(error_of([] { (void)checkpoint_name(-1); }).find("checkpoint step"), std::string::npos);
 }

@@ -18,6 +18,7 @@
 #include "hotpath/core/cpu.h"
 #include "hotpath/core/error.h"
 #include "hotpath/core/process.h"
+#include "hotpath/core/remove_tree.h"
 
 namespace hotpath::bench {
 
@@ -260,7 +261,7 @@ ScratchDir::ScratchDir(std::string_view prefix, bool keep) : keep_(keep) {
 
 ScratchDir::~ScratchDir() {
   std::error_code ignored;
-  if (!keep_) std::filesystem::remove_all(path_, ignored);
+  if (!keep_) hotpath::remove_tree(path_, ignored);
 }
 
 }  // namespace hotpath::bench

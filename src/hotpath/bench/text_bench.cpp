@@ -32,6 +32,7 @@
 #include "hotpath/text/tokenizer.h"
 #include "hotpath/train/recipe.h"
 #include "hotpath/train/trainer.h"
+#include "hotpath/core/remove_tree.h"
 
 namespace hotpath::bench {
 namespace {
@@ -254,7 +255,7 @@ Json bench_finetune(const TextBenchOptions& a, std::ostream* log, std::vector<st
                         "text shards -> TextLoader -> BertForSequenceClassification -> cross-entropy -> AdamW",
              [&](int) {
                std::error_code ignored;
-               fs::remove_all(s.recipe.output_dir, ignored);
+               hotpath::remove_tree(s.recipe.output_dir, ignored);
                train::TrainOptions options;
                options.quiet = true;
                options.out = log ? log : &std::cerr;

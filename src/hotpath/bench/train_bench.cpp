@@ -19,6 +19,7 @@
 #include "hotpath/ops/autocast_ops.h"
 #include "hotpath/train/recipe.h"
 #include "hotpath/train/trainer.h"
+#include "hotpath/core/remove_tree.h"
 
 namespace hotpath::bench {
 namespace {
@@ -107,7 +108,7 @@ BenchReport run_train_bench(const TrainBenchOptions& a, std::ostream* log) {
                         "eval or model files",
              [&](int) {
                std::error_code ignored;
-               fs::remove_all(recipe.output_dir, ignored);
+               hotpath::remove_tree(recipe.output_dir, ignored);
                train::TrainOptions options;
                options.quiet = true;
                options.out = log ? log : &std::cerr;

@@ -19,6 +19,7 @@
 #include "hotpath/core/json.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/models/weights.h"
+#include "hotpath/core/remove_tree.h"
 
 namespace hotpath::train {
 namespace fs = std::filesystem;
@@ -62,7 +63,7 @@ std::string checkpoint_name(std::int64_t step) {
 void begin_checkpoint(const std::string& dir) {
   const fs::path tmp = dir + ".tmp";
   std::error_code ec;
-  fs::remove_all(tmp, ec);
+  hotpath::remove_tree(tmp, ec);
   fs::create_directories(tmp, ec);
   HOTPATH_CHECK(!ec, tmp.string(), ": cannot create the checkpoint directory: ", ec.message());
 }
@@ -89,7 +90,7 @@ void save_checkpoint(const std::string& dir, const CheckpointData& data) {
   write_part(tmp, "rng.safetensors", data.rng);
   write_file_atomic((tmp / "trainer.json").string(), data.trainer_json);
   // Every file is fsynced by its writer; now swap the directory in and make the rename durable.
-  fs::remove_all(final_dir, ec);
+  hotpath::remove_tree(final_dir, ec);
   fs::rename(tmp, final_dir, ec);
   HOTPATH_CHECK(!ec, final_dir.string(), ": cannot rename ", tmp.string(), " to it: ", ec.message());
   sync_directory(final_dir.parent_path().empty() ? "." : final_dir.parent_path().string());
@@ -143,12 +144,12 @@ void prune_checkpoints(const std::string& root, std::int64_t keep_last) {
   std::error_code ec;
   const auto all = list_checkpoints(root);
   for (std::size_t i = 0; i + static_cast<std::size_t>(std::max<std::int64_t>(keep_last, 1)) < all.size(); ++i) {
-    fs::remove_all(all[i], ec);
+    hotpath::remove_tree(all[i], ec);
   }
   if (!fs::is_directory(root, ec)) return;
   for (const auto& entry : fs::directory_iterator(root, ec)) {
     const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && name.size() > 4 && name.ends_with(".tmp")) fs::remove_all(entry.path(), ec);
+    if (entry.is_directory() && name.size() > 4 && name.ends_with(".tmp")) hotpath::remove_tree(entry.path(), ec);
   }
 }
 

@@ -17,6 +17,7 @@
 #include "hotpath/core/error.h"
 #include "hotpath/core/input_file.h"
 #include "hotpath/core/json.h"
+#include "hotpath/core/remove_tree.h"
 
 namespace hotpath::train {
 namespace fs = std::filesystem;
@@ -164,7 +165,7 @@ void clear_run_outputs(const fs::path& run_dir) {
   for (const char* name : {"checkpoints", "best", "best.tmp", "best.old", "model.safetensors", "model.json", "model",
                            "adapter", "metrics.jsonl", "config.yaml", "tensorboard", "profile.json"}) {
     std::error_code ec;
-    fs::remove_all(run_dir / name, ec);
+    hotpath::remove_tree(run_dir / name, ec);
     HOTPATH_CHECK(!ec, (run_dir / name).string(), ": cannot remove it (--overwrite): ", ec.message());
   }
   sync_directory(run_dir.string());

@@ -38,6 +38,7 @@
 #include "hotpath/train/schedule.h"
 #include "hotpath/train/step_clock.h"
 #include "hotpath/train/zero.h"
+#include "hotpath/core/remove_tree.h"
 #include "cuda/cuda_training.h"
 #include "run_util.h"
 #include "tasks.h"
@@ -288,16 +289,16 @@ TrainerState trainer_state_from_json(const std::string& text, const std::string&
 // in, so there is never a moment without a best/.
 void swap_in_best(const fs::path& run_dir, const std::function<void(const fs::path&)>& write) {
   const fs::path best = run_dir / "best", tmp = run_dir / "best.tmp", old_best = run_dir / "best.old";
-  fs::remove_all(tmp);
+  hotpath::remove_tree(tmp);
   write(tmp);
   std::error_code ec;
-  fs::remove_all(old_best);
+  hotpath::remove_tree(old_best);
   if (fs::exists(best)) fs::rename(best, old_best, ec);
   HOTPATH_CHECK(!ec, best.string(), ": cannot rename it to ", old_best.string(), ": ", ec.message());
   fs::rename(tmp, best, ec);
   HOTPATH_CHECK(!ec, best.string(), ": cannot rename ", tmp.string(), " to it: ", ec.message());
   sync_directory(run_dir.string());
-  fs::remove_all(old_best);
+  hotpath::remove_tree(old_best);
 }
 
 }  // namespace
