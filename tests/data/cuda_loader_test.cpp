@@ -87,15 +87,20 @@ Comparison compare_with_cpu(const LoaderOptions& cpu_o, const LoaderOptions& dev
   return c;
 }
 
+// `o` in the CUDA mode with decode nvjpeg, `share` of each batch on the decode threads (< 0: adapted).
+LoaderOptions nvjpeg_options(LoaderOptions o, double share) {
+  o.device = at::Device(at::kCUDA, 0);
+  o.decode = DecodeBackend::kNvjpeg;
+  o.nvjpeg_cpu_share = share;
+  return o;
+}
+
 TEST(CudaLoader, NvjpegBatchesMatchTheCpuLoaderForTheSameSeed) {
   HOTPATH_REQUIRE_CUDA();
   TempDir dir;
   const Fixture f = make_jpeg_shards(dir, 96);
   const LoaderOptions cpu_o = options_for(f);
-  LoaderOptions gpu_o = cpu_o;
-  gpu_o.device = at::Device(at::kCUDA, 0);
-  gpu_o.decode = DecodeBackend::kNvjpeg;
-  gpu_o.nvjpeg_cpu_share = 0;  // every image through nvJPEG
+  const LoaderOptions gpu_o = nvjpeg_options(cpu_o, 0);  // every image through nvJPEG
   const Comparison c = compare_with_cpu(cpu_o, gpu_o);
   std::cout << "[ measured ] nvjpeg vs cpu: " << c.batches << " batches, mean |diff| " << c.mean << ", worst row "
             << c.worst_row << "\n";
@@ -116,10 +121,7 @@ TEST(CudaLoader, SplitBatchesTakeTheCpuPathsPixelsForTheirFirstRows) {
   TempDir dir;
   const Fixture f = make_jpeg_shards(dir, 96);
   const LoaderOptions cpu_o = options_for(f);
-  LoaderOptions gpu_o = cpu_o;
-  gpu_o.device = at::Device(at::kCUDA, 0);
-  gpu_o.decode = DecodeBackend::kNvjpeg;
-  gpu_o.nvjpeg_cpu_share = 0.5;
+  LoaderOptions gpu_o = nvjpeg_options(cpu_o, 0.5);
   const Comparison half = compare_with_cpu(cpu_o, gpu_o, /*leading_rows=*/8);
   EXPECT_EQ(half.batches, 12);
   EXPECT_LT(half.worst_leading_row, 1e-5) << "rows 0..7 of each batch come from the decode threads";
@@ -163,10 +165,8 @@ TEST(CudaLoader, CorruptSamplesAreSkippedAndCountedLikeTheCpuPath) {
   cpu_o.size = 32;
   cpu_o.shuffle = false;
   cpu_o.drop_last = false;
-  LoaderOptions gpu_o = cpu_o;
-  gpu_o.device = at::Device(at::kCUDA, 0);
-  gpu_o.decode = DecodeBackend::kNvjpeg;
-  gpu_o.nvjpeg_cpu_share = 0;  // nvJPEG's own rejections (the decode threads' are the CPU path's by construction)
+  // nvJPEG's own rejections (the decode threads' are the CPU path's by construction).
+  const LoaderOptions gpu_o = nvjpeg_options(cpu_o, 0);
   const auto run = [](const LoaderOptions& o, std::vector<std::int64_t>& labels, std::vector<std::string>& bad) {
     Loader loader(o);
     for (const Batch& b : loader.epoch(0)) {
