@@ -176,8 +176,12 @@ TEST(EvalPreprocess, FromJsonNamesTheField) {
       {"mean", Json::array({0.5, 0.5}), "run/model.json: field 'mean' has 2 values, expected 3 (one per channel)"},
       {"mean", Json::array({0.5, "a", 0.5}), "run/model.json: field 'mean' must be an array of numbers, found string"},
       {"std", 0.5, "run/model.json: field 'std' must be an array of numbers, got number"},
-      {"std", Json::array({0.5, 0.0, 0.5}), "run/model.json: field 'std' value 1 is 0, expected a finite value > 0"},
+      {"std", Json::array({0.5, 0.0, 0.5}), "run/model.json: field 'std' value 1 is 0, expected a finite value from 1e-06 to 1e+06"},
       {"std", Json::array({0.5, -1, 0.5}), "run/model.json: field 'std' value 1 is -1"},
+      // Finite and > 0, yet every pixel divided by it is inf (issue 28).
+      {"std", Json::array({0.5, 1e-40, 0.5}), "run/model.json: field 'std' value 1 is 1e-40, expected a finite value"},
+      {"std", Json::array({0.5, 1e30, 0.5}), "run/model.json: field 'std' value 1 is 1e+30"},
+      {"mean", Json::array({0.5, 1e300, 0.5}), "run/model.json: field 'mean' value 1 is 1e+300, expected a finite value"},
       {"channels_last", 1, "run/model.json: field 'channels_last' must be true or false, got number"},
   };
   for (const auto& c : cases) {

@@ -95,8 +95,14 @@ struct Graph {
 
   // Throws hotpath::Error naming the node for: an unknown op or activation, an input used before it is
   // written (or never), an output written twice, a param role that names no tensor, a missing required
-  // param or attribute, a graph output that is never written, params no node uses.
+  // param or attribute, a graph output that is never written, params no node uses, and everything
+  // validate_attrs() refuses; then the shapes its neighbours fix: a conv's weight against its groups and a
+  // graph input's channels, an attention's packed q | k | v width against its heads.
   void validate() const;
+  // The attributes alone (no params needed): every attribute the op declares, of its type, within its
+  // bounds (stride >= 1, padding >= 0, heads >= 1, ...), none the op does not declare. Run before any
+  // kernel sees them: a stride of 0 or heads of 0 would otherwise divide by zero inside the engine.
+  void validate_attrs() const;
   [[nodiscard]] const Node* find_node(const std::string& name) const;
 };
 

@@ -792,7 +792,8 @@ void Engine::Impl::run_step(const Step& s, std::vector<at::Tensor>& v, const Ste
     }
     case Op::kAttention: {
       const at::Tensor& qkv = in(0);
-      HOTPATH_CHECK(qkv.dim() == 3 && qkv.size(2) % (3 * s.heads) == 0, "engine: attention ", n.name, " got ",
+      // heads >= 1 first: the graph's validation refuses 0, and this check must not divide by it either.
+      HOTPATH_CHECK(s.heads >= 1 && qkv.dim() == 3 && qkv.size(2) % (3 * s.heads) == 0, "engine: attention ", n.name, " got ",
                     qkv.sizes(), ", expected [B, L, 3·heads·head_dim] with heads ", s.heads);
       const std::int64_t b = qkv.size(0), l = qkv.size(1), h = qkv.size(2) / 3;
       if (qkv.device().is_cpu() && (qkv.scalar_type() == at::kFloat || qkv.scalar_type() == at::kBFloat16)) {

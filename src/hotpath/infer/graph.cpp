@@ -3,6 +3,9 @@
 #include <ATen/core/Tensor.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
 #include <set>
 #include <unordered_set>
 #include <utility>
@@ -17,29 +20,65 @@ bool contains(const std::string_view (&list)[N], std::string_view name) {
   return std::find(std::begin(list), std::end(list), name) != std::end(list);
 }
 
-// Per op: required params, optional params, required attrs, how many inputs (min, max).
+// An attribute's type and bounds: integers and each entry of an integer list within [lo, hi], numbers
+// within [lo, hi] and finite. The string attributes (act, quant) have their own lists.
+enum class AttrKind { kInt, kFloat, kInts };
+struct AttrRule {
+  std::string_view name;
+  AttrKind kind;
+  bool required;
+  double lo = 0;
+  double hi = 0;
+  std::size_t count = 0;  // kInts: the list's length
+};
+
+// Bounds far beyond any real model and small enough that no size arithmetic on them overflows.
+constexpr double kMaxSpatial = 1 << 16;   // kernel, stride, padding, dilation
+constexpr double kMaxChannels = 1 << 24;  // groups, heads
+constexpr double kMaxIndex = 1 << 24;     // select's index
+
+AttrRule ints(std::string_view name, std::size_t count, double lo, double hi) {
+  return {name, AttrKind::kInts, true, lo, hi, count};
+}
+AttrRule integer(std::string_view name, double lo, double hi, bool required = true) {
+  return {name, AttrKind::kInt, required, lo, hi};
+}
+AttrRule number(std::string_view name, double lo, double hi, bool required = true) {
+  return {name, AttrKind::kFloat, required, lo, hi};
+}
+
+// Per op: required params, optional params, attributes (with their bounds), how many inputs (min, max).
+// "act" and "quant" are strings every op may carry; validate_attrs checks them against their lists.
 struct OpRule {
   std::string_view op;
   std::vector<std::string_view> required_params;
   std::vector<std::string_view> optional_params;
-  std::vector<std::string_view> required_attrs;
+  std::vector<AttrRule> attrs;
   std::size_t min_inputs;
   std::size_t max_inputs;
 };
 
 const std::vector<OpRule>& op_rules() {
+  // Static int8 convs carry their input quantization (and, once chained, their output's): scales positive
+  // and finite, uint8 zero points.
   static const std::vector<OpRule> rules = {
-      {"conv2d", {"weight"}, {"bias", "weight_scale"}, {"stride", "padding", "dilation", "groups"}, 1, 2},
-      {"max_pool2d", {}, {}, {"kernel", "stride", "padding"}, 1, 1},
-      {"global_avg_pool", {}, {}, {}, 1, 1},
+      {"conv2d", {"weight"}, {"bias", "weight_scale"},
+       {ints("stride", 2, 1, kMaxSpatial), ints("padding", 4, 0, kMaxSpatial), ints("dilation", 2, 1, kMaxSpatial),
+        integer("groups", 1, kMaxChannels), number("input_scale", 1e-30, 1e30, false),
+        integer("input_zero_point", 0, 255, false), number("output_scale", 1e-30, 1e30, false),
+        integer("output_zero_point", 0, 255, false)},
+       1, 2},
+      {"max_pool2d", {}, {},
+       {ints("kernel", 2, 1, kMaxSpatial), ints("stride", 2, 1, kMaxSpatial), ints("padding", 2, 0, kMaxSpatial)}, 1, 1},
+      {"global_avg_pool", {}, {}, {integer("keepdims", 0, 1, false)}, 1, 1},
       {"add", {}, {}, {}, 2, 2},
       {"mul", {}, {}, {}, 2, 2},
       {"linear", {"weight"}, {"bias", "weight_scale"}, {}, 1, 2},
-      {"layer_norm", {"weight", "bias"}, {}, {"eps"}, 1, 2},
-      {"attention", {}, {}, {"heads"}, 1, 2},
+      {"layer_norm", {"weight", "bias"}, {}, {number("eps", 1e-30, 1)}, 1, 2},
+      {"attention", {}, {}, {integer("heads", 1, kMaxChannels)}, 1, 2},
       {"vit_embed", {"class_token", "pos_embedding"}, {}, {}, 1, 1},
-      {"bert_embed", {"word", "position", "ln_weight", "ln_bias"}, {"token_type"}, {"eps"}, 1, 2},
-      {"select", {}, {}, {"dim", "index"}, 1, 1},
+      {"bert_embed", {"word", "position", "ln_weight", "ln_bias"}, {"token_type"}, {number("eps", 1e-30, 1)}, 1, 2},
+      {"select", {}, {}, {integer("dim", 0, 7), integer("index", 0, kMaxIndex)}, 1, 1},
       {"mean_pool", {}, {}, {}, 2, 2},
       {"l2_normalize", {}, {}, {}, 1, 1},
   };
@@ -70,6 +109,117 @@ const T* typed_attr(const Node& node, const std::string& key, const char* expect
   HOTPATH_CHECK(v != nullptr, "graph: node ", node.name, " attribute '", key, "' is ", type_name(it->second),
                 ", expected ", expected);
   return v;
+}
+
+std::string bounds(const AttrRule& r) {
+  std::ostringstream os;
+  if (r.kind == AttrKind::kFloat) {
+    os << r.lo << " to " << r.hi;
+  } else {
+    os << static_cast<std::int64_t>(r.lo) << " to " << static_cast<std::int64_t>(r.hi);
+  }
+  return os.str();
+}
+
+// One line naming the node, the attribute, its value and what the op expects of it.
+void check_attrs(const Node& node, const OpRule& rule) {
+  const auto where = [&](const std::string& key) { return "graph: node " + node.name + " (" + node.op + ") attribute '" + key + "'"; };
+  for (const auto& [key, value] : node.attrs) {
+    if (key == "act" || key == "quant") continue;
+    const bool declared = std::any_of(rule.attrs.begin(), rule.attrs.end(), [&](const AttrRule& r) { return r.name == key; });
+    HOTPATH_CHECK(declared, where(key), ": not an attribute of ", node.op);
+  }
+  for (const AttrRule& r : rule.attrs) {
+    const std::string key(r.name);
+    if (node.attrs.count(key) == 0) {
+      HOTPATH_CHECK(!r.required, "graph: node ", node.name, " (", node.op, ") lacks attribute '", key, "'");
+      continue;
+    }
+    switch (r.kind) {
+      case AttrKind::kInt: {
+        const std::int64_t v = node.attr_int(key, 0);
+        HOTPATH_CHECK(v >= r.lo && v <= r.hi, where(key), " is ", v, ", expected an integer from ", bounds(r));
+        break;
+      }
+      case AttrKind::kFloat: {
+        const double v = node.attr_float(key, 0);
+        HOTPATH_CHECK(std::isfinite(v) && v >= r.lo && v <= r.hi, where(key), " is ", v, ", expected a number from ",
+                      bounds(r));
+        break;
+      }
+      case AttrKind::kInts: {
+        const std::vector<std::int64_t> v = node.attr_ints(key, {});
+        const bool ok = v.size() == r.count &&
+                        std::all_of(v.begin(), v.end(), [&](std::int64_t x) { return x >= r.lo && x <= r.hi; });
+        HOTPATH_CHECK(ok, where(key), " is ", c10::IntArrayRef(v), ", expected ", r.count, " integers, each from ",
+                      bounds(r));
+        break;
+      }
+    }
+  }
+  const std::string act = node.attr_str("act", "none");
+  HOTPATH_CHECK(contains(kActivations, act), "graph: node ", node.name, " has unknown activation '", act, "'");
+  const std::string quant = node.attr_str("quant", "");
+  if (!quant.empty()) {
+    HOTPATH_CHECK((node.op == "linear" && quant == "dynamic_int8") || (node.op == "conv2d" && quant == "static_int8"),
+                  "graph: node ", node.name, " (", node.op, ") has unknown quantization '", quant, "'");
+  }
+  if (quant == "static_int8") {
+    for (const char* key : {"input_scale", "input_zero_point"}) {
+      HOTPATH_CHECK(node.attrs.count(key) != 0, "graph: quantized node ", node.name, " lacks attribute '", key, "'");
+    }
+  }
+  HOTPATH_CHECK(node.attrs.count("output_scale") == node.attrs.count("output_zero_point"), "graph: node ", node.name,
+                " has one of output_scale and output_zero_point, expected both or neither");
+  if (node.op == "max_pool2d") {
+    // at::max_pool2d's own rule, said here instead of from inside the kernel.
+    const auto kernel = node.attr_ints("kernel", {}), padding = node.attr_ints("padding", {});
+    for (std::size_t i = 0; i < 2; ++i) {
+      HOTPATH_CHECK(2 * padding[i] <= kernel[i], where("padding"), " is ", c10::IntArrayRef(padding),
+                    ", expected at most half the kernel ", c10::IntArrayRef(kernel));
+    }
+  }
+}
+
+// The shapes one node's attributes fix in its weights or its neighbours, checked before the engine's kernels
+// divide by them (the engine would otherwise report them from inside oneDNN or divide by zero).
+void check_neighbour_shapes(const Graph& g) {
+  std::map<std::string, const Node*> producer;
+  for (const Node& n : g.nodes) producer[n.output] = &n;
+  const auto weight = [&](const Node& n) -> const at::Tensor& { return g.params.at(n.params.at("weight")); };
+  for (const Node& n : g.nodes) {
+    if (n.op == "conv2d") {
+      const at::Tensor& w = weight(n);
+      const std::int64_t groups = n.attr_int("groups", 1);
+      HOTPATH_CHECK(w.dim() == 4, "graph: node ", n.name, " (conv2d) weight is ", w.sizes(),
+                    ", expected [out, in/groups, kh, kw]");
+      for (std::int64_t d = 0; d < 4; ++d) {
+        HOTPATH_CHECK(w.size(d) >= 1, "graph: node ", n.name, " (conv2d) weight is ", w.sizes(),
+                      ", expected every size >= 1");
+      }
+      HOTPATH_CHECK(w.size(0) % groups == 0, "graph: node ", n.name, " (conv2d) attribute 'groups' is ", groups,
+                    ", expected a divisor of the weight's ", w.size(0), " output channels");
+      for (const ValueSpec& in : g.inputs) {
+        if (in.name != n.input(0) || in.shape.size() != 4 || in.shape[1] < 1) continue;
+        HOTPATH_CHECK(w.size(1) * groups == in.shape[1], "graph: node ", n.name, " (conv2d) weight ", w.sizes(),
+                      " with groups ", groups, " takes ", w.size(1) * groups, " input channels, but input ", in.name,
+                      " has ", in.shape[1]);
+      }
+    } else if (n.op == "linear") {
+      const at::Tensor& w = weight(n);
+      HOTPATH_CHECK(w.dim() == 2 && w.size(0) >= 1 && w.size(1) >= 1, "graph: node ", n.name, " (linear) weight is ",
+                    w.sizes(), ", expected [out >= 1, in >= 1]");
+    } else if (n.op == "attention") {
+      // heads >= 1 is validate_attrs' business: 3 * heads is never 0 here.
+      const std::int64_t heads = n.attr_int("heads", 1);
+      auto it = producer.find(n.input(0));
+      if (it == producer.end() || it->second->op != "linear") continue;
+      const std::int64_t width = weight(*it->second).size(0);
+      HOTPATH_CHECK(width % (3 * heads) == 0, "graph: node ", n.name, " (attention) attribute 'heads' is ", heads,
+                    ", expected a divisor of the hidden size (", it->second->name, " writes q | k | v of width ", width,
+                    ", not a multiple of 3 x heads)");
+    }
+  }
 }
 
 }  // namespace
@@ -155,16 +305,9 @@ void Graph::validate() const {
                     "' names tensor ", key, ", which the weights do not hold");
       used_params.insert(key);
     }
-    for (std::string_view a : rule.required_attrs) {
-      HOTPATH_CHECK(node.attrs.count(std::string(a)) != 0, "graph: node ", node.name, " (", node.op,
-                    ") lacks attribute '", a, "'");
-    }
-    const std::string act = node.attr_str("act", "none");
-    HOTPATH_CHECK(contains(kActivations, act), "graph: node ", node.name, " has unknown activation '", act, "'");
+    check_attrs(node, rule);
     const std::string quant = node.attr_str("quant", "");
     if (!quant.empty()) {
-      HOTPATH_CHECK((node.op == "linear" && quant == "dynamic_int8") || (node.op == "conv2d" && quant == "static_int8"),
-                    "graph: node ", node.name, " (", node.op, ") has unknown quantization '", quant, "'");
       HOTPATH_CHECK(node.has_param("weight_scale"), "graph: quantized node ", node.name, " lacks param 'weight_scale'");
     } else {
       HOTPATH_CHECK(!node.has_param("weight_scale"), "graph: node ", node.name,
@@ -180,6 +323,11 @@ void Graph::validate() const {
   for (const auto& [key, tensor] : params) {
     HOTPATH_CHECK(used_params.count(key) != 0, "graph: weight ", key, " is used by no node");
   }
+  check_neighbour_shapes(*this);
+}
+
+void Graph::validate_attrs() const {
+  for (const Node& node : nodes) check_attrs(node, rule_for(node));
 }
 
 // ---- JSON ----------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
@@ -123,12 +124,15 @@ const char* package_kind_name(PackageKind kind) {
 bool is_package_dir(const fs::path& dir) {
   const fs::path config = dir / "config.json";
   std::error_code ec;
-  if (!fs::is_regular_file(config, ec) || fs::file_size(config, ec) > (64u << 20)) return false;
+  if (!fs::exists(config, ec)) return false;
+  // A config.json that cannot be read or parsed, with no model.json (a run directory's file) beside it, is a
+  // broken package: read_package_dir then names config.json and its problem, not "model.json: not found".
+  const bool run_dir = fs::exists(dir / "model.json", ec);
   try {
     const nlohmann::json j = parse_json(read_file(config.string(), read_limit::kConfig, "config"), config.string());
     return j.is_object() && j.contains("hotpath_package");
   } catch (const std::exception&) {
-    return false;
+    return !run_dir;
   }
 }
 
@@ -149,6 +153,11 @@ PackageDir read_package_dir(const fs::path& dir) {
   p.precision = parse_precision(string_field(config, "precision", where), where + ".precision");
   HOTPATH_CHECK(config.contains("graph"), where, ": field 'graph' missing");
   p.graph = graph_from_json(config["graph"], where + ".graph");
+  try {
+    p.graph.validate_attrs();  // before anything reads an attribute (the weights' shape checks read groups)
+  } catch (const Error& e) {
+    throw e.with_context(where);
+  }
   if (config.contains("source")) p.source = config["source"];
 
   const fs::path pre_path = dir / "preprocess.json";
@@ -185,7 +194,33 @@ PackageDir read_package_dir(const fs::path& dir) {
   return p;
 }
 
+namespace {
+
+// Weights the engine can compute with: finite, and far below float's overflow so that one product or sum of
+// them stays finite. NaN weights would otherwise load and answer "prob": null.
+constexpr double kMaxWeightMagnitude = 1e20;
+
+void check_finite(const at::Tensor& t, const std::string& file, const std::string& key, const std::string& user) {
+  if (t.scalar_type() != at::kFloat) return;  // int8 weights are finite by construction
+  const at::Tensor c = t.contiguous();
+  const float* data = c.const_data_ptr<float>();
+  const std::int64_t n = c.numel();
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (std::isfinite(data[i]) && std::abs(data[i]) <= kMaxWeightMagnitude) continue;
+    HOTPATH_CHECK(false, file, ": tensor ", key, " (", user, ") holds ", data[i], " at element ", i,
+                  ", expected finite values of magnitude <= ", kMaxWeightMagnitude);
+  }
+}
+
+}  // namespace
+
 Graph load_package_graph(const PackageDir& package) {
+  const std::string config_path = (fs::path(package.dir) / "config.json").string();
+  try {
+    package.graph.validate_attrs();  // a PackageDir built in memory has not been through read_package_dir
+  } catch (const Error& e) {
+    throw e.with_context(config_path);
+  }
   const fs::path path = fs::path(package.dir) / "model.safetensors";
   HOTPATH_CHECK(fs::is_regular_file(path), path.string(), ": missing (a model package needs it)");
   const formats::SafetensorsFile file = formats::SafetensorsFile(path.string());
@@ -193,23 +228,37 @@ Graph load_package_graph(const PackageDir& package) {
   for (const formats::TensorView& v : file.tensors()) views[v.name] = &v;
   Graph g = package.graph;
   std::set<std::string> wanted;
+  std::map<std::string, std::string> user;  // tensor → "node NAME ROLE", for the errors below
+  std::int64_t quantized = 0;
   for (const Node& n : g.nodes) {
     for (const auto& [role, key] : n.params) {
       HOTPATH_CHECK(views.count(key) != 0, path.string(), ": tensor ", key, " (node ", n.name, " ", role,
                     ") is missing");
       wanted.insert(key);
+      user.emplace(key, "node " + n.name + " " + role);
     }
     check_param_shapes(n, views, path.string());
+    if (!n.attr_str("quant", "").empty()) ++quantized;
   }
   for (const auto& [key, view] : views) {
     HOTPATH_CHECK(wanted.count(key) != 0, path.string(), ": tensor ", key, " is used by no node of config.json's graph");
   }
+  // The declared precision is what the engine runs and what serve reports: it must be the weights' own.
+  HOTPATH_CHECK((package.precision == Precision::kInt8) == (quantized > 0), config_path, ": precision is ",
+                precision_name(package.precision), " but ", quantized, " nodes are quantized (I8 weights), expected ",
+                package.precision == Precision::kInt8 ? "at least one (an int8 package from hotpath export --precision int8)"
+                                                      : "none (only an int8 package holds I8 weights)");
   for (const std::string& key : wanted) {
     at::Tensor t = models::to_tensor(*views.at(key));
     if (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16) t = t.to(at::kFloat);
+    check_finite(t, path.string(), key, user.at(key));
     g.params[key] = std::move(t);
   }
-  g.validate();
+  try {
+    g.validate();
+  } catch (const Error& e) {
+    throw e.with_context(config_path);
+  }
   if (package.kind != PackageKind::kSentenceEmbedder) {
     const Node* last = nullptr;
     for (const Node& n : g.nodes) {

@@ -17,6 +17,11 @@ namespace {
 
 constexpr std::int64_t kMaxImageSize = 4096;      // as a recipe's data.image_size
 constexpr std::int64_t kMaxResizeShorter = 65536;
+// Normalization within sane magnitudes: pixels are 0..1, so a std of 1e-40 (finite, > 0) turns every pixel
+// into inf while the answers still look plausible, and a mean past 1e6 drowns the image.
+constexpr double kMinStd = 1e-6;
+constexpr double kMaxStd = 1e6;
+constexpr double kMaxMean = 1e6;
 
 // What loader_options() and apply() rely on; from_json reports the same conditions field by field.
 void check_valid(const EvalPreprocess& p) {
@@ -30,8 +35,10 @@ void check_valid(const EvalPreprocess& p) {
                 "EvalPreprocess: mean and std need ", p.channels, " values each, got ", p.mean.size(), " and ",
                 p.std.size());
   for (std::size_t c = 0; c < p.std.size(); ++c) {
-    HOTPATH_CHECK(std::isfinite(p.mean[c]) && std::isfinite(p.std[c]) && p.std[c] > 0, "EvalPreprocess: channel ", c,
-                  " has mean ", p.mean[c], " and std ", p.std[c], ", expected finite values and std > 0");
+    HOTPATH_CHECK(std::isfinite(p.mean[c]) && std::abs(p.mean[c]) <= kMaxMean && std::isfinite(p.std[c]) &&
+                      p.std[c] >= kMinStd && p.std[c] <= kMaxStd,
+                  "EvalPreprocess: channel ", c, " has mean ", p.mean[c], " and std ", p.std[c],
+                  ", expected |mean| <= ", kMaxMean, " and std from ", kMinStd, " to ", kMaxStd);
   }
 }
 
@@ -170,9 +177,10 @@ EvalPreprocess eval_preprocess_from_json(const nlohmann::json& j, const std::str
   numbers("mean", p.mean);
   numbers("std", p.std);
   for (std::size_t c = 0; c < p.std.size(); ++c) {
-    HOTPATH_CHECK(std::isfinite(p.mean[c]), where, ": field 'mean' value ", c, " is not finite");
-    HOTPATH_CHECK(std::isfinite(p.std[c]) && p.std[c] > 0, where, ": field 'std' value ", c, " is ", p.std[c],
-                  ", expected a finite value > 0");
+    HOTPATH_CHECK(std::isfinite(p.mean[c]) && std::abs(p.mean[c]) <= kMaxMean, where, ": field 'mean' value ", c,
+                  " is ", p.mean[c], ", expected a finite value from ", -kMaxMean, " to ", kMaxMean);
+    HOTPATH_CHECK(std::isfinite(p.std[c]) && p.std[c] >= kMinStd && p.std[c] <= kMaxStd, where, ": field 'std' value ",
+                  c, " is ", p.std[c], ", expected a finite value from ", kMinStd, " to ", kMaxStd);
   }
   if (const nlohmann::json* v = field("channels_last", false)) {
     HOTPATH_CHECK(v->is_boolean(), where, ": field 'channels_last' must be true or false, got ", v->type_name());
