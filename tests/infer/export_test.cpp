@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -110,6 +111,102 @@ TEST(Export, Fp32PackageReloadsWithTheRunsOutputs) {
   EXPECT_THROW(export_package({.model_dir = run.string()}, {.out = pkg}), Error);
   EXPECT_EQ(fs::last_write_time(pkg / "model.safetensors"), before);
   EXPECT_NO_THROW(export_package({.model_dir = run.string()}, {.out = pkg, .overwrite = true}));
+}
+
+// Every entry under `dir` (names relative to it), to see that an export left nothing else behind.
+std::vector<std::string> tree(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) names.push_back(fs::relative(e.path(), dir).string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string export_error(const ExportSource& source, const ExportOptions& options) {
+  try {
+    (void)export_package(source, options);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Export, OverwriteReplacesThePackageAsAWhole) {
+  const TempDir dir;
+  models::ModelHandle model;
+  const fs::path run = write_image_run(dir, model);
+  const fs::path pkg = dir.path() / "pkg";
+  (void)export_package({.model_dir = run.string()}, {.out = pkg});
+  const std::vector<std::string> written = tree(pkg);
+  // A file the new package does not write (an old vocab.txt) must not survive into it.
+  test::write_file((pkg / "vocab.txt").string(), "[PAD]\n");
+  (void)export_package({.model_dir = run.string()}, {.out = pkg, .overwrite = true});
+  EXPECT_EQ(tree(pkg), written);
+  EXPECT_EQ(read_package_dir(pkg).labels, std::vector<std::string>({"circle", "square", "line"}));
+  // Nothing beside it: the temp dir was renamed in, the old package removed.
+  std::vector<std::string> top;
+  for (const auto& e : fs::directory_iterator(dir.path())) top.push_back(e.path().filename().string());
+  std::sort(top.begin(), top.end());
+  EXPECT_EQ(top, std::vector<std::string>({"pkg", "run"}));
+}
+
+TEST(Export, AFailureWhileWritingLeavesTheOldPackageAsItWas) {
+  const TempDir dir;
+  models::ModelHandle model;
+  const fs::path run = write_image_run(dir, model);
+  const fs::path pkg = dir.path() / "pkg";
+  (void)export_package({.model_dir = run.string()}, {.out = pkg});
+  const auto config = test::read_bytes((pkg / "config.json").string());
+  const auto weights = test::read_bytes((pkg / "model.safetensors").string());
+  // A class name labels.txt cannot hold fails after config.json and preprocess.json are written.
+  ModelPackage bad = read_package(run.string());
+  bad.class_names[1] = "squ\nare";
+  test::write_file((run / "model.json").string(), package_to_json(bad));
+  const std::string error = export_error({.model_dir = run.string()}, {.out = pkg, .overwrite = true});
+  EXPECT_NE(error.find("line break"), std::string::npos) << error;
+  EXPECT_EQ(test::read_bytes((pkg / "config.json").string()), config);
+  EXPECT_EQ(test::read_bytes((pkg / "model.safetensors").string()), weights);
+  EXPECT_EQ(read_package_dir(pkg).labels, std::vector<std::string>({"circle", "square", "line"}));
+  for (const auto& e : fs::directory_iterator(dir.path())) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+  }
+}
+
+TEST(Export, NeverReplacesATrainingRunOrTheModelItReads) {
+  const TempDir dir;
+  models::ModelHandle model;
+  const fs::path run = write_image_run(dir, model);
+  test::write_file((run / "metrics.jsonl").string(), "{\"step\": 1}\n");
+  const std::vector<std::string> before = tree(run);
+  const auto weights = test::read_bytes((run / "model.safetensors").string());
+  const ExportSource src{.model_dir = run.string()};
+  // The issue's case: --out RUN --overwrite replaced the trained weights with the package's.
+  std::string e = export_error(src, {.out = run, .overwrite = true});
+  EXPECT_NE(e.find("is --model-dir"), std::string::npos) << e;
+  e = export_error(src, {.out = run.string() + "/", .overwrite = true});
+  EXPECT_NE(e.find("is --model-dir"), std::string::npos) << e;
+  e = export_error(src, {.out = run / "pkg"});
+  EXPECT_NE(e.find("is inside --model-dir"), std::string::npos) << e;
+  e = export_error(src, {.out = dir.path(), .overwrite = true});
+  EXPECT_NE(e.find("holds --model-dir"), std::string::npos) << e;
+  EXPECT_EQ(tree(run), before);
+  EXPECT_EQ(test::read_bytes((run / "model.safetensors").string()), weights);
+  // Another run (one the old export already wrote a package over), or a directory holding one.
+  const fs::path other = dir.path() / "other" / "run2";
+  fs::create_directories(other / "checkpoints" / "step-00000001");
+  test::write_file((other / "config.json").string(), R"({"hotpath_package": 1})");
+  e = export_error(src, {.out = other, .overwrite = true});
+  EXPECT_NE(e.find("is a training run (" + (other / "checkpoints").string()), std::string::npos) << e;
+  e = export_error(src, {.out = dir.path() / "other", .overwrite = true});
+  EXPECT_NE(e.find("holds a training run"), std::string::npos) << e;
+  EXPECT_TRUE(fs::exists(other / "checkpoints" / "step-00000001"));
+  // --overwrite replaces a package, never some other directory.
+  const fs::path notes = dir.path() / "notes";
+  fs::create_directories(notes);
+  test::write_file((notes / "todo.txt").string(), "keep\n");
+  e = export_error(src, {.out = notes, .overwrite = true});
+  EXPECT_NE(e.find("is not a hotpath package"), std::string::npos) << e;
+  EXPECT_TRUE(fs::exists(notes / "todo.txt"));
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;  // one line
 }
 
 TEST(Export, RefusesAmbiguousOrIncompleteSources) {

@@ -60,7 +60,7 @@ struct ExportOptions {
   std::vector<std::string> keep_float;  // int8: linear/conv2d node names never quantized
   double min_agreement = 0.97;          // top-1 agreement with fp32 below this refuses the export ...
   bool allow_accuracy_loss = false;     // ... unless this is set (the report still says so)
-  bool overwrite = false;
+  bool overwrite = false;  // replace an existing package directory (never a run, nor anything else)
   int threads = 0;
 };
 
@@ -69,9 +69,12 @@ struct ExportReport {
   std::string summary;          // one line for the terminal
 };
 
-// Builds, lowers, converts (bf16 / int8), checks against the source model and writes the package.
+// Builds, lowers, converts (bf16 / int8), checks against the source model and writes the package: into a
+// fresh OUT.tmp-PID beside `out`, renamed into place; with `overwrite` the old package is replaced as a whole
+// (no file of it remains). Refused before any work: an `out` that is or holds a training run, is or holds or
+// lies inside `model_dir`, or (with `overwrite`) is a non-empty directory other than a package.
 // Throws hotpath::Error (one line naming the input) on any bad input or a refused accuracy loss;
-// nothing is left at `out` then.
+// `out` is as it was then, and no temp dir is left.
 ExportReport export_package(const ExportSource& source, const ExportOptions& options);
 
 // The model of `source`, lowered to an fp32 graph, with the package metadata (no weights written).

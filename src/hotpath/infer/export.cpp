@@ -3,15 +3,20 @@
 #include <ATen/ATen.h>
 #include <c10/core/InferenceMode.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <sstream>
+#include <system_error>
 
+#include "hotpath/core/atomic_file.h"
 #include "hotpath/core/error.h"
 #include "hotpath/core/input_file.h"
 #include "hotpath/core/json.h"
 #include "hotpath/core/mapped_file.h"
+#include "hotpath/core/remove_tree.h"
 #include "hotpath/data/loader.h"
 #include "hotpath/data/shard_list.h"
 #include "hotpath/formats/bert_config.h"
@@ -381,6 +386,120 @@ std::vector<at::Tensor> run_all(const Engine& e, const ReportData& d) {
   return out;
 }
 
+// ---- the package directory: checked before any work, then written whole or not at all ------------
+
+// What `hotpath train` leaves in its output_dir (train/run_util.cpp run_outputs, plus the recipe copy and the
+// lock) and what export reads as a run (model.json, model/). infer cannot see train, hence the list here.
+constexpr const char* kRunMarkers[] = {"metrics.jsonl", "checkpoints", "best",        "model.json",
+                                       "model",         "adapter",     "config.yaml", ".lock"};
+
+// The first run marker at or under `dir` (symlinks not followed), or empty.
+fs::path find_training_run(const fs::path& dir) {
+  std::error_code ec;
+  const auto marker_in = [&ec](const fs::path& d) -> fs::path {
+    for (const char* name : kRunMarkers) {
+      if (fs::exists(fs::symlink_status(d / name, ec))) return d / name;
+    }
+    return {};
+  };
+  if (fs::path m = marker_in(dir); !m.empty()) return m;
+  for (fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
+       !ec && it != end; it.increment(ec)) {
+    if (it->is_directory(ec) && !it->is_symlink(ec)) {
+      if (fs::path m = marker_in(it->path()); !m.empty()) return m;
+    }
+  }
+  return {};
+}
+
+// An absolute path with symlinks resolved and no trailing separator, so that "RUN", "RUN/" and "./RUN" compare equal.
+fs::path resolved(const fs::path& p) {
+  fs::path r = fs::weakly_canonical(fs::absolute(p));
+  if (!r.has_filename() && r.has_relative_path()) r = r.parent_path();
+  return r;
+}
+
+bool is_within(const fs::path& inner, const fs::path& outer) {
+  const auto [o, i] = std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end());
+  return o == outer.end();
+}
+
+// Refuses an --out whose replacement would lose anything: a training run or a directory holding one (the
+// trained weights), the model being exported or a directory around it, anything but a package. Returns `out`
+// resolved.
+fs::path check_out_dir(const ExportSource& source, const ExportOptions& options) {
+  const fs::path out = resolved(options.out);
+  HOTPATH_CHECK(out.has_filename(), "export: --out ", options.out.string(), " names no directory to write");
+  if (!source.model_dir.empty()) {
+    const fs::path model = resolved(source.model_dir);
+    HOTPATH_CHECK(!is_within(out, model) && !is_within(model, out), "export: --out ", options.out.string(),
+                  is_within(out, model) ? (out == model ? " is" : " is inside") : " holds", " --model-dir ",
+                  source.model_dir, "; write the package to a directory of its own");
+  }
+  std::error_code ec;
+  if (!fs::exists(out, ec)) return out;
+  HOTPATH_CHECK(fs::is_directory(out, ec), "export: ", options.out.string(),
+                " exists and is not a directory (pass another --out)");
+  if (fs::is_empty(out, ec)) return out;
+  const fs::path run = find_training_run(out);
+  HOTPATH_CHECK(run.empty(), "export: --out ", options.out.string(), run.parent_path() == out ? " is" : " holds",
+                " a training run (", run.string(), "); a package never replaces one: choose another --out");
+  HOTPATH_CHECK(options.overwrite, "export: ", options.out.string(),
+                " exists and is not empty (pass --overwrite to replace it)");
+  HOTPATH_CHECK(is_package_dir(out), "export: ", options.out.string(),
+                " is not a hotpath package (no config.json with hotpath_package); --overwrite replaces only a "
+                "package: choose another --out");
+  return out;
+}
+
+// Removes a directory when it goes out of scope, unless release()d: a failed export leaves no temp dir.
+class TreeGuard {
+ public:
+  explicit TreeGuard(fs::path path) : path_(std::move(path)) {}
+  ~TreeGuard() {
+    std::error_code ec;
+    if (!path_.empty()) hotpath::remove_tree(path_, ec);
+  }
+  TreeGuard(const TreeGuard&) = delete;
+  TreeGuard& operator=(const TreeGuard&) = delete;
+  void release() { path_.clear(); }
+
+ private:
+  fs::path path_;
+};
+
+// `write` fills a fresh OUT.tmp-PID beside `out`, which then replaces `out` as a whole: the old directory is
+// renamed aside, the new one in, the old one removed. No file of the old package survives in the new one,
+// and until the rename a failure leaves `out` as it was (the temp dir is removed).
+void write_dir_then_rename(const fs::path& out, const std::function<void(const fs::path&)>& write) {
+  const fs::path parent = out.parent_path();
+  const std::string pid = std::to_string(::getpid());
+  const fs::path tmp = parent / (out.filename().string() + ".tmp-" + pid);
+  const fs::path old = parent / (out.filename().string() + ".old-" + pid);
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  HOTPATH_CHECK(!ec, parent.string(), ": cannot create the package's parent directory: ", ec.message());
+  hotpath::remove_tree(tmp);  // a leftover of a crashed export whose pid this process reuses
+  TreeGuard tmp_guard(tmp);
+  write(tmp);  // every file fsynced by its writer
+  sync_directory(tmp.string());
+  const bool replacing = fs::exists(fs::symlink_status(out, ec));
+  if (replacing) {
+    hotpath::remove_tree(old);
+    fs::rename(out, old, ec);
+    HOTPATH_CHECK(!ec, out.string(), ": cannot move the old package aside to ", old.string(), ": ", ec.message());
+  }
+  fs::rename(tmp, out, ec);
+  if (ec) {
+    std::error_code back;
+    if (replacing) fs::rename(old, out, back);
+    HOTPATH_CHECK(false, out.string(), ": cannot rename ", tmp.string(), " to it: ", ec.message());
+  }
+  tmp_guard.release();
+  sync_directory(parent.string());
+  if (replacing) hotpath::remove_tree(old, ec);  // the new package is in place: a leftover old copy loses nothing
+}
+
 }  // namespace
 
 LoweredModel lower_export_source(const ExportSource& source) { return load_source(source).lowered; }
@@ -391,11 +510,7 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
                 "export: --calibration-samples ", options.calibration_samples, " outside [1, 1000000]");
   HOTPATH_CHECK(options.min_agreement >= 0.0 && options.min_agreement <= 1.0, "export: --min-agreement ",
                 options.min_agreement, " outside [0, 1]");
-  if (fs::exists(options.out)) {
-    HOTPATH_CHECK(fs::is_directory(options.out) && (options.overwrite || fs::is_empty(options.out)), "export: ",
-                  options.out.string(), " exists", fs::is_directory(options.out) ? " and is not empty" : "",
-                  " (pass --overwrite to replace it)");
-  }
+  const fs::path out = check_out_dir(source, options);
   Source src = load_source(source);
   PackageDir& package = src.lowered.package;
   package.precision = options.precision;
@@ -473,7 +588,11 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
   package.source["exported_with"] = {{"precision", precision_name(options.precision)},
                                      {"calibration", options.calibration},
                                      {"calibration_samples", data.samples}};
-  write_package_dir(options.out, package, graph, report, src.lowered.tokenizer_files, options.overwrite);
+  // Again: calibration can take minutes, and a run may have been started at --out meanwhile.
+  (void)check_out_dir(source, options);
+  write_dir_then_rename(out, [&](const fs::path& tmp) {
+    write_package_dir(tmp, package, graph, report, src.lowered.tokenizer_files, /*overwrite=*/false);
+  });
   return {std::move(report), summary.str()};
 }
 
