@@ -2,7 +2,8 @@
 # `hotpath bench infer` end to end on tiny packages made here (`hotpath export --random-init`): each scenario
 # writes valid JSON with a row for hotpath and every requested peer engine (or the reason it was skipped),
 # ratios, percentiles in order, the dispatch report and the engine's description; the peers agree with torch
-# fp32 on the same inputs; a bad --compare is one line. Few iterations: a smoke test, not a measurement.
+# fp32 on the same inputs; a bad --compare is one line; a tiny vocabulary; exports never replace a run, leave no
+# stale file with --overwrite and leave the old package intact when they fail. Few iterations: a smoke test.
 # Usage: bench_infer_cli_test.sh HOTPATH PYTHON
 set -uo pipefail
 hp=$1
@@ -111,5 +112,55 @@ rc=$?
 [ "$(printf '%s\n' "$out" | grep -c .)" -eq 1 ] && printf '%s' "$out" | grep -q "'tensorflow'" \
   || fail "bench infer --compare tensorflow: expected one line naming it, got: $out"
 [ ! -e bad.json ] || fail "bench infer --compare tensorflow: wrote a report anyway"
+
+# A vocabulary under BERT's 103 ids (issue 28): the random ids come from the package's own vocabulary.
+sed 's/"vocab_size": 1200/"vocab_size": 40/' tiny_bert.json > tiny_vocab.json
+"$hp" export --config tiny_vocab.json --random-init --out vocab40_pkg > export40.log 2>&1 \
+  || fail "hotpath export of a 40-token BERT: $(tail -3 export40.log)"
+"$hp" bench infer vocab40_pkg --scenario offline --batch 2 --seq-len 8 "${quick[@]}" --json vocab40.json \
+  > /dev/null 2> vocab40.err || fail "bench infer on a 40-token vocabulary: exit $? $(tail -5 vocab40.err)"
+
+# Exports never destroy (issue 28). snapshot DIR: every file under it with its checksum.
+snapshot() { (cd "$1" && find . -type f -exec md5sum {} + | sort); }
+no_leftovers() {  # NAME: nothing of an export's temp or old directory beside NAME
+  local left
+  left=$(ls -d "$1".tmp-* "$1".old-* 2>/dev/null)
+  [ -z "$left" ] || fail "export left $left behind"
+}
+one_line_naming() {  # WHAT OUTPUT PATH
+  [ "$(printf '%s\n' "$2" | grep -c .)" -eq 1 ] && printf '%s' "$2" | grep -q "$3" \
+    || fail "$1: expected one line naming $3, got: $2"
+}
+# A training run's directory as `hotpath train` leaves it (the refusal comes before anything is read).
+mkdir -p run/checkpoints/step-00000001
+echo '{"step": 1, "loss": 0.5}' > run/metrics.jsonl
+echo 'trained weights' > run/model.safetensors
+echo '{"model": "cnn_small"}' > run/model.json
+run_before=$(snapshot run)
+out=$("$hp" export --model-dir run --out run --overwrite 2>&1)
+rc=$?
+[ "$rc" -ne 0 ] || fail "export --model-dir run --out run --overwrite: exit 0, expected a refusal"
+one_line_naming "export --out run (the --model-dir) --overwrite" "$out" "run"
+out=$("$hp" export --config tiny_bert.json --random-init --out run --overwrite 2>&1)
+rc=$?
+[ "$rc" -ne 0 ] || fail "export --out RUN --overwrite: exit 0, expected a refusal"
+one_line_naming "export --out RUN --overwrite" "$out" "training run"
+out=$("$hp" export --config tiny_bert.json --random-init --out . --overwrite 2>&1)
+[ $? -ne 0 ] || fail "export --out DIR_HOLDING_A_RUN --overwrite: exit 0, expected a refusal"
+[ "$(snapshot run)" = "$run_before" ] || fail "a refused export changed the training run"
+no_leftovers run
+# --overwrite replaces the whole package: a file the new one does not write (an old vocab.txt) is gone.
+echo stale > bert_pkg/vocab.txt
+"$hp" export --config tiny_bert.json --random-init --out bert_pkg --overwrite > export_again.log 2>&1 \
+  || fail "export --overwrite over a package: $(tail -3 export_again.log)"
+[ ! -e bert_pkg/vocab.txt ] || fail "export --overwrite left the old package's vocab.txt"
+[ -e bert_pkg/model.safetensors ] || fail "export --overwrite: no model.safetensors in the new package"
+no_leftovers bert_pkg
+# A failed export (its calibration file is missing: found after the checks) leaves the old package intact.
+pkg_before=$(snapshot bert_pkg)
+out=$("$hp" export --config tiny_bert.json --random-init --calibration missing.txt --out bert_pkg --overwrite 2>&1)
+[ $? -ne 0 ] || fail "export --calibration missing.txt: exit 0, expected an error"
+[ "$(snapshot bert_pkg)" = "$pkg_before" ] || fail "a failed export --overwrite changed the old package"
+no_leftovers bert_pkg
 
 finish "bench infer cli: all checks passed"

@@ -28,6 +28,7 @@
 #include "hotpath/models/text/bert.h"
 #include "hotpath/models/vision/pretrained.h"
 #include "hotpath/models/weights.h"
+#include "hotpath/text/tokenizer.h"
 
 namespace hotpath::bench {
 namespace {
@@ -95,9 +96,34 @@ at::Tensor embed_param(const infer::Graph& g, const std::string& role) {
   return {};
 }
 
+// The token ids random text inputs are made of: the package's own vocabulary (its tokenizer, bounded by the
+// embedding table) and its [CLS]/[SEP]. BERT's 101/102 only where the package has no tokenizer (--random-init)
+// and the table holds them, else id 0: a tiny vocabulary must not index past its table.
+struct TextIds {
+  std::int64_t vocab = 0;
+  std::int64_t cls = 0;
+  std::int64_t sep = 0;
+};
+
+TextIds text_ids(const PackageDir& pkg, const infer::Graph& g) {
+  const at::Tensor word = embed_param(g, "word");
+  TextIds t{.vocab = word.defined() ? word.size(0) : 30522, .cls = 101, .sep = 102};
+  const fs::path dir(pkg.dir);
+  if (fs::exists(dir / "tokenizer.json") || fs::exists(dir / "vocab.txt")) {
+    const text::Tokenizer tok = text::Tokenizer::from_directory(dir);
+    t.vocab = std::min<std::int64_t>(t.vocab, static_cast<std::int64_t>(tok.vocab_size()));
+    t.cls = tok.token_to_id("[CLS]").value_or(0);
+    t.sep = tok.token_to_id("[SEP]").value_or(0);
+  }
+  HOTPATH_CHECK(t.vocab >= 1, "bench infer: ", pkg.dir, ": the package's vocabulary is empty");
+  if (t.cls >= t.vocab) t.cls = 0;
+  if (t.sep >= t.vocab) t.sep = 0;
+  return t;
+}
+
 // The model's inputs for `batch` samples, seeded. Image: N(0, 1). Text: [CLS] ids… [SEP], all attended.
 std::vector<at::Tensor> make_inputs(const infer::Graph& g, const InferBenchOptions& a, std::int64_t seq_len,
-                                    std::int64_t vocab) {
+                                    const TextIds& text) {
   at::Generator gen = at::detail::createCPUGenerator(a.seed);
   std::vector<at::Tensor> inputs;
   for (const infer::ValueSpec& spec : g.inputs) {
@@ -111,9 +137,11 @@ std::vector<at::Tensor> make_inputs(const infer::Graph& g, const InferBenchOptio
       }
       inputs.push_back(at::randn(shape, gen, at::kFloat));
     } else if (spec.name == "input_ids") {
-      at::Tensor ids = at::randint(std::min<std::int64_t>(1000, vocab / 2), vocab, {a.batch, seq_len}, gen, at::kLong);
-      ids.select(1, 0).fill_(101);
-      ids.select(1, seq_len - 1).fill_(102);
+      // Above BERT's special and unused ids where the vocabulary is large enough to have them.
+      at::Tensor ids = at::randint(std::min<std::int64_t>(1000, text.vocab / 2), text.vocab, {a.batch, seq_len}, gen,
+                                   at::kLong);
+      ids.select(1, 0).fill_(text.cls);
+      ids.select(1, seq_len - 1).fill_(text.sep);
       inputs.push_back(ids);
     } else if (spec.name == "attention_mask") {
       inputs.push_back(at::ones({a.batch, seq_len}, at::kLong));
@@ -303,9 +331,7 @@ Json run_infer_bench(const InferBenchOptions& a, std::ostream* log, std::vector<
   const bool text = pkg.kind != PackageKind::kImageClassifier;
   const bool embeddings = pkg.kind == PackageKind::kSentenceEmbedder;
   const std::int64_t seq_len = text ? (a.seq_len > 0 ? a.seq_len : pkg.text.max_length) : 0;
-  const at::Tensor word = embed_param(graph, "word");
-  const std::int64_t vocab = word.defined() ? word.size(0) : 30522;
-  const std::vector<at::Tensor> inputs = make_inputs(graph, a, seq_len, vocab);
+  const std::vector<at::Tensor> inputs = make_inputs(graph, a, seq_len, text ? text_ids(pkg, graph) : TextIds{});
   const std::int64_t n = a.batch;
 
   // Batch-1 queries: sample i of the batch, alone.
