@@ -147,6 +147,9 @@ rc=$?
 one_line_naming "export --out RUN --overwrite" "$out" "training run"
 out=$("$hp" export --config tiny_bert.json --random-init --out . --overwrite 2>&1)
 [ $? -ne 0 ] || fail "export --out DIR_HOLDING_A_RUN --overwrite: exit 0, expected a refusal"
+out=$("$hp" export --config tiny_bert.json --random-init --format onnx --out run/model.safetensors --overwrite 2>&1)
+[ $? -ne 0 ] || fail "export --format onnx --out RUN/model.safetensors --overwrite: exit 0, expected a refusal"
+one_line_naming "export --format onnx --out RUN/model.safetensors --overwrite" "$out" "model.safetensors"
 [ "$(snapshot run)" = "$run_before" ] || fail "a refused export changed the training run"
 no_leftovers run
 # --overwrite replaces the whole package: a file the new one does not write (an old vocab.txt) is gone.

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "cli/commands.h"
@@ -48,9 +49,15 @@ void run(const ExportArgs& a) {
   if (a.format == "onnx") {
     HOTPATH_CHECK(a.precision == "fp32", "export: --format onnx writes the fp32 graph; drop --precision ",
                   a.precision, " (quantize in ONNX Runtime, or export a hotpath package for int8)");
+    if (std::error_code ec; std::filesystem::exists(a.out, ec)) {
+      HOTPATH_CHECK(a.overwrite, "export: ", a.out, " exists (pass --overwrite to replace it)");
+      // --overwrite replaces an ONNX file, nothing else: `--out RUN/model.safetensors` would lose the trained
+      // weights (issue 28).
+      HOTPATH_CHECK(std::filesystem::is_regular_file(a.out, ec) && std::filesystem::path(a.out).extension() == ".onnx",
+                    "export: ", a.out, " is not an .onnx file; --format onnx --overwrite replaces only an ONNX file: "
+                    "choose another --out");
+    }
     const infer::LoweredModel m = infer::lower_export_source(a.source);
-    HOTPATH_CHECK(a.overwrite || !std::filesystem::exists(a.out), "export: ", a.out,
-                  " exists (pass --overwrite to replace it)");
     infer::export_onnx(m.graph, a.out, {.producer_version = HOTPATH_VERSION});
     std::cout << "wrote " << a.out << " (opset 17, " << m.graph.nodes.size() << " graph nodes, dynamic axes: ";
     for (std::size_t i = 0; i < m.graph.inputs.size(); ++i) {
@@ -126,7 +133,8 @@ void add_export(CLI::App& app) {
   cmd->add_option("--min-agreement", a->min_agreement, "Refuse below this top-1 agreement with fp32 (real data)")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--allow-accuracy-loss", a->allow_accuracy_loss, "Write the package even below --min-agreement");
-  cmd->add_flag("--overwrite", a->overwrite, "Replace an existing package");
+  cmd->add_flag("--overwrite", a->overwrite,
+                "Replace an existing package as a whole (or .onnx file); never a training run or --model-dir");
   cmd->add_option("--threads", a->threads, "LibTorch intra-op threads (0 = default)")->check(CLI::Range(0, 1024));
   cmd->callback([a] { run(*a); });
 }
