@@ -161,7 +161,7 @@ TEST(PackageValidation, ConvAttributesOutOfBounds) {
       {"groups", -3, "attribute 'groups' is -3"},
       // 3 does not divide the weight's 2 output channels; 2 does, but then the weight takes 2 channels, not 1.
       {"groups", 3, "attribute 'groups' is 3, expected a divisor of the weight's 2 output channels"},
-      {"groups", 2, "with groups 2 takes 2 input channels, but input image has 1"},
+      {"groups", 2, "weight [2, 1, 3, 3] with groups 2 takes 2 channels, but its input image has 1"},
       {"input_scale", 0.0, "attribute 'input_scale' is 0, expected a number from 1e-30"},
       {"shift", 1, "attribute 'shift': not an attribute of conv2d"},
   };
@@ -208,8 +208,8 @@ TEST(PackageValidation, AttentionHeadsZeroIsRefusedWithoutDividingByIt) {
   } cases[] = {
       {"attn", "heads", 0, "node attn (attention) attribute 'heads' is 0, expected an integer from 1"},
       {"attn", "heads", -2, "attribute 'heads' is -2"},
-      {"attn", "heads", 5, "attribute 'heads' is 5, expected a divisor of the hidden size (qkv writes q | k | v of "
-                           "width 12, not a multiple of 3 x heads)"},
+      {"attn", "heads", 5, "attribute 'heads' is 5, expected a divisor of the hidden size (its input qkv holds q | k "
+                           "| v of width 12, not a multiple of 3 x heads)"},
       {"ln", "eps", 0.0, "node ln (layer_norm) attribute 'eps' is 0, expected a number from 1e-30 to 1"},
       {"ln", "eps", -1e-5, "attribute 'eps' is -1e-05"},
       {"cls", "dim", 9, "node cls (select) attribute 'dim' is 9, expected an integer from 0 to 7"},
@@ -231,6 +231,38 @@ TEST(PackageValidation, AttentionHeadsZeroIsRefusedWithoutDividingByIt) {
     ADD_FAILURE() << "heads 0 was accepted";
   } catch (const Error& e) {
     expect_refused(e.what(), "graph: node attn (attention) attribute 'heads' is 0");
+  }
+}
+
+TEST(PackageValidation, WeightsAgreeWithTheFeaturesTheirInputsHold) {
+  {  // The classifier reads the pool's 2 channels; a weight for 3 would fail inside the matmul.
+    TempDir tmp;
+    Graph g = image_graph();
+    g.params["fc.weight"] = at::randn({2, 3});
+    write_image_package(tmp.path(), image_graph());
+    models::write_tensors((tmp.path() / "model.safetensors").string(), g.params, {{"format", "hotpath"}});
+    expect_refused(load_error(tmp.path()),
+                   "config.json: graph: node fc (linear) weight [2, 3] takes 3 features, but its input g has 2");
+  }
+  {  // A layer norm over 5 features after an attention that writes 4.
+    TempDir tmp;
+    write_text_package(tmp.path());
+    Graph g = text_graph();
+    g.params["ln.weight"] = at::ones({5});
+    g.params["ln.bias"] = at::zeros({5});
+    models::write_tensors((tmp.path() / "model.safetensors").string(), g.params, {{"format", "hotpath"}});
+    expect_refused(load_error(tmp.path()), "node ln (layer_norm) weight takes 5 features, but its input ctx has 4");
+  }
+  {  // The same through Engine::from_graph, for a graph built in memory: a conv with 3 outputs before fc's 2 inputs.
+    Graph g = image_graph();
+    g.params["conv.weight"] = at::randn({3, 1, 3, 3});
+    g.params["conv.bias"] = at::zeros({3});
+    try {
+      (void)Engine::from_graph(g, {.threads = 1});
+      ADD_FAILURE() << "a linear over 3 features reading 2 was accepted";
+    } catch (const Error& e) {
+      expect_refused(e.what(), "graph: node fc (linear) weight [2, 2] takes 2 features, but its input g has 3");
+    }
   }
 }
 

@@ -181,13 +181,39 @@ void check_attrs(const Node& node, const OpRule& rule) {
   }
 }
 
-// The shapes one node's attributes fix in its weights or its neighbours, checked before the engine's kernels
-// divide by them (the engine would otherwise report them from inside oneDNN or divide by zero).
+// The feature size of a value where the graph fixes it: the channels of an image value [N, C, H, W], the last
+// dimension of any other. -1: not known here (ids, a dynamic input dimension).
+struct Features {
+  bool image = false;
+  std::int64_t size = -1;
+};
+
+// The shapes a node's attributes and weights fix for its neighbours, checked before the engine's kernels see
+// them (they would otherwise divide by zero, or fail inside oneDNN or MKL with a message naming neither the
+// node nor the package): each node's weights against the feature size of what it reads, forward through the
+// graph from its inputs.
 void check_neighbour_shapes(const Graph& g) {
-  std::map<std::string, const Node*> producer;
-  for (const Node& n : g.nodes) producer[n.output] = &n;
-  const auto weight = [&](const Node& n) -> const at::Tensor& { return g.params.at(n.params.at("weight")); };
+  std::map<std::string, Features> features;
+  for (const ValueSpec& in : g.inputs) {
+    if (in.shape.size() == 4) features[in.name] = {true, in.shape[1]};
+    if (in.shape.size() == 3 && at::isFloatingType(in.dtype)) features[in.name] = {false, in.shape[2]};
+  }
+  const auto weight = [&](const Node& n, const char* role = "weight") -> const at::Tensor& {
+    return g.params.at(n.params.at(role));
+  };
+  const auto of = [&](const std::string& value) {
+    auto it = features.find(value);
+    return it == features.end() ? Features{} : it->second;
+  };
+  // `value`, read by node n, must have `size` features (of the kind given) when the graph says how many it has.
+  const auto expect = [&](const Node& n, const std::string& value, bool image, std::int64_t size, const auto& what) {
+    const Features f = of(value);
+    if (value.empty() || f.size < 1 || f.image != image) return;
+    HOTPATH_CHECK(f.size == size, "graph: node ", n.name, " (", n.op, ") ", what, " takes ", size,
+                  image ? " channels" : " features", ", but its input ", value, " has ", f.size);
+  };
   for (const Node& n : g.nodes) {
+    Features out;
     if (n.op == "conv2d") {
       const at::Tensor& w = weight(n);
       const std::int64_t groups = n.attr_int("groups", 1);
@@ -199,26 +225,60 @@ void check_neighbour_shapes(const Graph& g) {
       }
       HOTPATH_CHECK(w.size(0) % groups == 0, "graph: node ", n.name, " (conv2d) attribute 'groups' is ", groups,
                     ", expected a divisor of the weight's ", w.size(0), " output channels");
-      for (const ValueSpec& in : g.inputs) {
-        if (in.name != n.input(0) || in.shape.size() != 4 || in.shape[1] < 1) continue;
-        HOTPATH_CHECK(w.size(1) * groups == in.shape[1], "graph: node ", n.name, " (conv2d) weight ", w.sizes(),
-                      " with groups ", groups, " takes ", w.size(1) * groups, " input channels, but input ", in.name,
-                      " has ", in.shape[1]);
-      }
+      std::ostringstream what;
+      what << "weight " << w.sizes() << " with groups " << groups;
+      expect(n, n.input(0), true, w.size(1) * groups, what.str());
+      out = {true, w.size(0)};
+      expect(n, n.input(1), true, out.size, "residual");
+    } else if (n.op == "max_pool2d") {
+      out = of(n.input(0));
+    } else if (n.op == "global_avg_pool") {
+      const Features in = of(n.input(0));
+      out = {in.image && n.attr_int("keepdims", 0) != 0, in.image ? in.size : -1};
     } else if (n.op == "linear") {
       const at::Tensor& w = weight(n);
       HOTPATH_CHECK(w.dim() == 2 && w.size(0) >= 1 && w.size(1) >= 1, "graph: node ", n.name, " (linear) weight is ",
                     w.sizes(), ", expected [out >= 1, in >= 1]");
+      std::ostringstream what;
+      what << "weight " << w.sizes();
+      expect(n, n.input(0), false, w.size(1), what.str());
+      out = {false, w.size(0)};
+      expect(n, n.input(1), false, out.size, "residual");
+    } else if (n.op == "layer_norm") {
+      out = {false, weight(n).size(0)};
+      expect(n, n.input(0), false, out.size, "weight");
+      expect(n, n.input(1), false, out.size, "residual");
     } else if (n.op == "attention") {
       // heads >= 1 is validate_attrs' business: 3 * heads is never 0 here.
       const std::int64_t heads = n.attr_int("heads", 1);
-      auto it = producer.find(n.input(0));
-      if (it == producer.end() || it->second->op != "linear") continue;
-      const std::int64_t width = weight(*it->second).size(0);
-      HOTPATH_CHECK(width % (3 * heads) == 0, "graph: node ", n.name, " (attention) attribute 'heads' is ", heads,
-                    ", expected a divisor of the hidden size (", it->second->name, " writes q | k | v of width ", width,
-                    ", not a multiple of 3 x heads)");
+      const Features in = of(n.input(0));
+      if (!in.image && in.size >= 1) {
+        HOTPATH_CHECK(in.size % (3 * heads) == 0, "graph: node ", n.name, " (attention) attribute 'heads' is ", heads,
+                      ", expected a divisor of the hidden size (its input ", n.input(0), " holds q | k | v of width ",
+                      in.size, ", not a multiple of 3 x heads)");
+        out = {false, in.size / 3};
+      }
+    } else if (n.op == "vit_embed") {
+      const std::int64_t d = weight(n, "class_token").size(-1);
+      expect(n, n.input(0), true, d, "class_token");
+      out = {false, d};
+    } else if (n.op == "bert_embed") {
+      out = {false, weight(n, "word").size(-1)};
+    } else if (n.op == "add" || n.op == "mul") {
+      const Features a = of(n.input(0)), b = of(n.input(1));
+      out = a.size >= 1 ? a : b;
+      if (a.size >= 1 && b.size >= 1 && a.image == b.image && a.size != 1 && b.size != 1) {  // 1 broadcasts
+        HOTPATH_CHECK(a.size == b.size, "graph: node ", n.name, " (", n.op, ") adds or multiplies ", n.input(0), " (",
+                      a.size, " features) and ", n.input(1), " (", b.size, ")");
+      }
+    } else if (n.op == "select") {
+      const Features in = of(n.input(0));
+      if (!in.image && n.attr_int("dim", 1) <= 1) out = in;  // [B, L, H] along B or L: H stays last
+    } else if (n.op == "mean_pool" || n.op == "l2_normalize") {
+      const Features in = of(n.input(0));
+      if (!in.image) out = in;
     }
+    features[n.output] = out;
   }
 }
 
