@@ -376,6 +376,68 @@ image_size 100000000 model.json
 in_channels 5 model.json
 mean [1,2,3,4] model.json
 CASES
+
+# ---- exported packages (config.json + model.safetensors + preprocess.json; issue 28) -----------------
+# Every value the engine divides by or indexes with is checked when the package loads: predict, eval, embed
+# and serve end with one line naming the file, node and attribute, never SIGFPE or a oneDNN message.
+xpkg_ok=1
+"$hp" export --model-dir run --out xpkg >/dev/null 2>&1 || { fail "export of the reference run failed"; xpkg_ok=0; }
+xpkg() {  # xpkg NAME PYTHON: a copy of the exported package, edited by PYTHON (d = the copy's path)
+  rm -rf "$1" && cp -r xpkg "$1"
+  "$py" - "$1" <<PY
+import json, struct, sys
+d = sys.argv[1]
+def edit(name, fn):
+    j = json.load(open(f"{d}/{name}"))
+    fn(j)
+    open(f"{d}/{name}", "w").write(json.dumps(j))
+def first(j, op):
+    return next(n for n in j["graph"]["nodes"] if n["op"] == op)
+$2
+PY
+}
+if [ "$xpkg_ok" -eq 1 ]; then
+  xpkg xpkg-stride 'edit("config.json", lambda j: first(j, "conv2d")["attrs"].update(stride=[0, 0]))'
+  bad package-conv-stride-0-predict "attribute 'stride' is [0, 0]" predict --model-dir xpkg-stride img/0.png
+  bad package-conv-stride-0-eval "xpkg-stride/config.json: graph: node" eval --model-dir xpkg-stride good-000000.tar
+  bad package-conv-stride-0-serve "attribute 'stride' is [0, 0]" serve xpkg-stride --port 0
+  xpkg xpkg-groups 'edit("config.json", lambda j: first(j, "conv2d")["attrs"].update(groups=0))'
+  bad package-conv-groups-0 "attribute 'groups' is 0" predict --model-dir xpkg-groups img/0.png
+  xpkg xpkg-pad 'edit("config.json", lambda j: first(j, "conv2d")["attrs"].update(padding=[-1, 0, 0, 0]))'
+  bad package-conv-padding-negative "attribute 'padding' is [-1, 0, 0, 0]" predict --model-dir xpkg-pad img/0.png
+  xpkg xpkg-nan '
+raw = open(f"{d}/model.safetensors", "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+name, t = next((k, v) for k, v in header.items() if k != "__metadata__" and v["dtype"] == "F32")
+at = 8 + n + t["data_offsets"][0]
+open(f"{d}/model.safetensors", "wb").write(raw[:at] + struct.pack("<f", float("nan")) + raw[at + 4:])'
+  bad package-nan-weights "model.safetensors: tensor" predict --model-dir xpkg-nan img/0.png
+  xpkg xpkg-std 'edit("preprocess.json", lambda j: j.update(std=[1e-40]))'
+  bad package-std-1e-40 "preprocess.json: field 'std' value 0 is 1e-40" predict --model-dir xpkg-std img/0.png
+  xpkg xpkg-int8 'edit("config.json", lambda j: j.update(precision="int8"))'
+  bad package-int8-claim-fp32-weights "config.json: precision is int8 but 0 nodes are quantized" \
+    predict --model-dir xpkg-int8 img/0.png
+  rm -rf xpkg-broken && cp -r xpkg xpkg-broken && cp truncated.json xpkg-broken/config.json
+  bad package-config-truncated "xpkg-broken/config.json" predict --model-dir xpkg-broken img/0.png
+  grep -q "model.json" err.txt && fail "package-config-truncated: names model.json: $(cat err.txt)"
+fi
+# A text package: attention heads of 0 used to crash serve inside the check meant to catch it.
+mkdir -p bert-ok && cp tok-ok/vocab.txt bert-ok/ && "$py" -c '
+import json
+json.dump({"model_type": "bert", "vocab_size": 6, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+           "intermediate_size": 16, "max_position_embeddings": 16}, open("bert-ok/config.json", "w"))'
+if "$hp" export --config bert-ok/config.json --random-init --task embed --out tpkg >/dev/null 2>&1; then
+  rm -rf tpkg-heads && cp -r tpkg tpkg-heads && "$py" -c '
+import json
+j = json.load(open("tpkg-heads/config.json"))
+next(n for n in j["graph"]["nodes"] if n["op"] == "attention")["attrs"]["heads"] = 0
+json.dump(j, open("tpkg-heads/config.json", "w"))'
+  bad package-attention-heads-0-embed "attribute 'heads' is 0" embed --model tpkg-heads --input good.csv
+  bad package-attention-heads-0-serve "attribute 'heads' is 0" serve tpkg-heads --port 0
+else
+  fail "export of a random-init BERT embedder failed"
+fi
 bad predict-image-fifo "fifo: is a FIFO" predict --model-dir run fifo
 bad predict-image-dev-zero "/dev/zero" predict --model-dir run /dev/zero
 bad predict-image-directory "adir" predict --model-dir run adir
