@@ -196,6 +196,8 @@ TEST(Export, NeverReplacesATrainingRunOrTheModelItReads) {
   test::write_file((other / "config.json").string(), R"({"hotpath_package": 1})");
   e = export_error(src, {.out = other, .overwrite = true});
   EXPECT_NE(e.find("is a training run (" + (other / "checkpoints").string()), std::string::npos) << e;
+  // A package directory with a run inside it (a run's output_dir set inside the package).
+  test::write_file((dir.path() / "other" / "config.json").string(), R"({"hotpath_package": 1})");
   e = export_error(src, {.out = dir.path() / "other", .overwrite = true});
   EXPECT_NE(e.find("holds a training run"), std::string::npos) << e;
   EXPECT_TRUE(fs::exists(other / "checkpoints" / "step-00000001"));

@@ -393,20 +393,23 @@ std::vector<at::Tensor> run_all(const Engine& e, const ReportData& d) {
 constexpr const char* kRunMarkers[] = {"metrics.jsonl", "checkpoints", "best",        "model.json",
                                        "model",         "adapter",     "config.yaml", ".lock"};
 
-// The first run marker at or under `dir` (symlinks not followed), or empty.
-fs::path find_training_run(const fs::path& dir) {
+// The first run marker in `dir`, or empty.
+fs::path run_marker_in(const fs::path& dir) {
   std::error_code ec;
-  const auto marker_in = [&ec](const fs::path& d) -> fs::path {
-    for (const char* name : kRunMarkers) {
-      if (fs::exists(fs::symlink_status(d / name, ec))) return d / name;
-    }
-    return {};
-  };
-  if (fs::path m = marker_in(dir); !m.empty()) return m;
+  for (const char* name : kRunMarkers) {
+    if (fs::exists(fs::symlink_status(dir / name, ec))) return dir / name;
+  }
+  return {};
+}
+
+// The first run marker under `dir` (symlinks not followed), or empty. Walks the whole tree: only for a
+// package about to be replaced, which is small.
+fs::path run_marker_under(const fs::path& dir) {
+  std::error_code ec;
   for (fs::recursive_directory_iterator it(dir, fs::directory_options::skip_permission_denied, ec), end;
        !ec && it != end; it.increment(ec)) {
     if (it->is_directory(ec) && !it->is_symlink(ec)) {
-      if (fs::path m = marker_in(it->path()); !m.empty()) return m;
+      if (fs::path m = run_marker_in(it->path()); !m.empty()) return m;
     }
   }
   return {};
@@ -441,14 +444,17 @@ fs::path check_out_dir(const ExportSource& source, const ExportOptions& options)
   HOTPATH_CHECK(fs::is_directory(out, ec), "export: ", options.out.string(),
                 " exists and is not a directory (pass another --out)");
   if (fs::is_empty(out, ec)) return out;
-  const fs::path run = find_training_run(out);
-  HOTPATH_CHECK(run.empty(), "export: --out ", options.out.string(), run.parent_path() == out ? " is" : " holds",
-                " a training run (", run.string(), "); a package never replaces one: choose another --out");
+  const auto refuse_run = [&options](const fs::path& marker, const char* relation) {
+    HOTPATH_CHECK(marker.empty(), "export: --out ", options.out.string(), relation, " a training run (",
+                  marker.string(), "); a package never replaces one: choose another --out");
+  };
+  refuse_run(run_marker_in(out), " is");
   HOTPATH_CHECK(options.overwrite, "export: ", options.out.string(),
                 " exists and is not empty (pass --overwrite to replace it)");
   HOTPATH_CHECK(is_package_dir(out), "export: ", options.out.string(),
                 " is not a hotpath package (no config.json with hotpath_package); --overwrite replaces only a "
                 "package: choose another --out");
+  refuse_run(run_marker_under(out), " holds");
   return out;
 }
 
