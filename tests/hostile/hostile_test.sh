@@ -423,7 +423,7 @@ open(f"{d}/model.safetensors", "wb").write(raw[:at] + struct.pack("<f", float("n
   grep -q "model.json" err.txt && fail "package-config-truncated: names model.json: $(cat err.txt)"
 fi
 # A text package: attention heads of 0 used to crash serve inside the check meant to catch it.
-mkdir -p bert-ok && cp tok-ok/vocab.txt bert-ok/ && "$py" -c '
+mkdir -p bert-ok && printf '[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n' >bert-ok/vocab.txt && "$py" -c '
 import json
 json.dump({"model_type": "bert", "vocab_size": 6, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
            "intermediate_size": 16, "max_position_embeddings": 16}, open("bert-ok/config.json", "w"))'
