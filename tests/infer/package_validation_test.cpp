@@ -212,8 +212,9 @@ TEST(PackageValidation, AttentionHeadsZeroIsRefusedWithoutDividingByIt) {
                            "| v of width 12, not a multiple of 3 x heads)"},
       {"ln", "eps", 0.0, "node ln (layer_norm) attribute 'eps' is 0, expected a number from 1e-30 to 1"},
       {"ln", "eps", -1e-5, "attribute 'eps' is -1e-05"},
-      {"cls", "dim", 9, "node cls (select) attribute 'dim' is 9, expected an integer from 0 to 7"},
-      {"cls", "index", -1, "node cls (select) attribute 'index' is -1"},
+      {"cls", "dim", 9, "node cls (select) attribute 'dim' is 9, expected an integer from -8 to 7"},
+      {"cls", "dim", -9, "node cls (select) attribute 'dim' is -9"},
+      {"cls", "index", -33554432, "node cls (select) attribute 'index' is -33554432"},
   };
   for (const auto& c : cases) {
     TempDir tmp;

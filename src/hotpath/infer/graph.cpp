@@ -78,7 +78,7 @@ const std::vector<OpRule>& op_rules() {
       {"attention", {}, {}, {integer("heads", 1, kMaxChannels)}, 1, 2},
       {"vit_embed", {"class_token", "pos_embedding"}, {}, {}, 1, 1},
       {"bert_embed", {"word", "position", "ln_weight", "ln_bias"}, {"token_type"}, {number("eps", 1e-30, 1)}, 1, 2},
-      {"select", {}, {}, {integer("dim", 0, 7), integer("index", 0, kMaxIndex)}, 1, 1},
+      {"select", {}, {}, {integer("dim", -8, 7), integer("index", -kMaxIndex, kMaxIndex)}, 1, 1},  // negative: from the end
       {"mean_pool", {}, {}, {}, 2, 2},
       {"l2_normalize", {}, {}, {}, 1, 1},
   };
@@ -273,7 +273,8 @@ void check_neighbour_shapes(const Graph& g) {
       }
     } else if (n.op == "select") {
       const Features in = of(n.input(0));
-      if (!in.image && n.attr_int("dim", 1) <= 1) out = in;  // [B, L, H] along B or L: H stays last
+      const std::int64_t dim = n.attr_int("dim", 1);
+      if (!in.image && (dim >= 0 ? dim <= 1 : dim <= -2)) out = in;  // [B, L, H] along B or L: H stays last
     } else if (n.op == "mean_pool" || n.op == "l2_normalize") {
       const Features in = of(n.input(0));
       if (!in.image) out = in;
