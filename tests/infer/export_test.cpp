@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "hotpath/core/error.h"
+#include "hotpath/core/mapped_file.h"
 #include "hotpath/data/kernels/image.h"
 #include "hotpath/data/tar_writer.h"
 #include "hotpath/infer/classifier.h"
@@ -90,6 +91,27 @@ TEST(Export, ImageRunToInt8PackageCountsCorruptCalibrationSamples) {
   const Classifier c = Classifier::from_dir(pkg.string());
   EXPECT_EQ(c.preprocess().image_size, 12);
   EXPECT_EQ(c.logits(at::randn({2, 1, 12, 12})).sizes(), (std::vector<std::int64_t>{2, 3}));
+}
+
+// Agreement measured on random inputs means nothing for real data: an int8 export without --calibration is written
+// with a warning (console and report) that its accuracy is unknown, and prints no agreement.
+TEST(Export, Int8OnRandomInputsSaysItsAccuracyIsUnknownAndPrintsNoAgreement) {
+  const TempDir dir;
+  models::ModelHandle model;
+  const fs::path run = write_image_run(dir, model);
+  const fs::path pkg = dir.path() / "pkg";
+  const ExportReport r = export_package({.model_dir = run.string()}, {.out = pkg, .precision = Precision::kInt8});
+  EXPECT_EQ(r.json["status"], "accuracy-unknown");
+  EXPECT_NE(r.warning.find("calibrated on random inputs: its accuracy on real data is unknown (pass --calibration "
+                           "SHARDS"),
+            std::string::npos)
+      << r.warning;
+  EXPECT_EQ(r.json["warning"], r.warning);
+  EXPECT_EQ(r.summary.find("agreement"), std::string::npos) << r.summary;
+  EXPECT_NE(r.summary.find("random inputs; accuracy on real data not measured"), std::string::npos) << r.summary;
+  const auto written = nlohmann::json::parse(read_file((pkg / "quantization_report.json").string()));
+  EXPECT_EQ(written["status"], "accuracy-unknown");
+  EXPECT_EQ(read_package_dir(pkg).precision, Precision::kInt8);
 }
 
 TEST(Export, Fp32PackageReloadsWithTheRunsOutputs) {

@@ -192,6 +192,24 @@ TEST(DistEnv, ReadsTorchrunAndRefusesMalformedVariables) {
   EXPECT_FALSE(dist_env_from_environment().distributed());
 }
 
+TEST(DistEnv, TimeoutIsAtLeastOneMillisecondAndRoundsToTheNearest) {
+  Recipe r;
+  r.train.dist_timeout_s = 0.0025;
+  EXPECT_EQ(dist_timeout(r), std::chrono::milliseconds(3));
+  setenv("HOTPATH_DIST_TIMEOUT_S", "0.001", 1);
+  EXPECT_EQ(dist_timeout(r), std::chrono::milliseconds(1));
+  for (const char* bad : {"1e-6", "0", "-1", "86401", "5s"}) {
+    setenv("HOTPATH_DIST_TIMEOUT_S", bad, 1);
+    try {
+      (void)dist_timeout(r);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const hotpath::Error& err) {
+      EXPECT_NE(std::string(err.what()).find("expected seconds in [0.001, 86400]"), std::string::npos) << err.what();
+    }
+  }
+  unsetenv("HOTPATH_DIST_TIMEOUT_S");
+}
+
 TEST(DistEnv, FallsBackToSlurm) {
   setenv("SLURM_PROCID", "3", 1);
   setenv("SLURM_NTASKS", "4", 1);

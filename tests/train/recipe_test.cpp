@@ -92,6 +92,7 @@ TEST(Recipe, RangeChecksNameTheKey) {
   EXPECT_NE(error_of("train: {epochs: 0}").find("train.epochs"), std::string::npos);
   EXPECT_NE(error_of("data: {channels: 1}").find("data.mean"), std::string::npos);  // 3 defaults for 1 channel
   EXPECT_NE(error_of("optimizer: {lr: -1}").find("optimizer.lr"), std::string::npos);
+  EXPECT_NE(error_of("train: {dist_timeout_s: 1.0e-6}").find("train.dist_timeout_s"), std::string::npos);
 }
 
 TEST(Recipe, InvalidYamlNamesLineAndColumn) {

@@ -11,6 +11,7 @@
 #include <functional>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -271,6 +272,31 @@ TEST_F(Trainer, Bf16AutocastTrainsCloseToFp32ButNotIdentically) {
     EXPECT_NEAR(loss, b.at(step), 0.05) << "step " << step;
   }
   EXPECT_NE(a.at(1), b.at(1)) << "bf16 convolutions round differently: autocast must be active";
+}
+
+TEST_F(Trainer, SkippedLabelsAreNamedOnTheConsoleLikeCorruptImages) {
+  const std::string shards = write_shards(dir_, 32, 16);
+  {  // Two samples whose labels the loss would silently ignore (-100) or index past its 4 classes (7).
+    data::ShardWriter bad(dir_.file("d-9%05d.tar"), {});
+    const std::vector<std::uint8_t> px(16 * 16, 128);
+    const auto png = data::encode_png(px.data(), 16, 16, 1);
+    bad.write({"bad-ignore", {{"png", png}, {"cls", test::as_bytes(std::string("-100"))}}});
+    bad.write({"bad-range", {{"png", png}, {"cls", test::as_bytes(std::string("7"))}}});
+    bad.close();
+  }
+  auto o = base_overrides(shards, dir_.file("run"));
+  o.push_back("train.epochs=2");
+  std::ostringstream console;
+  TrainOptions options;
+  options.out = &console;
+  train(make_recipe(o), options);
+  const std::string text = console.str();
+  EXPECT_NE(text.find("epoch 1: 2 bad samples skipped (2 in this run, data.max_bad_samples 100), e.g. "),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("outside [0, 4)"), std::string::npos) << text;
+  EXPECT_NE(text.find("epoch 2: 2 bad samples skipped (4 in this run"), std::string::npos)
+      << "each epoch names the ones it skipped:\n" << text;
 }
 
 TEST_F(Trainer, FrozenPrefixesAndANewHeadFromPartialWeights) {

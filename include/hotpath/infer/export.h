@@ -67,6 +67,9 @@ struct ExportOptions {
 struct ExportReport {
   nlohmann::ordered_json json;  // what quantization_report.json holds
   std::string summary;          // one line for the terminal
+  // Non-empty when the package was written but its accuracy on real data is unknown (an int8 package calibrated on
+  // random inputs: no --calibration); the CLI prints it as a warning, the report holds it under "warning".
+  std::string warning;
 };
 
 // Builds, lowers, converts (bf16 / int8), checks against the source model and writes the package: into a

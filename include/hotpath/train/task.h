@@ -63,6 +63,13 @@ struct Remedies {
       "communication-bound: a larger train.batch_size per rank or train.accum_steps hides the all-reduce";
 };
 
+// Samples the training loader skipped as bad (unreadable image, missing or out-of-range label) in this
+// invocation, and one of their reasons ("shard:offset:member: label -100 outside [0, 10)").
+struct SkippedSamples {
+  std::int64_t count = 0;
+  std::string example;
+};
+
 // The two places a task's trained model goes: the run directory at the end, best/ at the best eval.
 enum class ExportPlace { kRunDir, kBest };
 
@@ -116,6 +123,9 @@ class Task {
   // a resumed run's metrics.jsonl equals an uninterrupted run's byte for byte).
   virtual void add_metrics(nlohmann::ordered_json& line) const { (void)line; }
   virtual void add_profile(nlohmann::ordered_json& profile) const { (void)profile; }
+  // The loop prints a console line at the end of each epoch in which this count grew (a task whose loader
+  // refuses bad data instead of skipping it keeps the default).
+  [[nodiscard]] virtual SkippedSamples skipped_samples() const { return {}; }
   [[nodiscard]] virtual Remedies remedies() const = 0;
 
   // Writes the trained model (the module's current weights) where `place` says under `dir`.

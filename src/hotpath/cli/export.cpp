@@ -83,6 +83,7 @@ void run(const ExportArgs& a) {
                  .overwrite = a.overwrite,
                  .threads = a.threads});
   std::cout << "wrote " << a.out << ": " << r.summary << "\n";
+  if (!r.warning.empty()) std::cerr << "warning: " << r.warning << "\n";
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <charconv>
+#include <cmath>
 #include <optional>
 #include <cstdlib>
 #include <sstream>
@@ -94,10 +95,10 @@ std::chrono::milliseconds dist_timeout(const Recipe& recipe) {
   if (const char* v = env("HOTPATH_DIST_TIMEOUT_S")) {
     const std::string t = v;
     const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), s);
-    HOTPATH_CHECK(ec == std::errc() && ptr == t.data() + t.size() && s > 0 && s <= 86400,
-                  "distributed: $HOTPATH_DIST_TIMEOUT_S='", t, "': expected seconds in (0, 86400]");
+    HOTPATH_CHECK(ec == std::errc() && ptr == t.data() + t.size() && s >= 0.001 && s <= 86400,
+                  "distributed: $HOTPATH_DIST_TIMEOUT_S='", t, "': expected seconds in [0.001, 86400]");
   }
-  return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000));
+  return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(s * 1000)));
 }
 
 std::chrono::milliseconds dist_timeout() { return dist_timeout(Recipe{}); }

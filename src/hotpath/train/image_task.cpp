@@ -149,6 +149,10 @@ class ImageTask final : public Task {
                               {"eval", eval_loader_ ? eval_loader_->stats().bad_samples : 0}};
     profile["train_loader"] = loader_->describe();  // which decode path ran (nvJPEG: images per decoder)
   }
+  [[nodiscard]] SkippedSamples skipped_samples() const override {
+    const std::vector<std::string> reasons = loader_->bad_samples();
+    return {loader_->stats().bad_samples, reasons.empty() ? std::string() : reasons.back()};
+  }
   [[nodiscard]] Remedies remedies() const override {
     return {"input-bound: raise data.workers, use smaller images or uint8 batches",
             "optimizer-bound: fewer parameters, no EMA, or a fused optimizer",

@@ -464,7 +464,8 @@ void validate(const Recipe& r) {
   check_range(t.max_steps >= 0, r, "train.max_steps", ">= 0 (0 = all epochs)");
   check_range(t.scaler_init_scale > 0, r, "train.scaler_init_scale", "> 0");
   check_range(t.scaler_growth_interval >= 1, r, "train.scaler_growth_interval", ">= 1");
-  check_range(t.dist_timeout_s > 0 && t.dist_timeout_s <= 86400, r, "train.dist_timeout_s", "seconds in (0, 86400]");
+  check_range(t.dist_timeout_s >= 0.001 && t.dist_timeout_s <= 86400, r, "train.dist_timeout_s",
+              "seconds in [0.001, 86400] (a timeout under 1 ms would round to 0)");
   check_range(t.ddp_bucket_mb >= 1 && t.ddp_bucket_mb <= 4096, r, "train.ddp_bucket_mb", "MiB in [1, 4096]");
   check_range(t.zero >= 0 && t.zero <= 2, r, "train.zero", "0 (DDP), 1 (ZeRO-1) or 2 (ZeRO-2), got " + std::to_string(t.zero));
   check_range(r.optimizer.lr > 0, r, "optimizer.lr", "> 0");

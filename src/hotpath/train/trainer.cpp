@@ -665,6 +665,16 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
   double train_seconds = 0;
   bool stop = false;
   model.train();
+  std::int64_t skipped_reported = 0;  // bad samples already named on the console
+  const auto report_skipped = [&](std::int64_t epoch_label) {
+    const SkippedSamples skipped = task->skipped_samples();
+    if (quiet || skipped.count <= skipped_reported) return;
+    out << "epoch " << epoch_label << ": " << skipped.count - skipped_reported << " bad sample"
+        << (skipped.count - skipped_reported == 1 ? "" : "s") << " skipped (" << skipped.count
+        << " in this run, data.max_bad_samples " << recipe.data.max_bad_samples << "), e.g. " << skipped.example
+        << '\n';
+    skipped_reported = skipped.count;
+  };
   for (std::int64_t epoch = state.position.epoch; epoch < tr.epochs && !stop && state.step < total_steps; ++epoch) {
     const std::int64_t micro_in_epoch = task->micro_batches_in_epoch(epoch);
     const std::int64_t epoch_steps = steps_in_epoch(epoch);
@@ -831,6 +841,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     }
     train_seconds += seconds(epoch_start, Clock::now());
     if (progress) progress->finish();
+    report_skipped(epoch + 1);
     if (!epoch_done) {
       // Stopped mid-epoch. By a stop request: the checkpoint above is all. By max_steps: evaluate what was
       // trained (logged, not a best/ candidate: a resumed run would not see this eval), then finish.
