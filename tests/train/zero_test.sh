@@ -101,8 +101,10 @@ case "$case_" in
     kill -9 "$victim"
     wait "$tr_pid" && fail "the job exited 0 after rank 1 was killed"
     echo "killed rank 1 at step >= $want"
-    ck=$(ls -d b/checkpoints/step-* | tail -1)
-    echo "latest checkpoint: $ck: $(ls "$ck" | tr '\n' ' ')"
+    # the latest finished checkpoint: a kill during a save leaves step-N.tmp/, which --resume skips and removes
+    ck=$(ls -d b/checkpoints/step-* | grep -v '\.tmp$' | tail -1)
+    leftover=$(ls -d b/checkpoints/step-*.tmp 2>/dev/null | tr '\n' ' ')
+    echo "latest checkpoint: $ck: $(ls "$ck" | tr '\n' ' ')${leftover:+ (unfinished: $leftover)}"
     [ -f "$ck/optimizer.json" ] && [ -f "$ck/optimizer-shard-00000-of-00002.safetensors" ] &&
       [ -f "$ck/optimizer-shard-00001-of-00002.safetensors" ] && [ ! -e "$ck/optimizer.safetensors" ] ||
       fail "$ck: expected optimizer.json and one optimizer shard per rank"

@@ -58,22 +58,6 @@
 
 namespace hotpath::infer {
 
-const char* precision_name(Precision p) {
-  switch (p) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kBf16: return "bf16";
-    case Precision::kInt8: return "int8";
-  }
-  return "fp32";
-}
-
-Precision parse_precision(const std::string& name, const std::string& where) {
-  if (name == "fp32") return Precision::kFp32;
-  if (name == "bf16") return Precision::kBf16;
-  if (name == "int8") return Precision::kInt8;
-  throw Error(where + ": precision '" + name + "' is not one of fp32, bf16, int8");
-}
-
 namespace {
 
 enum class Op { kConv, kMaxPool, kAvgPool, kAdd, kMul, kLinear, kLayerNorm, kAttention, kVitEmbed, kBertEmbed,

@@ -124,7 +124,8 @@ std::string bounds(const AttrRule& r) {
 // One line naming the node, the attribute, its value and what the op expects of it.
 void check_attrs(const Node& node, const OpRule& rule) {
   const auto where = [&](const std::string& key) { return "graph: node " + node.name + " (" + node.op + ") attribute '" + key + "'"; };
-  for (const auto& [key, value] : node.attrs) {
+  for (const auto& entry : node.attrs) {
+    const std::string& key = entry.first;
     if (key == "act" || key == "quant") continue;
     const bool declared = std::any_of(rule.attrs.begin(), rule.attrs.end(), [&](const AttrRule& r) { return r.name == key; });
     HOTPATH_CHECK(declared, where(key), ": not an attribute of ", node.op);
@@ -467,7 +468,8 @@ nlohmann::ordered_json graph_to_json(const Graph& graph) {
     if (!n.attrs.empty()) {
       nlohmann::ordered_json attrs = nlohmann::ordered_json::object();
       for (const auto& [key, value] : n.attrs) {
-        std::visit([&](const auto& v) { attrs[key] = v; }, value);
+        auto& slot = attrs[key];
+        std::visit([&slot](const auto& v) { slot = v; }, value);
       }
       node["attrs"] = std::move(attrs);
     }
