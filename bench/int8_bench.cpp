@@ -5,8 +5,12 @@
 //     and onednn::qlinear_pointwise.tensor with a prepacked weight and a per-tensor u8 activation.
 //   Conv on ResNet-50 layer shapes (batch 4, channels-last): fp32 at::conv2d + relu vs Int8Conv2d::forward
 //     (u8 quantize + qconv_pointwise, relu fused), and with a fused residual add.
+//   hotpath's int8_gemm (the product where LibTorch's _int_mm is a scalar loop: CPUs without AVX512_VNNI) against
+//   that loop and fp32. An AVX2 CPU's view on an AVX-512 one: HOTPATH_MAX_ISA=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2
+//   ONEDNN_MAX_CPU_ISA=AVX2 (docs/benchmarks.md).
 //   hotpath_int8_bench --threads 2 --benchmark_filter=Linear --benchmark_min_time=0.5s
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <benchmark/benchmark.h>
@@ -20,6 +24,7 @@
 
 #include "hotpath/core/cpu.h"
 #include "hotpath/ops/int8_conv.h"
+#include "hotpath/ops/int8_gemm.h"
 #include "hotpath/ops/int8_linear.h"
 
 namespace {
@@ -104,6 +109,42 @@ void IntMmNKView(benchmark::State& s) {
   set_items(s);
 }
 
+// What an AVX2-only CPU runs for _int_mm: LibTorch's scalar loop (taken wherever oneDNN is off or the CPU lacks
+// AVX512_VNNI; here forced by turning oneDNN off for the loop).
+void IntMmScalarLoop(benchmark::State& s) {
+  const LinearFixture f(s);
+  const at::Tensor q = at::randint(-127, 128, f.x.sizes(), at::kChar);
+  const at::Tensor w_kn = at::randint(-127, 128, {s.range(1), s.range(2)}, at::kChar);
+  const bool was = at::globalContext().userEnabledMkldnn();
+  at::globalContext().setUserEnabledMkldnn(false);
+  for (auto _ : s) benchmark::DoNotOptimize(at::_int_mm(q, w_kn));
+  at::globalContext().setUserEnabledMkldnn(was);
+  set_items(s);
+}
+
+// hotpath's int8_gemm (what Int8Linear runs instead there), the variant HOTPATH_MAX_ISA allows.
+void Int8Gemm(benchmark::State& s) {
+  const LinearFixture f(s);
+  const at::Tensor q = at::randint(-127, 128, f.x.sizes(), at::kChar);
+  const hotpath::ops::Int8PackedB w = hotpath::ops::int8_gemm_pack(at::randint(-127, 128, {s.range(1), s.range(2)}, at::kChar));
+  at::Tensor c = at::empty({s.range(0), s.range(2)}, at::kInt);
+  for (auto _ : s) {
+    hotpath::ops::int8_gemm_out(q, w, c);
+    benchmark::DoNotOptimize(c.data_ptr());
+  }
+  set_items(s);
+}
+
+// Int8Linear::forward with hotpath's int8_gemm forced (8-bit weights): the whole op where _int_mm is scalar.
+void LinearInt8HotpathGemm(benchmark::State& s) {
+  const LinearFixture f(s);
+  const auto [w8, scale] = Int8Linear::quantize_weight(f.w);
+  const Int8Linear op = Int8Linear::prepare(w8, scale, f.bias, hotpath::ops::Int8MatmulMode::kAuto,
+                                            hotpath::ops::Int8MatmulKernel::kHotpathGemm);
+  for (auto _ : s) benchmark::DoNotOptimize(op.forward(f.x));
+  set_items(s);
+}
+
 void QuantizeRows(benchmark::State& s) {
   const LinearFixture f(s);
   for (auto _ : s) benchmark::DoNotOptimize(hotpath::ops::int8_quantize_rows(f.x));
@@ -181,6 +222,9 @@ BENCHMARK(LinearInt8Unblocked)->Apply(linear_shapes);
 BENCHMARK(QLinearPointwise)->Apply(linear_shapes);
 BENCHMARK(IntMmKN)->Apply(linear_shapes);
 BENCHMARK(IntMmNKView)->Apply(linear_shapes);
+BENCHMARK(IntMmScalarLoop)->Args({128, 768, 768})->Args({128, 768, 3072})->ArgNames({"M", "K", "N"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(Int8Gemm)->Apply(linear_shapes);
+BENCHMARK(LinearInt8HotpathGemm)->Apply(linear_shapes);
 BENCHMARK(QuantizeRows)->Apply(linear_shapes);
 BENCHMARK(Epilogue)->Apply(linear_shapes);
 BENCHMARK(EpilogueGelu)->Apply(linear_shapes);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "hotpath/core/cpu.h"
@@ -156,21 +157,51 @@ TEST(Int8Linear, SevenBitWeightsStayExactAndCloseToFp32) {
   const double e8 = rel_norm_error(eight.op.forward(x), fp32);
   const double e7 = rel_norm_error(seven.op.forward(x), fp32);
   EXPECT_LT(e7, 0.03);
-  if (int8_matmul_has_vnni()) {
+  // Per CPU: at::_int_mm is oneDNN with VNNI (exact), oneDNN capped below VNNI by ONEDNN_MAX_CPU_ISA (its u8·s8
+  // pairs saturate int16 with 8-bit weights), or, without AVX512_VNNI, LibTorch's scalar loop (exact; replaced by
+  // hotpath's int8_gemm, exact too).
+  const bool saturates = !int8_gemm_replaces_int_mm() && !int8_matmul_has_vnni();
+  if (!saturates) {
     EXPECT_GT(e7, e8);  // a coarser weight grid
   }
-  // The int32 sums themselves: exact with 7-bit weights everywhere, with 8-bit ones only where oneDNN has
-  // VNNI (elsewhere its u8·s8 pairs saturate int16: why kAuto picks 7 bits there).
   const at::Tensor q = int8_quantize_rows(x).first;
   const auto exact = [&](const at::Tensor& w_kn) {
     return at::equal(at::_int_mm(q, w_kn).to(at::kDouble), q.to(at::kDouble).mm(w_kn.to(at::kDouble)));
   };
   EXPECT_TRUE(exact(seven.op.weight_kn()));
-  EXPECT_EQ(exact(eight.op.weight_kn()), int8_matmul_has_vnni());
+  EXPECT_EQ(exact(eight.op.weight_kn()), !saturates);
   EXPECT_TRUE(at::equal(seven.op.forward(x, "relu"), seven.op.forward_reference(x, "relu")));
-  // kAuto picks by the CPU: 8-bit weights exactly where oneDNN has VNNI.
+  EXPECT_EQ(seven.op.uses_int8_gemm(), int8_gemm_replaces_int_mm());
+  // kAuto picks by the CPU: 7-bit weights only where oneDNN runs without VNNI.
   const Layer autod = make_layer(768, 256, true, 3, Int8MatmulMode::kAuto);
-  EXPECT_EQ(autod.op.weight_bits(), int8_matmul_has_vnni() ? 8 : 7);
+  EXPECT_EQ(autod.op.weight_bits(), saturates ? 7 : 8);
+  EXPECT_EQ(autod.op.uses_int8_gemm(), int8_gemm_replaces_int_mm());
+  EXPECT_TRUE(at::equal(autod.op.forward(x, "relu"), autod.op.forward_reference(x, "relu")));
+}
+
+// hotpath's int8_gemm forced where at::_int_mm would run (any CPU): 8-bit weights, the twin's bits at every
+// ISA, bf16 and residual included, odd shapes and a row-blocked batch.
+TEST(Int8Linear, HotpathGemmGivesTheTwinsBitsWithEightBitWeightsAtEveryIsa) {
+  for (const auto& [in, out, rows] : {std::tuple{768, 256, 16}, {13, 5, 3}, {130, 33, 67}, {64, 3072, 1400}}) {
+    at::manual_seed(in + out);
+    const at::Tensor w = at::randn({out, in}) * (1.0 / std::sqrt(static_cast<double>(in)));
+    const at::Tensor b = at::randn({out}) * 0.1;
+    auto [w8, scale] = Int8Linear::quantize_weight(w);
+    const Int8Linear op = Int8Linear::prepare(w8, scale, b, Int8MatmulMode::kAuto, Int8MatmulKernel::kHotpathGemm);
+    EXPECT_TRUE(op.uses_int8_gemm());
+    EXPECT_EQ(op.weight_bits(), 8);
+    const at::Tensor x = at::randn({rows, in});
+    const at::Tensor residual = at::randn({rows, out});
+    for (const Isa isa : levels()) {
+      const cpu::ScopedMaxIsa cap(isa);
+      SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " " + std::to_string(rows) + "x" + std::to_string(in) + "x" +
+                   std::to_string(out));
+      EXPECT_TRUE(at::equal(op.forward(x, "relu", residual), op.forward_reference(x, "relu", residual)));
+      const at::Tensor xb = x.to(at::kBFloat16);
+      EXPECT_TRUE(at::equal(op.forward(xb), op.forward_reference(xb)));
+    }
+    EXPECT_LT(rel_norm_error(op.forward(x), at::linear(x, w, b)), 0.02);
+  }
 }
 
 TEST(Int8Linear, HandlesOddShapes) {
@@ -251,7 +282,9 @@ TEST(Int8Linear, DispatchReportSaysWhatRan) {
       found = true;
       EXPECT_EQ(c.variant, isa == Isa::kScalar ? "portable" : cpu::isa_name(isa));
       EXPECT_NE(c.note.find("at::_int_mm"), std::string::npos) << c.note;
-      EXPECT_NE(c.note.find(int8_matmul_has_vnni() ? "8-bit weights" : "7-bit weights"), std::string::npos);
+      const bool saturates = !int8_gemm_replaces_int_mm() && !int8_matmul_has_vnni();
+      EXPECT_NE(c.note.find(saturates ? "7-bit weights" : "8-bit weights"), std::string::npos) << c.note;
+      EXPECT_EQ(c.note.find("hotpath int8_gemm") != std::string::npos, int8_gemm_replaces_int_mm()) << c.note;
     }
     EXPECT_TRUE(found);
   }

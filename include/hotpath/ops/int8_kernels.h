@@ -22,7 +22,7 @@ namespace hotpath::ops {
 
 // The int8 weights a matmul or convolution runs with (oneDNN's u8·s8 pairs saturate int16 without VNNI).
 enum class Int8MatmulMode {
-  kAuto,          // 8-bit weights where the CPU has VNNI, else 7-bit
+  kAuto,          // 8-bit weights, except 7-bit where oneDNN runs the product without VNNI
   kEightBit,      // keep the 8-bit weights (wrong sums on non-VNNI CPUs: tests and benchmarks only)
   kSevenBitWeights  // requantize the weights to [-63, 63] (twice the scale)
 };
@@ -62,9 +62,13 @@ at::Tensor apply_activation_reference(const at::Tensor& x, std::string_view act)
 // Throws hotpath::Error unless act is one of infer::kActivations.
 void check_activation(std::string_view act, std::string_view where);
 
+// Which product an Int8Linear runs: LibTorch's at::_int_mm or hotpath's int8_gemm (int8_gemm.h). kAuto takes
+// int8_gemm exactly where _int_mm would run its scalar loop (int8_gemm_replaces_int_mm()).
+enum class Int8MatmulKernel { kAuto, kIntMm, kHotpathGemm };
+
 // Whether oneDNN's int8 matmul has VNNI here: the CPU has AVX512_VNNI or AVX_VNNI and ONEDNN_MAX_CPU_ISA
 // (read once) does not cap oneDNN below it. And the matmul's line in reports: "... VNNI ...: 8-bit weights",
-// or "... without VNNI: <why>): 7-bit weights ...".
+// "... without VNNI: <why>): 7-bit weights ...", or "matmul hotpath int8_gemm (...)" where _int_mm is scalar.
 bool int8_matmul_has_vnni();
 const char* int8_linear_matmul_note();
 // The convolution's line: "convolution onednn::qconv_pointwise (u8 x s8, VNNI): 8-bit weights" or the 7-bit one.

@@ -13,10 +13,13 @@
 // chosen by the CPU dispatch (op "int8_linear", core/cpu.h; kernels in int8_kernels.h); forward_reference() is
 // the twin in ATen ops.
 //
-// On CPUs without VNNI oneDNN multiplies u8·s8 pairs into saturating int16 (its "int8 computation
-// nuances"): 8-bit weights then give wrong sums, 7-bit weights ([-63, 63]) give exact ones, 7-bit
-// activations do not help (oneDNN shifts them to u8). prepare() therefore requantizes the weight to
-// 7 bits there (Int8MatmulMode::kAuto), and int8_linear_matmul_note() says so.
+// LibTorch runs _int_mm through oneDNN only on CPUs with AVX512_VNNI; elsewhere its scalar loop would
+// make INT8 13× slower than fp32, so prepare() packs the weight for hotpath's own int8_gemm there
+// (int8_gemm.h: AVX-512BW/AVX2 vpmaddubsw with exact sums, 8-bit weights). Where oneDNN runs without
+// VNNI (ONEDNN_MAX_CPU_ISA capped below it) it multiplies u8·s8 pairs into saturating int16 (its "int8
+// computation nuances"): 8-bit weights then give wrong sums, 7-bit weights ([-63, 63]) exact ones, so
+// prepare() requantizes the weight to 7 bits there (Int8MatmulMode::kAuto). int8_linear_matmul_note() says
+// which of the three runs.
 // onednn::qlinear_pointwise.tensor (prepacked weight, oneDNN's own fused epilogue) was measured too
 // (bench/int8_bench.cpp, one thread, busy 2-core AVX-512 VNNI): faster at 768→3072 (~120 vs ~150 ms at
 // M = 4096: no int32 round trip), twice as slow at 3072→768 (~134 vs ~71 ms; part of it the bench's unfused ATen abs().max() for the
@@ -31,6 +34,7 @@
 #include <string_view>
 #include <utility>
 
+#include "hotpath/ops/int8_gemm.h"
 #include "hotpath/ops/int8_kernels.h"
 
 namespace hotpath::ops {
@@ -43,8 +47,10 @@ class Int8Linear {
 
   // weight int8 [O, I], weight_scale f32 [O] (> 0), bias f32 [O] or undefined. Throws hotpath::Error
   // naming the argument and what was expected.
+  // kernel: which product runs (kAuto: hotpath's int8_gemm where at::_int_mm would be scalar, int8_gemm.h).
   static Int8Linear prepare(const at::Tensor& weight_int8, const at::Tensor& weight_scale, const at::Tensor& bias,
-                            Int8MatmulMode mode = Int8MatmulMode::kAuto);
+                            Int8MatmulMode mode = Int8MatmulMode::kAuto,
+                            Int8MatmulKernel kernel = Int8MatmulKernel::kAuto);
 
   // x [..., I] float32 or bfloat16 → [..., O] in x's dtype. act is one of infer::kActivations (graph.h);
   // residual (optional, [..., O], f32 or bf16) is added before the activation.
@@ -69,6 +75,8 @@ class Int8Linear {
   [[nodiscard]] std::int64_t in_features() const { return weight_kn_.size(0); }
   [[nodiscard]] std::int64_t out_features() const { return weight_kn_.size(1); }
   [[nodiscard]] int weight_bits() const { return weight_bits_; }
+  // Whether forward() multiplies with hotpath's int8_gemm (its packed weight) rather than at::_int_mm.
+  [[nodiscard]] bool uses_int8_gemm() const { return packed_.data.defined(); }
   // The weight as stored for the matmul, int8 [I, O] contiguous, and its scales (7-bit ones included).
   [[nodiscard]] const at::Tensor& weight_kn() const { return weight_kn_; }
   [[nodiscard]] const at::Tensor& weight_scale() const { return weight_scale_; }
@@ -78,6 +86,7 @@ class Int8Linear {
   at::Tensor weight_kn_;     // int8 [I, O] contiguous: _int_mm's mat2
   at::Tensor weight_scale_;  // f32 [O]
   at::Tensor bias_;          // f32 [O] or undefined
+  Int8PackedB packed_;       // weight_kn_ packed for int8_gemm_out, where that runs (else empty)
   int weight_bits_ = 8;
 };
 

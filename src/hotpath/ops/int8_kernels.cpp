@@ -1,6 +1,7 @@
 #include "hotpath/ops/int8_kernels.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 
@@ -15,6 +16,7 @@
 
 #include "hotpath/core/cpu.h"
 #include "hotpath/core/error.h"
+#include "hotpath/ops/int8_gemm.h"
 #include "serial_note.h"
 
 namespace hotpath::ops {
@@ -196,9 +198,15 @@ const MatmulIsa& matmul_isa() {
     const std::string cap = onednn_cap_without_vnni();
     m.vnni = cpu_vnni && cap.empty();
     const std::string why = !cpu_vnni ? "this CPU lacks VNNI" : cap;
-    m.note = m.vnni ? "matmul at::_int_mm (oneDNN, VNNI; not capped by HOTPATH_MAX_ISA): 8-bit weights"
-                    : "matmul at::_int_mm (oneDNN without VNNI: " + why +
-                          "): 7-bit weights (its u8*s8 pairs saturate int16 with 8-bit ones)";
+    if (int8_gemm_replaces_int_mm()) {
+      m.note = std::string("matmul hotpath int8_gemm (op int8_gemm; at::_int_mm would run its scalar loop: ") +
+               (at::globalContext().userEnabledMkldnn() ? "this CPU lacks AVX512_VNNI" : "oneDNN is disabled") +
+               "): 8-bit weights";
+    } else {
+      m.note = m.vnni ? "matmul at::_int_mm (oneDNN, VNNI; not capped by HOTPATH_MAX_ISA): 8-bit weights"
+                      : "matmul at::_int_mm (oneDNN without VNNI: " + why +
+                            "): 7-bit weights (its u8*s8 pairs saturate int16 with 8-bit ones)";
+    }
     m.conv_note = m.vnni ? "convolution onednn::qconv_pointwise (u8 x s8, VNNI): 8-bit weights"
                          : "convolution onednn::qconv_pointwise (u8 x s8 without VNNI: " + why + "): 7-bit weights";
     return m;

@@ -28,7 +28,7 @@ std::pair<at::Tensor, at::Tensor> Int8Linear::quantize_weight(const at::Tensor& 
 }
 
 Int8Linear Int8Linear::prepare(const at::Tensor& weight_int8, const at::Tensor& weight_scale, const at::Tensor& bias,
-                               Int8MatmulMode mode) {
+                               Int8MatmulMode mode, Int8MatmulKernel kernel) {
   HOTPATH_CHECK(weight_int8.defined() && weight_int8.scalar_type() == at::kChar && weight_int8.dim() == 2,
                 "Int8Linear: weight must be int8 [out_features, in_features]; got ",
                 weight_int8.defined() ? weight_int8.toString() : std::string("undefined"), " ",
@@ -49,13 +49,18 @@ Int8Linear Int8Linear::prepare(const at::Tensor& weight_int8, const at::Tensor& 
   Int8Linear op;
   at::Tensor w = weight_int8.to(at::kCPU);
   at::Tensor scale = weight_scale.to(at::kCPU).clone();
-  const bool seven_bit = mode == Int8MatmulMode::kSevenBitWeights || (mode == Int8MatmulMode::kAuto && !int8_matmul_has_vnni());
+  const bool own_gemm = kernel == Int8MatmulKernel::kHotpathGemm ||
+                        (kernel == Int8MatmulKernel::kAuto && int8_gemm_replaces_int_mm());
+  // 7 bits only where oneDNN's product saturates int16 (it runs without VNNI); int8_gemm is exact at 8.
+  const bool seven_bit = mode == Int8MatmulMode::kSevenBitWeights ||
+                         (mode == Int8MatmulMode::kAuto && !own_gemm && !int8_matmul_has_vnni());
   if (seven_bit) {  // w·(63/127) rounded: the largest |w| = 127 maps to 63 exactly, the scale grows to match
     w = at::round(w.to(at::kFloat) * (63.0 / 127.0)).clamp(-63, 63).to(at::kChar);
     scale = scale * (127.0F / 63.0F);
     op.weight_bits_ = 7;
   }
   op.weight_kn_ = w.t().contiguous();
+  if (own_gemm) op.packed_ = int8_gemm_pack(op.weight_kn_);
   op.weight_scale_ = scale.contiguous();
   if (bias.defined()) op.bias_ = bias.detach().to(at::kCPU, at::kFloat).contiguous();
   return op;
@@ -145,7 +150,11 @@ void Int8Linear::forward_out(const at::Tensor& x, std::string_view act, const at
   for (std::int64_t m0 = 0; m0 < m; m0 += block) {
     const std::int64_t len = std::min(block, m - m0);
     at::Tensor acc_block = buf.acc.narrow(0, 0, len);
-    at::_int_mm_out(acc_block, q.narrow(0, m0, len), weight_kn_);
+    if (packed_.data.defined()) {
+      int8_gemm_out(q.narrow(0, m0, len), packed_, acc_block);
+    } else {
+      at::_int_mm_out(acc_block, q.narrow(0, m0, len), weight_kn_);
+    }
     at::Tensor out_block = out2.narrow(0, m0, len);
     int8_dequantize_epilogue_out(acc_block, x_scale.narrow(0, m0, len), weight_scale_, bias_,
                                  r.defined() ? r.narrow(0, m0, len) : r, act, out_block);
@@ -163,7 +172,8 @@ at::Tensor Int8Linear::forward_reference(const at::Tensor& x, std::string_view a
   absmax = at::where(absmax == 0, qmax, absmax);
   const at::Tensor x_scale = absmax / qmax;
   const at::Tensor q = at::round(rows * (qmax / absmax).unsqueeze(1)).clamp(-127, 127).to(at::kChar);
-  at::Tensor y = at::_int_mm(q, weight_kn_).to(at::kFloat) * x_scale.unsqueeze(1) * weight_scale_;
+  // The exact int32 sums (in double: exact below 2^53), whichever product forward() runs; float as the sums.
+  at::Tensor y = q.to(at::kDouble).mm(weight_kn_.to(at::kDouble)).to(at::kFloat) * x_scale.unsqueeze(1) * weight_scale_;
   if (bias_.defined()) y = y + bias_;
   if (r.defined()) y = y + r.to(at::kFloat);
   return apply_activation_reference(y, act).to(x.scalar_type()).view(shape);

@@ -1,0 +1,45 @@
+// hotpath/ops/int8_gemm.h — hotpath's own s8·s8 → s32 matrix product, for the CPUs where LibTorch's
+// at::_int_mm has no fast path.
+//
+//   const Int8PackedB b = int8_gemm_pack(w_kn);   // int8 [K, N], once, at load
+//   int8_gemm_out(q, b, acc);                      // q int8 [M, K] → acc int32 [M, N]
+//
+// LibTorch runs _int_mm through oneDNN only where at::cpu::is_avx512_vnni_supported() (and oneDNN is
+// enabled); everywhere else — AVX2-only CPUs, AVX-512 without VNNI, AVX-VNNI-only clients — it takes a
+// scalar loop, 13× slower than an fp32 GEMM (issue 29). int8_gemm_replaces_int_mm() asks LibTorch that
+// same question, so Int8Linear takes this GEMM exactly where _int_mm would be scalar.
+//
+// The kernels multiply with vpmaddubsw on |a| and b·sign(a) (vpsignb; AVX-512: a masked negate), then
+// vpmaddwd into int32: a pair of products is at most 2·128·127 = 32512, so the int16 step never
+// saturates and the sums are exact for any a and b in [-127, 127] (8-bit weights, no 7-bit requantization).
+// B is packed once into panels of 16 columns × 4 k (K and N zero-padded). Variants: AVX-512BW, AVX2 and a
+// portable loop over the same packing, chosen by the CPU dispatch (op "int8_gemm", core/cpu.h); all give
+// the same int32 sums, equal to at::_int_mm's.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace hotpath::ops {
+
+// B [K, N] packed for int8_gemm_out: panels of 16 columns; within a panel, groups of 4 k, each group 16
+// columns × 4 bytes (column-major within the group).
+struct Int8PackedB {
+  at::Tensor data;  // int8, ceil(N/16) · ceil(K/4) · 64 bytes
+  std::int64_t k = 0;
+  std::int64_t n = 0;
+};
+
+// Packs b (int8 [K, N], any strides, values in [-127, 127]: -128 is refused, its negation overflows).
+Int8PackedB int8_gemm_pack(const at::Tensor& b);
+
+// c [M, N] (int32, contiguous rows: stride(1) == 1) = a [M, K] (int8, contiguous) · B. Exact.
+void int8_gemm_out(const at::Tensor& a, const Int8PackedB& b, const at::Tensor& c);
+
+// Whether LibTorch's at::_int_mm takes its scalar loop here (no oneDNN int8 matmul: the CPU lacks
+// AVX512_VNNI, or oneDNN is disabled): where Int8Linear runs int8_gemm_out instead. Asked of LibTorch
+// each call (cheap), as _int_mm itself does.
+bool int8_gemm_replaces_int_mm();
+
+}  // namespace hotpath::ops
