@@ -160,7 +160,7 @@ TEST(Int8Linear, SevenBitWeightsStayExactAndCloseToFp32) {
   // Per CPU: at::_int_mm is oneDNN with VNNI (exact), oneDNN capped below VNNI by ONEDNN_MAX_CPU_ISA (its u8·s8
   // pairs saturate int16 with 8-bit weights), or, without AVX512_VNNI, LibTorch's scalar loop (exact; replaced by
   // hotpath's int8_gemm, exact too).
-  const bool saturates = !int8_gemm_replaces_int_mm() && !int8_matmul_has_vnni();
+  const bool saturates = !int8_gemm_by_default() && !int8_matmul_has_vnni();
   if (!saturates) {
     EXPECT_GT(e7, e8);  // a coarser weight grid
   }
@@ -171,11 +171,11 @@ TEST(Int8Linear, SevenBitWeightsStayExactAndCloseToFp32) {
   EXPECT_TRUE(exact(seven.op.weight_kn()));
   EXPECT_EQ(exact(eight.op.weight_kn()), !saturates);
   EXPECT_TRUE(at::equal(seven.op.forward(x, "relu"), seven.op.forward_reference(x, "relu")));
-  EXPECT_EQ(seven.op.uses_int8_gemm(), int8_gemm_replaces_int_mm());
+  EXPECT_EQ(seven.op.uses_int8_gemm(), int8_gemm_by_default());
   // kAuto picks by the CPU: 7-bit weights only where oneDNN runs without VNNI.
   const Layer autod = make_layer(768, 256, true, 3, Int8MatmulMode::kAuto);
   EXPECT_EQ(autod.op.weight_bits(), saturates ? 7 : 8);
-  EXPECT_EQ(autod.op.uses_int8_gemm(), int8_gemm_replaces_int_mm());
+  EXPECT_EQ(autod.op.uses_int8_gemm(), int8_gemm_by_default());
   EXPECT_TRUE(at::equal(autod.op.forward(x, "relu"), autod.op.forward_reference(x, "relu")));
 }
 
@@ -281,10 +281,10 @@ TEST(Int8Linear, DispatchReportSaysWhatRan) {
       if (c.op != "int8_linear") continue;
       found = true;
       EXPECT_EQ(c.variant, isa == Isa::kScalar ? "portable" : cpu::isa_name(isa));
-      EXPECT_NE(c.note.find("at::_int_mm"), std::string::npos) << c.note;
-      const bool saturates = !int8_gemm_replaces_int_mm() && !int8_matmul_has_vnni();
+      EXPECT_NE(c.note.find(int8_gemm_by_default() ? "hotpath int8_gemm" : "at::_int_mm"), std::string::npos) << c.note;
+      const bool saturates = !int8_gemm_by_default() && !int8_matmul_has_vnni();
       EXPECT_NE(c.note.find(saturates ? "7-bit weights" : "8-bit weights"), std::string::npos) << c.note;
-      EXPECT_EQ(c.note.find("hotpath int8_gemm") != std::string::npos, int8_gemm_replaces_int_mm()) << c.note;
+      EXPECT_EQ(c.note.find("hotpath int8_gemm") != std::string::npos, int8_gemm_by_default()) << c.note;
     }
     EXPECT_TRUE(found);
   }

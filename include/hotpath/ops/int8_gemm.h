@@ -42,4 +42,9 @@ void int8_gemm_out(const at::Tensor& a, const Int8PackedB& b, const at::Tensor& 
 // each call (cheap), as _int_mm itself does.
 bool int8_gemm_replaces_int_mm();
 
+// What Int8MatmulKernel::kAuto runs: $HOTPATH_INT8_MATMUL (read once) = "int8_gemm" or "int_mm" forces one
+// (benchmarks: an AVX2 CPU's product on a VNNI one), "auto" or unset: int8_gemm exactly where
+// int8_gemm_replaces_int_mm(). Another value throws hotpath::Error naming the variable.
+bool int8_gemm_by_default();
+
 }  // namespace hotpath::ops

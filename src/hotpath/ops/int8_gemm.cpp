@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 #include "hotpath/core/cpu.h"
 #include "hotpath/core/error.h"
@@ -263,6 +265,17 @@ void int8_gemm_out(const at::Tensor& a, const Int8PackedB& b, const at::Tensor& 
 bool int8_gemm_replaces_int_mm() {
   // at::native::_int_mm_out_cpu: oneDNN when userEnabledMkldnn() && is_avx512_vnni_supported(), else its loop.
   return !(at::globalContext().userEnabledMkldnn() && at::cpu::is_avx512_vnni_supported());
+}
+
+bool int8_gemm_by_default() {
+  static const int forced = [] {
+    const char* v = std::getenv("HOTPATH_INT8_MATMUL");  // NOLINT(concurrency-mt-unsafe): read once
+    if (v == nullptr || std::string_view(v).empty() || std::string_view(v) == "auto") return -1;
+    if (std::string_view(v) == "int8_gemm") return 1;
+    if (std::string_view(v) == "int_mm") return 0;
+    throw Error(std::string("$HOTPATH_INT8_MATMUL: '") + v + "' is not one of auto, int8_gemm, int_mm");
+  }();
+  return forced < 0 ? int8_gemm_replaces_int_mm() : forced == 1;
 }
 
 }  // namespace hotpath::ops

@@ -198,10 +198,11 @@ const MatmulIsa& matmul_isa() {
     const std::string cap = onednn_cap_without_vnni();
     m.vnni = cpu_vnni && cap.empty();
     const std::string why = !cpu_vnni ? "this CPU lacks VNNI" : cap;
-    if (int8_gemm_replaces_int_mm()) {
-      m.note = std::string("matmul hotpath int8_gemm (op int8_gemm; at::_int_mm would run its scalar loop: ") +
-               (at::globalContext().userEnabledMkldnn() ? "this CPU lacks AVX512_VNNI" : "oneDNN is disabled") +
-               "): 8-bit weights";
+    if (int8_gemm_by_default()) {
+      const std::string reason = !int8_gemm_replaces_int_mm()                ? "forced by HOTPATH_INT8_MATMUL=int8_gemm"
+                              : at::globalContext().userEnabledMkldnn() ? "at::_int_mm would run its scalar loop: this CPU lacks AVX512_VNNI"
+                                                                        : "at::_int_mm would run its scalar loop: oneDNN is disabled";
+      m.note = "matmul hotpath int8_gemm (op int8_gemm; " + reason + "): 8-bit weights";
     } else {
       m.note = m.vnni ? "matmul at::_int_mm (oneDNN, VNNI; not capped by HOTPATH_MAX_ISA): 8-bit weights"
                       : "matmul at::_int_mm (oneDNN without VNNI: " + why +

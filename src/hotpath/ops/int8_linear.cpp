@@ -50,7 +50,7 @@ Int8Linear Int8Linear::prepare(const at::Tensor& weight_int8, const at::Tensor& 
   at::Tensor w = weight_int8.to(at::kCPU);
   at::Tensor scale = weight_scale.to(at::kCPU).clone();
   const bool own_gemm = kernel == Int8MatmulKernel::kHotpathGemm ||
-                        (kernel == Int8MatmulKernel::kAuto && int8_gemm_replaces_int_mm());
+                        (kernel == Int8MatmulKernel::kAuto && int8_gemm_by_default());
   // 7 bits only where oneDNN's product saturates int16 (it runs without VNNI); int8_gemm is exact at 8.
   const bool seven_bit = mode == Int8MatmulMode::kSevenBitWeights ||
                          (mode == Int8MatmulMode::kAuto && !own_gemm && !int8_matmul_has_vnni());
