@@ -236,6 +236,17 @@ expect_error("token id past the vocabulary", 400, "POST", "/v2/models/emb/infer"
     {"name": "token_type_ids", "shape": [1, 2], "datatype": "INT64", "data": [0, 0]}]}), contains="input_ids")
 expect_error("unknown output", 400, "POST", "/v2/models/img/infer",
              json.dumps({**json.loads(infer_body()), "outputs": [{"name": "nope"}]}), contains="unknown output 'nope'")
+# Shape arithmetic: no element, but strides past int64 (was a 500 carrying LibTorch's whole backtrace).
+status, _, data = request("POST", "/v2/models/img/infer", infer_body(shape=[0, 2**30, 2**30, 2**30], data=[]))
+check(status == 400 and b"inputs[0].shape" in data and data.count(b"\n") <= 1 and b"frame #" not in data,
+      f"shape [0, 2^30, 2^30, 2^30]: expected one 400 line naming inputs[0].shape, got {status} {data[:300]!r}")
+still_serving("shape [0, 2^30, 2^30, 2^30]")
+# A JPEG to a text model: one 400 for the body, never "291 texts".
+jpeg = open(png, "rb").read()
+expect_error("an image to a text model", 400, "POST", "/v1/models/txt/classify", jpeg, {"Content-Type": "image/png"},
+             contains="not text")
+expect_error("binary as text/plain to a text model", 400, "POST", "/v1/models/emb/embed", b"\xff\xd8\xff\xe0\n" * 300,
+             {"Content-Type": "text/plain"}, contains="not UTF-8 text")
 expect_error("unknown model", 404, "POST", "/v2/models/nope/infer", infer_body(), contains="unknown model 'nope'")
 expect_error("unknown version", 404, "POST", "/v2/models/img/versions/7/infer", infer_body(), contains="version")
 expect_error("unknown route", 404, "GET", "/v3/whatever", contains="no route")

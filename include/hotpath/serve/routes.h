@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hotpath/serve/http_server.h"
@@ -25,6 +26,13 @@ struct RouterOptions {
   std::FILE* log = stderr;  // one JSON line per request; nullptr: none
   int default_top_k = 5;    // /v1 classify without ?top_k=
 };
+
+// The texts of a /v1 classify or embed body: JSON lines (a string or {"text": ...} per line) for
+// application/json[l] and application/x-ndjson, else one text per line; blank lines are skipped. A body that is
+// not UTF-8, holds a NUL byte, or comes as a binary Content-Type (image/*, audio/*, video/*,
+// application/octet-stream) is a ServeError 400 naming the offset: a JPEG is refused whole, never split into
+// "texts" at its 0x0a bytes.
+std::vector<std::string> body_texts(std::string_view body, std::string_view content_type);
 
 class Router {
  public:

@@ -67,8 +67,11 @@ std::string_view HttpRequest::query() const {
 HttpResponse json_error(int status, std::string_view message) {
   HttpResponse r;
   r.status = status;
+  // One line, whatever the message: a line break becomes a space (one_line_message() folds them better upstream).
+  std::string line(message);
+  std::replace_if(line.begin(), line.end(), [](char c) { return c == '\n' || c == '\r'; }, ' ');
   // error_handler_t::replace: a message quoting a client's invalid UTF-8 must still be valid JSON.
-  r.body = nlohmann::json{{"error", std::string(message)}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  r.body = nlohmann::json{{"error", std::move(line)}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return r;
 }
 

@@ -16,6 +16,7 @@
 #include "hotpath/core/error.h"
 #include "hotpath/core/json.h"
 #include "hotpath/serve/kserve.h"
+#include "hotpath/text/bert_normalizer.h"
 
 namespace hotpath::serve {
 
@@ -112,14 +113,29 @@ std::span<const std::uint8_t> tensor_bytes(const at::Tensor& t) {
   return {static_cast<const std::uint8_t*>(t.data_ptr()), static_cast<std::size_t>(t.nbytes())};
 }
 
-// Texts of a /v1 body: JSON lines (a string or {"text": ...} per line) or plain text, one per line; blank
-// lines are skipped.
-std::vector<std::string> body_texts(const HttpRequest& request) {
-  const std::string_view type = request.header("content-type");
-  const bool jsonl = type.starts_with("application/jsonl") || type.starts_with("application/x-ndjson") ||
-                     type.starts_with("application/json");
+}  // namespace
+
+std::vector<std::string> body_texts(std::string_view body, std::string_view content_type) {
+  const bool jsonl = content_type.starts_with("application/jsonl") || content_type.starts_with("application/x-ndjson") ||
+                     content_type.starts_with("application/json");
+  const bool binary = content_type.starts_with("image/") || content_type.starts_with("audio/") ||
+                      content_type.starts_with("video/") || content_type.starts_with("application/octet-stream");
+  if (binary) {
+    throw ServeError(400, "body: Content-Type " + printable(content_type, 64) +
+                              " is not text: a text model takes text/plain (one text per line) or application/jsonl");
+  }
+  // A JPEG or any binary body is refused whole, before it is split into "texts" at its 0x0a bytes.
+  if (const std::size_t bad = text::find_invalid_utf8(body); bad != std::string_view::npos) {
+    char byte[8];
+    std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned char>(body[bad]));
+    throw ServeError(400, "body: not UTF-8 text (byte " + std::string(byte) + " at offset " + std::to_string(bad) +
+                              "): a text model takes text/plain (one text per line) or application/jsonl");
+  }
+  if (const std::size_t nul = body.find('\0'); nul != std::string_view::npos) {
+    throw ServeError(400, "body: a NUL byte at offset " + std::to_string(nul) +
+                              " (binary data, not text): a text model takes text/plain or application/jsonl");
+  }
   std::vector<std::string> texts;
-  std::string_view body = request.body;
   std::size_t line_number = 0;
   while (!body.empty()) {
     const std::size_t nl = body.find('\n');
@@ -145,6 +161,8 @@ std::vector<std::string> body_texts(const HttpRequest& request) {
   }
   return texts;
 }
+
+namespace {
 
 // A request with a method its route does not take: 405 with Allow.
 struct WrongMethod {
@@ -198,9 +216,9 @@ void Router::handle(HttpRequest request, const Responder& respond) {
   } catch (const ServeError& e) {
     finish(*call, error_response(e), nullptr);
   } catch (const Error& e) {  // the codec's and parsers' bad-input errors
-    finish(*call, json_error(400, e.what()), nullptr);
-  } catch (const std::exception& e) {
-    finish(*call, json_error(500, std::string("internal error: ") + e.what()), nullptr);
+    finish(*call, json_error(400, one_line_message(e)), nullptr);
+  } catch (const std::exception& e) {  // LibTorch's c10::Error among others: its message, never its backtrace
+    finish(*call, json_error(500, "internal error: " + one_line_message(e)), nullptr);
   }
 }
 
@@ -355,7 +373,7 @@ void Router::route(const std::shared_ptr<Call>& call) {
       } catch (const ServeError& e) {
         finish(*call, error_response(e), nullptr);
       } catch (const std::exception& e) {
-        finish(*call, json_error(500, e.what()), nullptr);
+        finish(*call, json_error(500, "internal error: " + one_line_message(e)), nullptr);
       }
     });
     return;
@@ -375,7 +393,7 @@ void Router::route(const std::shared_ptr<Call>& call) {
       const auto* data = reinterpret_cast<const std::uint8_t*>(req.body.data());
       inputs = runner.inputs_from_image({data, req.body.size()});
     } else {
-      const std::vector<std::string> lines = body_texts(req);
+      const std::vector<std::string> lines = body_texts(req.body, req.header("content-type"));
       inputs = runner.inputs_from_texts(lines);
     }
     int top_k = options_.default_top_k;
@@ -426,7 +444,7 @@ void Router::route(const std::shared_ptr<Call>& call) {
       } catch (const ServeError& e) {
         finish(*call, error_response(e), nullptr);
       } catch (const std::exception& e) {
-        finish(*call, json_error(500, e.what()), nullptr);
+        finish(*call, json_error(500, "internal error: " + one_line_message(e)), nullptr);
       }
     });
     return;
