@@ -61,7 +61,7 @@ ok = [l for l in lines if l["status"] == 200 and l["model"] == "img" and l["path
 assert ok and all(l["batch"] >= 1 and l["compute_us"] > 0 for l in ok), ok[:3]
 assert any(l["status"] == 400 for l in lines) and any(l["status"] == 404 for l in lines)
 # Answers the transport gave itself (the slow client's 408, the oversized body's 413) are logged too.
-assert any(l["status"] == 408 and "request_timeout" in l["error"] for l in lines), "no 408 line"
+assert any(l["status"] == 408 and "--request-timeout-ms" in l["error"] for l in lines), "no 408 line"
 assert any(l["status"] == 413 and "max-body-bytes" in l["error"] for l in lines), "no 413 line"
 PY
 

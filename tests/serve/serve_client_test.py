@@ -275,7 +275,7 @@ while b"\r\n\r\n" not in reply:
         break
     reply += chunk
 waited = time.time() - t0
-check(reply.startswith(b"HTTP/1.1 408") and b"request_timeout" in reply, f"slow client: {reply[:200]!r}")
+check(reply.startswith(b"HTTP/1.1 408") and b"--request-timeout-ms" in reply, f"slow client: {reply[:200]!r}")
 check(1.0 < waited < 8, f"slow client cut off after {waited:.1f} s (request timeout 1.5 s)")
 slow.close()
 still_serving("slow client")

@@ -7,9 +7,13 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <numeric>
 #include <string_view>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -183,8 +187,65 @@ std::string models_list(const std::vector<ModelRunner*>& models) {
 
 }  // namespace
 
+// The parse threads: a FIFO of calls, no bound of its own (each connection holds at most one request, and the
+// transport bounds connections and buffered bytes).
+struct Router::Workers {
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::deque<std::function<void()>> tasks;
+  bool stopping = false;
+  std::vector<std::thread> threads;
+
+  explicit Workers(int count) {
+    for (int i = 0; i < count; ++i) threads.emplace_back([this] { run(); });
+  }
+  Workers(const Workers&) = delete;
+  Workers& operator=(const Workers&) = delete;
+  ~Workers() { stop(); }
+
+  bool post(std::function<void()> task) {
+    {
+      std::lock_guard lock(mutex);
+      if (stopping) return false;
+      tasks.push_back(std::move(task));
+    }
+    wake.notify_one();
+    return true;
+  }
+  void run() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock lock(mutex);
+        wake.wait(lock, [&] { return stopping || !tasks.empty(); });
+        if (tasks.empty()) return;  // stopping, and nothing left
+        task = std::move(tasks.front());
+        tasks.pop_front();
+      }
+      task();  // dispatch() answers every failure itself
+    }
+  }
+  void stop() {
+    {
+      std::lock_guard lock(mutex);
+      stopping = true;
+    }
+    wake.notify_all();
+    for (std::thread& t : threads) t.join();
+    threads.clear();
+  }
+};
+
 Router::Router(std::vector<ModelRunner*> models, Metrics& metrics, RouterOptions options)
-    : models_(std::move(models)), metrics_(metrics), options_(options) {}
+    : models_(std::move(models)), metrics_(metrics), options_(std::move(options)) {
+  HOTPATH_CHECK(options_.parse_threads >= 1 && options_.parse_threads <= 64, "serve: --parse-threads ",
+                options_.parse_threads, " out of range (1..64)");
+  workers_ = std::make_unique<Workers>(options_.parse_threads);
+}
+
+Router::~Router() { stop_workers(); }
+
+void Router::stop_workers() { workers_->stop(); }
 
 void Router::begin_drain() { draining_ = true; }
 
@@ -207,6 +268,15 @@ ModelRunner& Router::model(const std::string& name, const std::string& version) 
 
 void Router::handle(HttpRequest request, const Responder& respond) {
   auto call = std::make_shared<Call>(Call{std::move(request), respond, {}, {}});
+  const bool work = call->request.body.size() > options_.inline_body_bytes || call->request.path().starts_with("/v1/");
+  if (!work) return dispatch(call);
+  if (!workers_->post([this, call] { dispatch(call); })) {
+    call->id = "r" + std::to_string(next_id_++);
+    finish(*call, json_error(503, "the server is shutting down"), nullptr);
+  }
+}
+
+void Router::dispatch(const std::shared_ptr<Call>& call) {
   try {
     route(call);
   } catch (const WrongMethod& e) {
@@ -277,6 +347,7 @@ void Router::route(const std::shared_ptr<Call>& call) {
     HttpResponse r;
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
     r.body = metrics_.render_prometheus();
+    if (options_.transport_stats) r.body += render_transport_prometheus(options_.transport_stats());
     return finish(*call, std::move(r), nullptr);
   }
   if (seg.empty() || (seg[0] != "v2" && seg[0] != "v1")) {
