@@ -50,6 +50,14 @@ engine = np.array(json.loads(open(sys.argv[2]).readline()), np.float32)
 assert served.shape == engine.shape and np.allclose(served, engine, atol=1e-5), (served, engine)
 PY
 
+# curl uploading a body over --max-body-bytes (200000) sees the 413 and its JSON, not "connection reset" (issue 28):
+# the server reads and drops the rest of the body before it closes.
+head -c 3000000 /dev/zero > big.bin
+code=$(curl -s -o big.out -w '%{http_code}' -H 'Expect:' --data-binary @big.bin "http://127.0.0.1:$port/v2/models/emb/infer")
+rc=$?
+[ "$rc" -eq 0 ] && [ "$code" = 413 ] && grep -q -- '--max-body-bytes' big.out \
+  || fail "curl 3 MB upload: curl exit $rc, HTTP $code: $(head -c 300 big.out 2>/dev/null)"
+
 # One JSON log line per request, with the fields the issue names.
 "$py" - server.err <<'PY' || fail "the JSON request log lacks lines or fields"
 import json, sys
