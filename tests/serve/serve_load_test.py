@@ -8,11 +8,12 @@
   sigterm HOST:PORT CLIENTS PID LOG     clients loop until the server goes away; SIGTERM to PID meanwhile: every request
                                         sent before the signal is answered (200 or 503, never dropped), every 200 is
                                         right, and the server's log has exactly as many 200s as the clients got
-  hostile HOST:PORT PID BUDGET_MB       while slow clients trickle headers, large JSON bodies are parsed, clients hold
-                                        60 MB bodies and connections pass --max-connections: a health check and a
-                                        small infer on an open connection stay within RATIO x their idle latency
-                                        (medians, measured in this run), every refusal is a one-line JSON 503/408, and
-                                        the server's peak RSS grows by less than BUDGET_MB + 256 MB
+  hostile HOST:PORT PID BUDGET_MB       while slow clients trickle headers, 28 MB JSON bodies are parsed, clients hold
+                                        60 MB bodies and connections pass --max-connections: the p90 of a health check
+                                        and of a small infer on an open connection stay within 100x their idle median
+                                        (both measured in this run), every refusal is a one-line JSON 503/408 that the
+                                        client reads (no reset), and the server's peak RSS grows by less than BUDGET_MB
+                                        + 80 B per value of one JSON body (one parse thread's expansion)
 Inputs: the text embedder `emb` of make_packages.sh, 24 distinct token rows of lengths 3..26 (several length buckets).
 Timings are printed for information only (a loaded machine); nothing here asserts an absolute time: `hostile`
 asserts ratios against the idle latency measured first in the same run.
@@ -238,8 +239,10 @@ elif mode == "sigterm":
 elif mode == "hostile":
     import socket
     pid, budget_mb = int(sys.argv[3]), int(sys.argv[4])
-    # The medians of 2-core CI runs with two other builds: idle ~0.3 ms; a parse on the I/O thread made it 2.8 s.
-    ratio_bound = 25.0
+    # The 90th percentile under load against the idle median. On 2 busy cores: idle medians 0.2-0.6 ms; under this
+    # load p90 4-5 ms (x10-27) when bodies are parsed off the I/O threads, 512 ms (x1600) when an I/O thread parses
+    # them (the review's 2.8 s). A median would hide it: most probes do not land on a parse.
+    ratio_bound = 100.0
 
     def vm(field):
         for line in open(f"/proc/{pid}/status"):
@@ -265,7 +268,10 @@ elif mode == "hostile":
             health.append(probe(conn, "GET", "/v2/health/live"))
             infer.append(probe(conn, "POST", "/v2/models/emb/infer", small_body, small_headers))
             time.sleep(0.01)
-        return float(np.median(health)), float(np.median(infer))
+        return health, infer
+
+    def ms(values):
+        return "/".join(f"{np.percentile(values, q) * 1e3:.2f}" for q in (50, 90, 100))
 
     conn = http.client.HTTPConnection(host, port, timeout=60)  # opened before the load: admitted
     probes(conn, 20)  # warm
@@ -323,7 +329,8 @@ elif mode == "hostile":
             check_refusal("trickled header", *read_answer(s), allowed=(408, 503))
             s.close()
 
-    ids = np.arange(2_000_000) % 50 + 5  # ~14 MB of JSON: a long parse, then a 400 (past max_length)
+    # 28 MB of JSON, as in the review (3M 7-digit ids): a long parse, then a 400 (past max_length).
+    ids = np.arange(3_000_000) % 9_000_000 + 1_000_000
     big_json = json.dumps({"inputs": [{"name": n, "shape": [1, len(ids)], "datatype": "INT64", "data": ids.tolist()}
                                       for n in ("input_ids",)]}).encode()
 
@@ -338,7 +345,6 @@ elif mode == "hostile":
                 record("large JSON body", type(e).__name__)
                 failures.append(f"large JSON body: {type(e).__name__}: {e}")
             c.close()
-            stop.wait(0.2)
 
     holder_body = b"x" * (59 << 20)
 
@@ -384,17 +390,23 @@ elif mode == "hostile":
         t.join(timeout=120)
     conn.close()
     growth_mb = (rss_peak - rss_before) / 2**20
-    print(f"hostile: idle health/infer medians {idle_health * 1e3:.2f}/{idle_infer * 1e3:.2f} ms, under load "
-          f"{load_health * 1e3:.2f}/{load_infer * 1e3:.2f} ms (x{load_health / idle_health:.1f}/"
-          f"x{load_infer / idle_infer:.1f}, bound x{ratio_bound:g}); peak RSS +{growth_mb:.0f} MB "
-          f"(--max-buffered-bytes {budget_mb} MB); answers " +
+    # --max-buffered-bytes bounds the request bytes held; parsing one JSON body (one parse thread) adds ~48 B a value
+    # (its DOM node, the flattened pointer, the bytes, the tensor and its INT64 copy): 80 B a value allowed.
+    memory_bound_mb = budget_mb + 80 * len(ids) / 2**20
+    health_ratio = np.percentile(load_health, 90) / np.median(idle_health)
+    infer_ratio = np.percentile(load_infer, 90) / np.median(idle_infer)
+    print(f"hostile: health p50/p90/max idle {ms(idle_health)} ms, under load {ms(load_health)} ms (p90 x{health_ratio:.1f} "
+          f"the idle p50, bound x{ratio_bound:g}); small infer idle {ms(idle_infer)} ms, under load {ms(load_infer)} ms "
+          f"(x{infer_ratio:.1f}); peak RSS +{growth_mb:.0f} MB (bound {memory_bound_mb:.0f} MB: --max-buffered-bytes "
+          f"{budget_mb} MB + 80 B x {len(ids) / 1e6:g}M values parsed from a {len(big_json) / 2**20:.0f} MB JSON body); "
+          f"answers " +
           ", ".join(f"{k}: {dict((v, a.count(v)) for v in sorted(set(a), key=str))}" for k, a in sorted(answers.items())))
-    if load_health > ratio_bound * idle_health:
-        failures.append(f"health check x{load_health / idle_health:.1f} its idle latency under load")
-    if load_infer > ratio_bound * idle_infer:
-        failures.append(f"small infer x{load_infer / idle_infer:.1f} its idle latency under load")
-    if growth_mb > budget_mb + 256:
-        failures.append(f"peak RSS grew by {growth_mb:.0f} MB with --max-buffered-bytes {budget_mb} MB")
+    if health_ratio > ratio_bound:
+        failures.append(f"health check p90 x{health_ratio:.1f} its idle median under load")
+    if infer_ratio > ratio_bound:
+        failures.append(f"small infer p90 x{infer_ratio:.1f} its idle median under load")
+    if growth_mb > memory_bound_mb:
+        failures.append(f"peak RSS grew by {growth_mb:.0f} MB, bound {memory_bound_mb:.0f} MB")
     for kind, expected in (("trickled header", 408), ("held 60 MB body", 503), ("over --max-connections", 503)):
         if expected not in answers.get(kind, []):
             failures.append(f"{kind}: never answered {expected}: {answers.get(kind)}")
