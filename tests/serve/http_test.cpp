@@ -206,7 +206,8 @@ TEST(HttpServer, AnswersTooLargeBodiesWith413) {
   c.send("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 101\r\n\r\n");
   auto r = c.read_response();
   ASSERT_EQ(status_of(r), 413);
-  EXPECT_NE(body_of(*r).find("{\"error\":\"request body of 101 bytes larger than the limit of 100 bytes"), std::string::npos)
+  EXPECT_NE(body_of(*r).find("{\"error\":\"request body of 101 bytes larger than the limit of 100 bytes"),
+            std::string::npos)
       << *r;
   // The server keeps serving.
   Client d(s.port());

@@ -23,7 +23,8 @@ std::string refusal(std::string_view body, std::string_view content_type) {
 
 TEST(BodyTexts, SplitsPlainTextAndJsonLines) {
   EXPECT_EQ(body_texts("a cat\r\n\n  \nthe dog\n", "text/plain"), (std::vector<std::string>{"a cat", "the dog"}));
-  EXPECT_EQ(body_texts("\"one\"\n{\"text\": \"two\"}\n", "application/jsonl"), (std::vector<std::string>{"one", "two"}));
+  EXPECT_EQ(body_texts("\"one\"\n{\"text\": \"two\"}\n", "application/jsonl"),
+            (std::vector<std::string>{"one", "two"}));
   EXPECT_EQ(body_texts("caf\xc3\xa9", ""), (std::vector<std::string>{"caf\xc3\xa9"}));
 }
 

@@ -74,7 +74,7 @@ class Metrics {
 // The HTTP transport's own state (HttpServer::stats()): what bounds the server's connections and memory, and
 // what it refused. Rendered after the per-model families by render_transport_prometheus():
 //   hotpath_http_connections / hotpath_http_max_connections        gauges: open connections / --max-connections
-//   hotpath_http_buffered_bytes / hotpath_http_max_buffered_bytes  gauges: request bytes held now / --max-buffered-bytes
+//   hotpath_http_buffered_bytes / hotpath_http_max_buffered_bytes  gauges: request bytes held / --max-buffered-bytes
 //   hotpath_http_max_request_bytes                                 gauge: one connection's budget (header + body)
 //   hotpath_http_refused_total{reason}                             counter: answers the transport gave by itself
 struct TransportStats {

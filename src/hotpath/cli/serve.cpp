@@ -205,7 +205,8 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--drain-timeout-s", args->drain_timeout_s,
                   "On SIGTERM/SIGINT: finish queued and in-flight requests within this many seconds")
       ->check(CLI::Range(0.0, 3600.0));
-  cmd->add_option("--max-body-bytes", args->max_body_bytes, "Larger request bodies get 413 (the body is read and dropped)")
+  cmd->add_option("--max-body-bytes", args->max_body_bytes,
+                  "Larger request bodies get 413 (the body is read and dropped)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 32))
       ->capture_default_str();
   cmd->add_option("--max-header-bytes", args->max_header_bytes, "Larger request headers get 431")

@@ -7,8 +7,9 @@
 // sees the answer rather than a reset). Timeouts are our own timer rather than beast::tcp_stream's, because
 // tcp_stream closes the socket on expiry and a slow client must still get its 408.
 //
-// Memory: each connection reserves its request's bytes (header, then the whole Content-Length once the header is
-// read) from one server-wide budget before reading them, and gives them back when the answer is written.
+// Memory: each connection reserves its request's bytes from one server-wide budget as they arrive, and the whole
+// Content-Length as soon as the header is read (before any of the body), and gives them back when the answer is
+// written.
 #include <utility>  // Boost 1.74's asio/awaitable.hpp uses std::exchange without including <utility>
 
 #include <boost/asio/bind_executor.hpp>
@@ -261,14 +262,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
     arm(server_.options.idle_timeout);
     // The first bytes are read here rather than by the HTTP parser, which reports nothing until a whole header has
     // arrived: a header trickled byte by byte must run on the request timeout, not the idle one.
-    socket_.async_read_some(buffer_.prepare(kReadSize), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
-      if (self->phase_ != Phase::kIdle) return;  // timed out or closed meanwhile
-      if (ec) return self->close();              // the client went away (or closed its idle connection)
-      self->buffer_.commit(n);
-      self->phase_ = Phase::kReading;
-      self->arm(self->server_.options.request_timeout);
-      if (self->account()) self->read_some();
-    });
+    socket_.async_read_some(buffer_.prepare(kReadSize),
+                            [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                              if (self->phase_ != Phase::kIdle) return;  // timed out or closed meanwhile
+                              if (ec) return self->close();  // the client went away (or closed its idle connection)
+                              self->buffer_.commit(n);
+                              self->phase_ = Phase::kReading;
+                              self->arm(self->server_.options.request_timeout);
+                              if (self->account()) self->read_some();
+                            });
   }
 
   void read_some() {

@@ -133,8 +133,8 @@ std::vector<std::int64_t> parse_shape(const Json& j, const std::string& field, c
   std::vector<std::int64_t> shape;
   for (std::size_t i = 0; i < j.size(); ++i) {
     const Json& d = j[i];
-    HOTPATH_CHECK(d.is_number_integer() && (d.is_number_unsigned() || d.get<std::int64_t>() >= 0), field, "[", i, "]: expected a non-negative integer, got ",
-                  d.dump(), who);
+    HOTPATH_CHECK(d.is_number_integer() && (d.is_number_unsigned() || d.get<std::int64_t>() >= 0), field, "[", i,
+                  "]: expected a non-negative integer, got ", d.dump(), who);
     HOTPATH_CHECK(!d.is_number_unsigned() || d.get<std::uint64_t>() <= static_cast<std::uint64_t>(limits.max_elements),
                   field, "[", i, "]: ", d.dump(), " exceeds ", limits.max_elements, who);
     const std::int64_t dim = d.get<std::int64_t>();

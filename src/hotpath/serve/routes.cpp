@@ -120,8 +120,8 @@ std::span<const std::uint8_t> tensor_bytes(const at::Tensor& t) {
 }  // namespace
 
 std::vector<std::string> body_texts(std::string_view body, std::string_view content_type) {
-  const bool jsonl = content_type.starts_with("application/jsonl") || content_type.starts_with("application/x-ndjson") ||
-                     content_type.starts_with("application/json");
+  const bool jsonl = content_type.starts_with("application/jsonl") ||
+                     content_type.starts_with("application/x-ndjson") || content_type.starts_with("application/json");
   const bool binary = content_type.starts_with("image/") || content_type.starts_with("audio/") ||
                       content_type.starts_with("video/") || content_type.starts_with("application/octet-stream");
   if (binary) {
