@@ -435,6 +435,12 @@ next(n for n in j["graph"]["nodes"] if n["op"] == "attention")["attrs"]["heads"]
 json.dump(j, open("tpkg-heads/config.json", "w"))'
   bad package-attention-heads-0-embed "attribute 'heads' is 0" embed --model tpkg-heads --input good.csv
   bad package-attention-heads-0-serve "attribute 'heads' is 0" serve tpkg-heads --port 0
+  # serve's limits either work or are refused (issue 28): a budget no request fits in is refused at start.
+  bad serve-buffered-bytes-below-one-request "--max-buffered-bytes 1000 is less than one request's budget" \
+    serve tpkg --port 0 --max-buffered-bytes 1000
+  bad serve-header-bytes-tiny "--max-header-bytes" serve tpkg --port 0 --max-header-bytes 10
+  bad serve-connections-0 "--max-connections" serve tpkg --port 0 --max-connections 0
+  bad serve-parse-threads-0 "--parse-threads" serve tpkg --port 0 --parse-threads 0
 else
   fail "export of a random-init BERT embedder failed"
 fi

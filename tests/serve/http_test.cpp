@@ -1,6 +1,8 @@
 // The HTTP transport with a fake handler, driven over loopback by raw sockets: keep-alive, answers from
 // another thread while other connections are served, limits (413, 431), malformed requests (400), the slow
-// client (408 while others are served), idle close, a dropped Responder (500), and the drain.
+// client (408 while others are served; a trickled header too), idle close, a dropped Responder (500), the drain,
+// and the bounds: connections over --max-connections and requests past --max-buffered-bytes get 503, a 413's body
+// is read and dropped so the client sees the answer, not a reset.
 #include "hotpath/serve/http_server.h"
 
 #include <arpa/inet.h>
@@ -31,15 +33,29 @@ class Client {
     addr.sin_port = htons(static_cast<std::uint16_t>(port));
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    timeval tv{10, 0};  // no test waits longer for a byte
+    timeval tv{10, 0};  // no test waits longer for a byte, or for the server to take one
     ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   }
-  ~Client() { ::close(fd_); }
+  ~Client() { close(); }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
   [[nodiscard]] bool connected() const { return connected_; }
   void send(const std::string& data) const { ASSERT_EQ(::send(fd_, data.data(), data.size(), MSG_NOSIGNAL), static_cast<ssize_t>(data.size())); }
+  // Sends all of `data` (a large body: the server must read it); false when the connection failed (reset).
+  bool send_all(std::string_view data) const {
+    while (!data.empty()) {
+      const ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      data.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return true;
+  }
 
   // One whole response (header + Content-Length body), or nullopt when the server closed first.
   std::optional<std::string> read_response() {
@@ -86,6 +102,15 @@ std::string get(const std::string& path, const std::string& extra = "") {
 
 std::string post(const std::string& path, const std::string& body) {
   return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+std::string header_of(const std::string& response) { return response.substr(0, response.find("\r\n\r\n")); }
+
+// Polls `done` for up to 5 s.
+template <class F>
+bool eventually(F done) {
+  for (int i = 0; i < 500 && !done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return done();
 }
 
 // Echoes method, path and body; "/park" requests are answered later from another thread.
@@ -181,7 +206,9 @@ TEST(HttpServer, AnswersTooLargeBodiesWith413) {
   c.send("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 101\r\n\r\n");
   auto r = c.read_response();
   ASSERT_EQ(status_of(r), 413);
-  EXPECT_NE(body_of(*r).find("{\"error\":\"request body larger than the limit of 100 bytes"), std::string::npos) << *r;
+  EXPECT_NE(body_of(*r).find("{\"error\":\"request body of 101 bytes larger than the limit of 100 bytes"),
+            std::string::npos)
+      << *r;
   // The server keeps serving.
   Client d(s.port());
   d.send(post("/y", std::string(100, 'a')));
@@ -232,7 +259,7 @@ TEST(HttpServer, CutsOffASlowClientWith408WhileOthersAreServed) {
   auto r = slow.read_response();
   ASSERT_EQ(status_of(r), 408) << (r ? *r : "closed");
   EXPECT_GE(std::chrono::steady_clock::now() - start, 250ms);
-  EXPECT_NE(body_of(*r).find("request_timeout"), std::string::npos);
+  EXPECT_NE(body_of(*r).find("--request-timeout-ms"), std::string::npos);
   EXPECT_NE(r->find("Connection: close"), std::string::npos);
   EXPECT_TRUE(slow.closed_by_server());
 }
@@ -280,6 +307,113 @@ TEST(HttpServer, DrainRefusesNewConnectionsAndAnswersParkedRequests) {
   auto k = keep.read_response();
   EXPECT_EQ(status_of(k), 200);
   EXPECT_NE(k->find("Connection: close"), std::string::npos);
+}
+
+TEST(HttpServer, AnswersATrickledHeaderWith408WithinTheRequestTimeout) {
+  // The idle timeout is long: only the request timeout, counted from the header's first byte, can end this.
+  EchoServer s({.request_timeout = 300ms, .idle_timeout = 60s});
+  Client slow(s.port());
+  const auto start = std::chrono::steady_clock::now();
+  for (const char* part : {"GET /x HT", "TP/1.1\r\n", "Host: "}) {  // never a whole header
+    slow.send(part);
+    std::this_thread::sleep_for(50ms);
+  }
+  auto r = slow.read_response();
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_EQ(status_of(r), 408) << (r ? *r : "closed without an answer");
+  EXPECT_GE(took, 250ms);
+  EXPECT_LT(took, 5s);  // far below the 60 s idle timeout it used to wait for, then close silently
+  EXPECT_NE(body_of(*r).find("request header not complete within 300 ms"), std::string::npos) << *r;
+  EXPECT_NE(r->find("Connection: close"), std::string::npos);
+  EXPECT_TRUE(slow.closed_by_server());
+  EXPECT_EQ(s.server().stats().refused.at("request_timeout"), 1u);
+}
+
+TEST(HttpServer, Answers413ThenReadsTheRestOfTheBodySoThePlainClientSeesIt) {
+  // A plain client (curl, python requests) sends the whole body before it reads: a server that closed with the
+  // body unread would reset the connection, and the client would see a reset instead of the 413.
+  EchoServer s({.max_body_bytes = 1u << 20});
+  Client c(s.port());
+  const std::string body(8u << 20, 'x');
+  c.send("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n");
+  ASSERT_TRUE(c.send_all(body)) << "the server reset the connection instead of reading the body";
+  auto r = c.read_response();
+  ASSERT_EQ(status_of(r), 413) << (r ? *r : "closed without an answer");
+  EXPECT_NE(body_of(*r).find("request body of 8388608 bytes larger than the limit of 1048576 bytes (--max-body-bytes)"),
+            std::string::npos);
+  EXPECT_TRUE(c.closed_by_server());  // an orderly close (0 from recv), not a reset
+  EXPECT_EQ(s.server().stats().refused.at("body_too_large"), 1u);
+  EXPECT_TRUE(eventually([&] { return s.server().stats().buffered_bytes == 0; }));
+}
+
+TEST(HttpServer, AnswersConnectionsOverTheLimitWith503AndRecovers) {
+  EchoServer s({.max_connections = 2});
+  Client a(s.port()), b(s.port());
+  for (Client* c : {&a, &b}) {
+    c->send(get("/admitted"));
+    ASSERT_EQ(status_of(c->read_response()), 200);
+  }
+  EXPECT_EQ(s.server().stats().connections, 2u);
+  {
+    Client over(s.port());
+    ASSERT_TRUE(over.connected());  // accepted, answered, closed: not left hanging in the backlog
+    over.send(get("/over"));
+    auto r = over.read_response();
+    ASSERT_EQ(status_of(r), 503) << (r ? *r : "closed without an answer");
+    EXPECT_NE(body_of(*r).find("limit of 2 open connections (--max-connections)"), std::string::npos) << *r;
+    EXPECT_NE(header_of(*r).find("Retry-After: 1"), std::string::npos);
+    EXPECT_TRUE(over.closed_by_server());
+  }
+  EXPECT_EQ(s.server().stats().refused.at("connections"), 1u);
+  b.send(get("/still-served"));  // the admitted ones are unaffected
+  EXPECT_EQ(status_of(b.read_response()), 200);
+  a.close();
+  ASSERT_TRUE(eventually([&] { return s.server().stats().connections < 2; }));
+  Client later(s.port());
+  later.send(get("/later"));
+  EXPECT_EQ(status_of(later.read_response()), 200);
+}
+
+TEST(HttpServer, AnswersRequestsPastTheBufferedByteBudgetWith503BeforeReadingThem) {
+  constexpr std::size_t kBody = 1u << 20;
+  EchoServer s({.max_body_bytes = kBody, .max_header_bytes = 16u << 10,
+                .max_buffered_bytes = kBody + (16u << 10) + (100u << 10)});
+  // A holds a 1 MiB request half sent: its whole Content-Length is reserved once its header is read.
+  Client a(s.port());
+  a.send("POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(kBody) + "\r\n\r\n");
+  ASSERT_TRUE(a.send_all(std::string(kBody / 2, 'a')));
+  ASSERT_TRUE(eventually([&] { return s.server().stats().buffered_bytes > kBody; }));
+  // B's 200 KiB do not fit beside it: 503 at once, its body drained, the connection closed in order.
+  const std::string b_body(200u << 10, 'b');
+  Client b(s.port());
+  b.send("POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(b_body.size()) + "\r\n\r\n");
+  ASSERT_TRUE(b.send_all(b_body));
+  auto rb = b.read_response();
+  ASSERT_EQ(status_of(rb), 503) << (rb ? *rb : "closed without an answer");
+  EXPECT_NE(body_of(*rb).find("(--max-buffered-bytes): retry later"), std::string::npos) << *rb;
+  EXPECT_NE(header_of(*rb).find("Retry-After: 1"), std::string::npos);
+  EXPECT_TRUE(b.closed_by_server());
+  // Small requests still fit; A finishes; then B's request fits too.
+  Client small(s.port());
+  small.send(get("/small"));
+  EXPECT_EQ(status_of(small.read_response()), 200);
+  ASSERT_TRUE(a.send_all(std::string(kBody / 2, 'a')));
+  auto ra = a.read_response();
+  ASSERT_EQ(status_of(ra), 200);
+  EXPECT_EQ(body_of(*ra).size(), std::string("POST /a  ").size() + kBody);
+  EXPECT_TRUE(eventually([&] { return s.server().stats().buffered_bytes == 0; }));
+  Client b2(s.port());
+  b2.send(post("/b", b_body));
+  EXPECT_EQ(status_of(b2.read_response()), 200);
+  const TransportStats stats = s.server().stats();
+  EXPECT_EQ(stats.refused.at("buffered_bytes"), 1u);
+  EXPECT_EQ(stats.max_buffered_bytes, kBody + (16u << 10) + (100u << 10));
+  EXPECT_EQ(stats.max_request_bytes, kBody + (16u << 10));
+}
+
+TEST(HttpServer, RefusesABufferedByteBudgetSmallerThanOneRequest) {
+  EXPECT_THROW(HttpServer({.max_body_bytes = 1u << 20, .max_buffered_bytes = 1u << 20}, [](HttpRequest, Responder) {}),
+               std::exception);
 }
 
 TEST(HttpServer, RequestStopWakesTheSignalWait) {

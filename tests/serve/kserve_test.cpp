@@ -123,6 +123,9 @@ TEST(KServeRequest, RefusesMalformedRequestsNamingTheField) {
       {R"({"inputs": [{"name": "x", "shape": [4294967296, 1], "datatype": "FP32", "data": []}]})", "shape[0]: 4294967296 exceeds"},
       {R"({"inputs": [{"name": "x", "shape": [65536, 65536], "datatype": "FP32", "data": []}]})",
        "more than 1073741824 elements"},
+      // No element, but strides past int64: refused as a 400 before LibTorch sees it (was a 500 with a backtrace).
+      {R"({"inputs": [{"name": "x", "shape": [0, 1073741824, 1073741824, 1073741824], "datatype": "FP32", "data": []}]})",
+       "inputs[0].shape [0, 1073741824, 1073741824, 1073741824]: its non-zero dims multiply past 1073741824 elements"},
   };
   for (const Case& c : cases) {
     const std::string message = parse_error(c.body);

@@ -66,9 +66,17 @@ Page parse(const std::string& text) {
     }
     Sample s;
     std::size_t i = line.find('{');
+    if (i == std::string::npos) {  // a sample without labels: `name value`
+      i = line.find(' ');
+      s.name = line.substr(0, i);
+      EXPECT_NE(i, std::string::npos) << "no value: " << line;
+      if (i == std::string::npos) continue;
+      s.value = std::stod(line.substr(i + 1));
+      EXPECT_TRUE(page.types.count(s.name) && helped.count(s.name)) << "sample before its # HELP/# TYPE: " << line;
+      page.samples.push_back(std::move(s));
+      continue;
+    }
     s.name = line.substr(0, i);
-    EXPECT_NE(i, std::string::npos) << "every hotpath sample has labels: " << line;
-    if (i == std::string::npos) continue;
     ++i;
     while (line[i] != '}') {
       const std::size_t eq = line.find('=', i);
@@ -183,6 +191,28 @@ TEST(Metrics, LabelValuesAreEscapedAndReadBackUnchanged) {
   m.count_request(odd, 200);
   const Page p = parse(m.render_prometheus());
   EXPECT_EQ(p.value("nv_inference_request_success", {{"model", odd}}), 1);
+}
+
+TEST(Metrics, TransportStatsAreGaugesAndRefusalsByReason) {
+  TransportStats t;
+  t.connections = 3;
+  t.max_connections = 512;
+  t.buffered_bytes = 1234;
+  t.max_buffered_bytes = 256u << 20;
+  t.max_request_bytes = (64u << 20) + (16u << 10);
+  t.refused = {{"connections", 2}, {"body_too_large", 1}};
+  Metrics metrics;
+  metrics.count_request("m", 200);
+  const Page page = parse(metrics.render_prometheus() + render_transport_prometheus(t));
+  EXPECT_EQ(page.types.at("hotpath_http_connections"), "gauge");
+  EXPECT_EQ(page.value("hotpath_http_connections", {}), 3);
+  EXPECT_EQ(page.value("hotpath_http_max_connections", {}), 512);
+  EXPECT_EQ(page.value("hotpath_http_buffered_bytes", {}), 1234);
+  EXPECT_EQ(page.value("hotpath_http_max_buffered_bytes", {}), 256u << 20);
+  EXPECT_EQ(page.value("hotpath_http_max_request_bytes", {}), (64u << 20) + (16u << 10));
+  EXPECT_EQ(page.types.at("hotpath_http_refused_total"), "counter");
+  EXPECT_EQ(page.value("hotpath_http_refused_total", {{"reason", "connections"}}), 2);
+  EXPECT_EQ(page.value("hotpath_http_refused_total", {{"reason", "body_too_large"}}), 1);
 }
 
 TEST(Metrics, ConcurrentWritersLoseNoCount) {

@@ -236,6 +236,17 @@ expect_error("token id past the vocabulary", 400, "POST", "/v2/models/emb/infer"
     {"name": "token_type_ids", "shape": [1, 2], "datatype": "INT64", "data": [0, 0]}]}), contains="input_ids")
 expect_error("unknown output", 400, "POST", "/v2/models/img/infer",
              json.dumps({**json.loads(infer_body()), "outputs": [{"name": "nope"}]}), contains="unknown output 'nope'")
+# Shape arithmetic: no element, but strides past int64 (was a 500 carrying LibTorch's whole backtrace).
+status, _, data = request("POST", "/v2/models/img/infer", infer_body(shape=[0, 2**30, 2**30, 2**30], data=[]))
+check(status == 400 and b"inputs[0].shape" in data and data.count(b"\n") <= 1 and b"frame #" not in data,
+      f"shape [0, 2^30, 2^30, 2^30]: expected one 400 line naming inputs[0].shape, got {status} {data[:300]!r}")
+still_serving("shape [0, 2^30, 2^30, 2^30]")
+# A JPEG to a text model: one 400 for the body, never "291 texts".
+jpeg = open(png, "rb").read()
+expect_error("an image to a text model", 400, "POST", "/v1/models/txt/classify", jpeg, {"Content-Type": "image/png"},
+             contains="not text")
+expect_error("binary as text/plain to a text model", 400, "POST", "/v1/models/emb/embed", b"\xff\xd8\xff\xe0\n" * 300,
+             {"Content-Type": "text/plain"}, contains="not UTF-8 text")
 expect_error("unknown model", 404, "POST", "/v2/models/nope/infer", infer_body(), contains="unknown model 'nope'")
 expect_error("unknown version", 404, "POST", "/v2/models/img/versions/7/infer", infer_body(), contains="version")
 expect_error("unknown route", 404, "GET", "/v3/whatever", contains="no route")
@@ -250,6 +261,19 @@ reply = s.recv(65536).decode(errors="replace")
 s.close()
 check(reply.startswith("HTTP/1.1 413") and '"error"' in reply, f"oversized body: {reply[:200]!r}")
 still_serving("oversized body")
+# A plain client sends the whole body before it reads: the server reads and drops it, so the client gets the
+# 413, not a connection reset (issue 28).
+for attempt in range(3):
+    c = http.client.HTTPConnection(host, port, timeout=30)
+    try:
+        c.request("POST", "/v2/models/img/infer", body=b"x" * 3_000_000)
+        r = c.getresponse()
+        status, data = r.status, r.read()
+    except (ConnectionError, OSError) as e:
+        status, data = None, repr(e).encode()
+    c.close()
+    check(status == 413 and b"--max-body-bytes" in data, f"oversized body sent whole (try {attempt}): {status} {data[:200]!r}")
+still_serving("oversized body sent whole")
 
 # A slow client that never finishes its body: 408 after --request-timeout-ms (1.5 s), while others are served.
 slow = socket.create_connection((host, port), timeout=10)
@@ -264,7 +288,7 @@ while b"\r\n\r\n" not in reply:
         break
     reply += chunk
 waited = time.time() - t0
-check(reply.startswith(b"HTTP/1.1 408") and b"request_timeout" in reply, f"slow client: {reply[:200]!r}")
+check(reply.startswith(b"HTTP/1.1 408") and b"--request-timeout-ms" in reply, f"slow client: {reply[:200]!r}")
 check(1.0 < waited < 8, f"slow client cut off after {waited:.1f} s (request timeout 1.5 s)")
 slow.close()
 still_serving("slow client")
@@ -277,6 +301,14 @@ for needle in ('nv_inference_request_success{model="img",version="1"}', 'nv_infe
                'hotpath_requests_total{model="img",status="400"}', "hotpath_batch_size_bucket", "hotpath_request_seconds_bucket",
                'nv_inference_pending_request_count{model="emb",version="1"}'):
     check(needle in text, f"metrics lack {needle}")
+# The transport's own families: the 413s and the 408 above were counted by reason, and nothing is buffered now but
+# this request's own header.
+transport = {l.split(" ")[0]: float(l.split(" ")[1]) for l in text.splitlines() if l.startswith("hotpath_http_")}
+check(transport.get('hotpath_http_refused_total{reason="body_too_large"}', 0) >= 4, f"413s not counted: {transport}")
+check(transport.get('hotpath_http_refused_total{reason="request_timeout"}', 0) >= 1, f"408 not counted: {transport}")
+check(transport.get("hotpath_http_buffered_bytes", 1e9) < 4096, f"bytes still buffered at rest: {transport}")
+check(transport.get("hotpath_http_max_connections") == 512 and transport.get("hotpath_http_connections", 0) >= 1,
+      f"connection gauges: {transport}")
 
 print(f"serve_client_test: {len(failures)} failure(s)")
 sys.exit(1 if failures else 0)

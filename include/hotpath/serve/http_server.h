@@ -1,7 +1,9 @@
 // hotpath/serve/http_server.h — the server's HTTP/1.1 transport (Boost.Beast/Asio behind a torch-free,
 // Beast-free interface): a few I/O threads, keep-alive, header and body limits, idle and per-request
-// timeouts, and responses that may be completed later from any thread, so a request can be parked for a
-// batcher without holding a thread. Drain: stop accepting, answer what is in flight, then stop.
+// timeouts, bounded connections and buffered bytes, and responses that may be completed later from any thread,
+// so a request can be parked for a batcher without holding a thread. Drain: stop accepting, answer what is in
+// flight, then stop. Every answer the transport gives itself (400/408/413/431/503) is JSON, and the request's
+// remaining bytes are read and dropped (bounded) before the close, so the client reads it instead of a reset.
 //
 //   HttpServer server({.port = 0, .io_threads = 1}, [](HttpRequest req, Responder respond) {
 //     respond.send({.status = 200, .content_type = "text/plain", .body = "ok"});   // now or later, any thread
@@ -18,6 +20,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "hotpath/serve/metrics.h"  // TransportStats
 
 namespace hotpath::serve {
 
@@ -68,14 +72,24 @@ struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: the OS picks a free port (see port())
   int io_threads = 1;
-  std::size_t max_body_bytes = 64u << 20;    // larger → 413
+  // One connection's budget: it holds at most one request (header + body) at a time; its pipelined requests wait
+  // in the kernel until its answer is written.
+  std::size_t max_body_bytes = 64u << 20;    // larger → 413 (as soon as Content-Length says so), rest drained
   std::size_t max_header_bytes = 16u << 10;  // larger → 431
+  // All connections together: request bytes held from a request's first byte until its answer is written (a body
+  // with a Content-Length counts whole once its header is read). A request that would pass it → 503 +
+  // Retry-After before its body is read, then the body is drained and the connection closed.
+  std::size_t max_buffered_bytes = 256u << 20;
+  // Open connections; one more is answered 503 + Retry-After at once and closed (its request drained, so the
+  // client reads the 503, not a reset). Past 64 such refusals in progress, a connection is closed unanswered.
+  std::size_t max_connections = 512;
   // From a request's first byte until it is all read; a client that never finishes gets 408 and is closed.
   std::chrono::milliseconds request_timeout{30000};
   std::chrono::milliseconds idle_timeout{60000};   // a keep-alive connection with no request is closed
   std::chrono::milliseconds write_timeout{30000};  // a client that does not read its answer is closed
   // Called (on an I/O thread) for each answer the transport gives itself, never reaching the handler:
-  // 400 malformed HTTP, 408, 413, 431. The server logs these beside the handler's requests.
+  // 400 malformed HTTP, 408, 413, 431, 503 (connection or buffered-byte limit). The server logs these beside the
+  // handler's requests.
   std::function<void(const HttpResponse& response)> on_transport_error = nullptr;
 };
 
@@ -103,6 +117,8 @@ class HttpServer {
   [[nodiscard]] std::size_t in_flight() const;
   // Waits until in_flight() is 0 or `deadline`; true when everything was answered.
   bool wait_answered(std::chrono::steady_clock::time_point deadline);
+  // Connections, buffered bytes, their limits and what the transport refused (for /metrics). Any thread.
+  [[nodiscard]] TransportStats stats() const;
   // Closes every connection and joins the I/O threads. Idempotent.
   void stop();
 

@@ -14,6 +14,7 @@
 //                                                                  counters: cumulative µs of answered requests
 //   hotpath_batch_size                                             histogram: rows per engine batch
 //   hotpath_queue_seconds, hotpath_compute_seconds, hotpath_request_seconds   histograms per answered request
+// and the transport's (TransportStats below): connections, buffered bytes, refusals by reason.
 #pragma once
 
 #include <array>
@@ -69,6 +70,22 @@ class Metrics {
   mutable std::mutex mutex_;
   std::map<std::string, PerModel> models_;  // sorted: the page is deterministic
 };
+
+// The HTTP transport's own state (HttpServer::stats()): what bounds the server's connections and memory, and
+// what it refused. Rendered after the per-model families by render_transport_prometheus():
+//   hotpath_http_connections / hotpath_http_max_connections        gauges: open connections / --max-connections
+//   hotpath_http_buffered_bytes / hotpath_http_max_buffered_bytes  gauges: request bytes held / --max-buffered-bytes
+//   hotpath_http_max_request_bytes                                 gauge: one connection's budget (header + body)
+//   hotpath_http_refused_total{reason}                             counter: answers the transport gave by itself
+struct TransportStats {
+  std::uint64_t connections = 0, max_connections = 0;
+  std::uint64_t buffered_bytes = 0, max_buffered_bytes = 0;
+  std::uint64_t max_request_bytes = 0;  // --max-header-bytes + --max-body-bytes
+  // reason → count: "connections" (503), "buffered_bytes" (503), "body_too_large" (413), "header_too_large" (431),
+  // "request_timeout" (408), "malformed" (400)
+  std::map<std::string, std::uint64_t> refused;
+};
+std::string render_transport_prometheus(const TransportStats& stats);
 
 // A label value as Prometheus' text format wants it: \ → \\, " → \", newline → \n.
 std::string escape_label_value(std::string_view value);

@@ -42,6 +42,10 @@ class ServeError : public std::runtime_error {
   int retry_after_s_;
 };
 
+// An exception's message as one line for an HTTP error body or a log line: a c10::Error without its backtrace
+// (what_without_backtrace()), line breaks folded into "; ", at most 1000 bytes. Never the stack of the server.
+std::string one_line_message(const std::exception& e);
+
 // A KServe tensor description: datatype "FP32" / "INT64"; -1 marks a variable dim; dim 0 is the batch.
 struct TensorSpec {
   std::string name;

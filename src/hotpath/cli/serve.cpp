@@ -40,7 +40,11 @@ struct ServeArgs {
   std::int64_t request_timeout_ms = 30000;
   std::int64_t idle_timeout_ms = 60000;
   double drain_timeout_s = 30;
-  std::size_t max_body_bytes = 64u << 20;
+  std::size_t max_body_bytes = serve::HttpServerOptions{}.max_body_bytes;
+  std::size_t max_header_bytes = serve::HttpServerOptions{}.max_header_bytes;
+  std::size_t max_buffered_bytes = serve::HttpServerOptions{}.max_buffered_bytes;
+  std::size_t max_connections = serve::HttpServerOptions{}.max_connections;
+  int parse_threads = serve::RouterOptions{}.parse_threads;
 };
 
 bool valid_model_name(const std::string& name) {
@@ -94,6 +98,9 @@ void run(const ServeArgs& a) {
   http.port = a.port;
   http.io_threads = a.io_threads;
   http.max_body_bytes = a.max_body_bytes;
+  http.max_header_bytes = a.max_header_bytes;
+  http.max_buffered_bytes = a.max_buffered_bytes;
+  http.max_connections = a.max_connections;
   http.request_timeout = std::chrono::milliseconds(a.request_timeout_ms);
   http.idle_timeout = std::chrono::milliseconds(a.idle_timeout_ms);
   http.on_transport_error = [&router_ptr](const serve::HttpResponse& response) {
@@ -118,7 +125,8 @@ void run(const ServeArgs& a) {
     pointers.push_back(runners.back().get());
   }
   for (auto& runner : runners) runner->warm_up();
-  serve::Router router(pointers, metrics);
+  serve::Router router(pointers, metrics,
+                       {.parse_threads = a.parse_threads, .transport_stats = [&server] { return server.stats(); }});
   router_ptr = &router;
   // Whichever way run() ends: the runners go first (their last callbacks use the router and post answers to
   // the server), then the server stops (no I/O thread calls the router any more), then the router goes.
@@ -127,9 +135,13 @@ void run(const ServeArgs& a) {
     ~ServerStops() { server.stop(); }
   } server_stops{server};
   struct RunnersFirst {
+    serve::Router& router;
     std::vector<std::unique_ptr<serve::ModelRunner>>& runners;
-    ~RunnersFirst() { runners.clear(); }
-  } runners_first{runners};
+    ~RunnersFirst() {
+      router.stop_workers();  // a parse thread may still be submitting to a runner
+      runners.clear();
+    }
+  } runners_first{router, runners};
 
   server.start();
   std::string names;
@@ -193,8 +205,26 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--drain-timeout-s", args->drain_timeout_s,
                   "On SIGTERM/SIGINT: finish queued and in-flight requests within this many seconds")
       ->check(CLI::Range(0.0, 3600.0));
-  cmd->add_option("--max-body-bytes", args->max_body_bytes, "Larger request bodies get 413")
-      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 32));
+  cmd->add_option("--max-body-bytes", args->max_body_bytes,
+                  "Larger request bodies get 413 (the body is read and dropped)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 32))
+      ->capture_default_str();
+  cmd->add_option("--max-header-bytes", args->max_header_bytes, "Larger request headers get 431")
+      ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-buffered-bytes", args->max_buffered_bytes,
+                  "Request bytes all connections may hold together; a request past it gets 503 + Retry-After before "
+                  "its body is read (at least --max-body-bytes + --max-header-bytes)")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40))
+      ->capture_default_str();
+  cmd->add_option("--max-connections", args->max_connections,
+                  "Open connections; one more is answered 503 + Retry-After and closed")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--parse-threads", args->parse_threads,
+                  "Threads that parse large bodies and /v1 requests (decode, tokenize), off the I/O threads")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   cmd->callback([args] { run(*args); });
 }
 

@@ -1,6 +1,7 @@
 // KServe v2 infer request/response codec (torch-free; fuzzed by fuzz/fuzz_kserve_request.cpp).
 #include "hotpath/serve/kserve.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -122,31 +123,33 @@ const Json* member(const Json& object, const char* key) {
   return it == object.end() ? nullptr : &*it;
 }
 
-std::vector<std::int64_t> parse_shape(const Json& j, const std::string& where, const InferLimits& limits,
-                                      std::int64_t& elements) {
-  HOTPATH_CHECK(j.is_array(), where, ".shape: expected an array of non-negative integers, got ", type_name(j));
-  HOTPATH_CHECK(j.size() <= limits.max_rank, where, ".shape: rank ", j.size(), " exceeds ", limits.max_rank);
+// `field` is "inputs[i].shape", `who` names the input (" (input 'x')"). The product of the non-zero dims is
+// bounded too: [0, 2^30, 2^30, 2^30] holds no element, yet its strides overflow int64 (LibTorch refuses it deep in
+// at::empty with a backtrace), so a zero dim does not excuse the others.
+std::vector<std::int64_t> parse_shape(const Json& j, const std::string& field, const std::string& who,
+                                      const InferLimits& limits, std::int64_t& elements) {
+  HOTPATH_CHECK(j.is_array(), field, ": expected an array of non-negative integers, got ", type_name(j), who);
+  HOTPATH_CHECK(j.size() <= limits.max_rank, field, ": rank ", j.size(), " exceeds ", limits.max_rank, who);
   std::vector<std::int64_t> shape;
-  elements = 1;
   for (std::size_t i = 0; i < j.size(); ++i) {
     const Json& d = j[i];
-    HOTPATH_CHECK(d.is_number_integer() && (d.is_number_unsigned() || d.get<std::int64_t>() >= 0), where, ".shape[", i,
-                  "]: expected a non-negative integer, got ", d.dump());
+    HOTPATH_CHECK(d.is_number_integer() && (d.is_number_unsigned() || d.get<std::int64_t>() >= 0), field, "[", i,
+                  "]: expected a non-negative integer, got ", d.dump(), who);
     HOTPATH_CHECK(!d.is_number_unsigned() || d.get<std::uint64_t>() <= static_cast<std::uint64_t>(limits.max_elements),
-                  where, ".shape[", i, "]: ", d.dump(), " exceeds ", limits.max_elements);
+                  field, "[", i, "]: ", d.dump(), " exceeds ", limits.max_elements, who);
     const std::int64_t dim = d.get<std::int64_t>();
-    HOTPATH_CHECK(dim <= limits.max_elements, where, ".shape[", i, "]: ", dim, " exceeds ", limits.max_elements);
+    HOTPATH_CHECK(dim <= limits.max_elements, field, "[", i, "]: ", dim, " exceeds ", limits.max_elements, who);
     shape.push_back(dim);
   }
+  const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();
+  std::int64_t nonzero_product = 1;  // each factor <= max_elements, checked before multiplying: no overflow
   for (const std::int64_t dim : shape) {
-    if (dim == 0) {
-      elements = 0;
-      break;
-    }
-    HOTPATH_CHECK(elements <= limits.max_elements / dim, where, ".shape ", shape_text(shape), ": more than ",
-                  limits.max_elements, " elements");
-    elements *= dim;
+    if (dim == 0) continue;
+    HOTPATH_CHECK(nonzero_product <= limits.max_elements / dim, field, " ", shape_text(shape),
+                  empty ? ": its non-zero dims multiply past " : ": more than ", limits.max_elements, " elements", who);
+    nonzero_product *= dim;
   }
+  elements = empty ? 0 : nonzero_product;
   return shape;
 }
 
@@ -221,7 +224,8 @@ InferRequest parse_infer_request(std::string_view body, std::optional<std::size_
     const Json* shape = member(in, "shape");
     HOTPATH_CHECK(shape != nullptr, where, ": missing 'shape'");
     std::int64_t elements = 0;
-    r.shape = parse_shape(*shape, where, limits, elements);
+    r.shape = parse_shape(*shape, "inputs[" + std::to_string(i) + "].shape", " (input '" + printable(r.name, 64) + "')",
+                          limits, elements);
 
     std::optional<std::size_t> binary_size;
     if (const Json* params = member(in, "parameters")) {

@@ -24,7 +24,9 @@ void family(std::string& out, const char* name, const char* type, const char* he
 }
 
 void sample(std::string& out, const char* name, const std::string& labels, const std::string& value) {
-  out.append(name).append("{").append(labels).append("} ").append(value).append("\n");
+  out.append(name);
+  if (!labels.empty()) out.append("{").append(labels).append("}");
+  out.append(" ").append(value).append("\n");
 }
 
 }  // namespace
@@ -143,6 +145,28 @@ std::string Metrics::render_prometheus() const {
   histogram("hotpath_queue_seconds", "Seconds an answered request waited in the queue", &PerModel::queue);
   histogram("hotpath_compute_seconds", "Seconds of the engine batch an answered request ran in", &PerModel::compute);
   histogram("hotpath_request_seconds", "End-to-end seconds of an answered request", &PerModel::total);
+  return out;
+}
+
+std::string render_transport_prometheus(const TransportStats& stats) {
+  std::string out;
+  const auto gauge = [&](const char* name, const char* help, std::uint64_t value) {
+    family(out, name, "gauge", help);
+    sample(out, name, "", std::to_string(value));
+  };
+  gauge("hotpath_http_connections", "Open HTTP connections (admitted ones; refused ones are counted below)",
+        stats.connections);
+  gauge("hotpath_http_max_connections", "Connection limit (--max-connections)", stats.max_connections);
+  gauge("hotpath_http_buffered_bytes", "Request bytes the server holds now, from a request's first byte to its answer",
+        stats.buffered_bytes);
+  gauge("hotpath_http_max_buffered_bytes", "Limit on buffered request bytes (--max-buffered-bytes)",
+        stats.max_buffered_bytes);
+  gauge("hotpath_http_max_request_bytes", "One connection's budget: --max-header-bytes + --max-body-bytes",
+        stats.max_request_bytes);
+  family(out, "hotpath_http_refused_total", "counter", "Requests or connections the transport answered by itself");
+  for (const auto& [reason, count] : stats.refused) {
+    sample(out, "hotpath_http_refused_total", "reason=\"" + escape_label_value(reason) + "\"", std::to_string(count));
+  }
   return out;
 }
 

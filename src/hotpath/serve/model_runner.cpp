@@ -10,6 +10,7 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/InferenceMode.h>
+#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <atomic>
@@ -81,6 +82,32 @@ void check_options(const BatchingOptions& o, const std::string& name) {
 
 ServeError::ServeError(int http_status, const std::string& message, int retry_after_s)
     : std::runtime_error(message), http_status_(http_status), retry_after_s_(retry_after_s) {}
+
+std::string one_line_message(const std::exception& e) {
+  constexpr std::size_t kMaxBytes = 1000;
+  const auto* torch_error = dynamic_cast<const c10::Error*>(&e);
+  const std::string_view text = torch_error != nullptr ? torch_error->what_without_backtrace() : e.what();
+  std::string line;
+  bool pending_break = false;
+  for (const char c : text) {
+    if (c == '\n' || c == '\r') {
+      pending_break = !line.empty();
+      continue;
+    }
+    if (pending_break) {
+      if (c == ' ' || c == '\t') continue;  // the next line's indent
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      line += "; ";
+      pending_break = false;
+    }
+    if (line.size() >= kMaxBytes) {
+      line += "...";
+      break;
+    }
+    line += c;
+  }
+  return line;
+}
 
 struct ModelRunner::Impl {
   struct Request {
@@ -379,7 +406,7 @@ struct ModelRunner::Impl {
       const std::lock_guard engine_lock(engine_mutex);
       outputs = engine->run(in);
     } catch (const std::exception& e) {
-      error = std::make_exception_ptr(ServeError(500, "model " + name + ": inference failed: " + e.what()));
+      error = std::make_exception_ptr(ServeError(500, "model " + name + ": inference failed: " + one_line_message(e)));
     }
     const Clock::time_point t1 = Clock::now();
     metrics.observe_batch(name, rows);
@@ -459,7 +486,7 @@ std::vector<NamedTensor> ModelRunner::inputs_from_image(std::span<const std::uin
     at::Tensor x = m.package.image.apply(std::as_bytes(encoded));
     return {{m.metadata.inputs.front().name, x.unsqueeze(0).contiguous()}};
   } catch (const std::exception& e) {
-    throw ServeError(400, "model " + m.name + ": the body is not a decodable JPEG/PNG image: " + e.what());
+    throw ServeError(400, "model " + m.name + ": the body is not a decodable JPEG/PNG image: " + one_line_message(e));
   }
 }
 
@@ -481,7 +508,7 @@ std::vector<NamedTensor> ModelRunner::inputs_from_texts(std::span<const std::str
     enc = m.tokenizer->encode_batch(views, {.max_length = static_cast<std::size_t>(m.package.text.max_length),
                                             .padding = text::Padding::kLongest});
   } catch (const std::exception& e) {
-    throw ServeError(400, "model " + m.name + ": " + e.what());
+    throw ServeError(400, "model " + m.name + ": " + one_line_message(e));
   }
   const auto rows = static_cast<std::int64_t>(enc.size());
   const auto l = static_cast<std::int64_t>(enc.front().size());

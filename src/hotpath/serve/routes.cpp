@@ -7,15 +7,20 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <numeric>
 #include <string_view>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "hotpath/core/error.h"
 #include "hotpath/core/json.h"
 #include "hotpath/serve/kserve.h"
+#include "hotpath/text/bert_normalizer.h"
 
 namespace hotpath::serve {
 
@@ -112,14 +117,29 @@ std::span<const std::uint8_t> tensor_bytes(const at::Tensor& t) {
   return {static_cast<const std::uint8_t*>(t.data_ptr()), static_cast<std::size_t>(t.nbytes())};
 }
 
-// Texts of a /v1 body: JSON lines (a string or {"text": ...} per line) or plain text, one per line; blank
-// lines are skipped.
-std::vector<std::string> body_texts(const HttpRequest& request) {
-  const std::string_view type = request.header("content-type");
-  const bool jsonl = type.starts_with("application/jsonl") || type.starts_with("application/x-ndjson") ||
-                     type.starts_with("application/json");
+}  // namespace
+
+std::vector<std::string> body_texts(std::string_view body, std::string_view content_type) {
+  const bool jsonl = content_type.starts_with("application/jsonl") ||
+                     content_type.starts_with("application/x-ndjson") || content_type.starts_with("application/json");
+  const bool binary = content_type.starts_with("image/") || content_type.starts_with("audio/") ||
+                      content_type.starts_with("video/") || content_type.starts_with("application/octet-stream");
+  if (binary) {
+    throw ServeError(400, "body: Content-Type " + printable(content_type, 64) +
+                              " is not text: a text model takes text/plain (one text per line) or application/jsonl");
+  }
+  // A JPEG or any binary body is refused whole, before it is split into "texts" at its 0x0a bytes.
+  if (const std::size_t bad = text::find_invalid_utf8(body); bad != std::string_view::npos) {
+    char byte[8];
+    std::snprintf(byte, sizeof byte, "0x%02x", static_cast<unsigned char>(body[bad]));
+    throw ServeError(400, "body: not UTF-8 text (byte " + std::string(byte) + " at offset " + std::to_string(bad) +
+                              "): a text model takes text/plain (one text per line) or application/jsonl");
+  }
+  if (const std::size_t nul = body.find('\0'); nul != std::string_view::npos) {
+    throw ServeError(400, "body: a NUL byte at offset " + std::to_string(nul) +
+                              " (binary data, not text): a text model takes text/plain or application/jsonl");
+  }
   std::vector<std::string> texts;
-  std::string_view body = request.body;
   std::size_t line_number = 0;
   while (!body.empty()) {
     const std::size_t nl = body.find('\n');
@@ -146,6 +166,8 @@ std::vector<std::string> body_texts(const HttpRequest& request) {
   return texts;
 }
 
+namespace {
+
 // A request with a method its route does not take: 405 with Allow.
 struct WrongMethod {
   std::string allow, message;
@@ -165,8 +187,65 @@ std::string models_list(const std::vector<ModelRunner*>& models) {
 
 }  // namespace
 
+// The parse threads: a FIFO of calls, no bound of its own (each connection holds at most one request, and the
+// transport bounds connections and buffered bytes).
+struct Router::Workers {
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::deque<std::function<void()>> tasks;
+  bool stopping = false;
+  std::vector<std::thread> threads;
+
+  explicit Workers(int count) {
+    for (int i = 0; i < count; ++i) threads.emplace_back([this] { run(); });
+  }
+  Workers(const Workers&) = delete;
+  Workers& operator=(const Workers&) = delete;
+  ~Workers() { stop(); }
+
+  bool post(std::function<void()> task) {
+    {
+      std::lock_guard lock(mutex);
+      if (stopping) return false;
+      tasks.push_back(std::move(task));
+    }
+    wake.notify_one();
+    return true;
+  }
+  void run() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock lock(mutex);
+        wake.wait(lock, [&] { return stopping || !tasks.empty(); });
+        if (tasks.empty()) return;  // stopping, and nothing left
+        task = std::move(tasks.front());
+        tasks.pop_front();
+      }
+      task();  // dispatch() answers every failure itself
+    }
+  }
+  void stop() {
+    {
+      std::lock_guard lock(mutex);
+      stopping = true;
+    }
+    wake.notify_all();
+    for (std::thread& t : threads) t.join();
+    threads.clear();
+  }
+};
+
 Router::Router(std::vector<ModelRunner*> models, Metrics& metrics, RouterOptions options)
-    : models_(std::move(models)), metrics_(metrics), options_(options) {}
+    : models_(std::move(models)), metrics_(metrics), options_(std::move(options)) {
+  HOTPATH_CHECK(options_.parse_threads >= 1 && options_.parse_threads <= 64, "serve: --parse-threads ",
+                options_.parse_threads, " out of range (1..64)");
+  workers_ = std::make_unique<Workers>(options_.parse_threads);
+}
+
+Router::~Router() { stop_workers(); }
+
+void Router::stop_workers() { workers_->stop(); }
 
 void Router::begin_drain() { draining_ = true; }
 
@@ -189,6 +268,15 @@ ModelRunner& Router::model(const std::string& name, const std::string& version) 
 
 void Router::handle(HttpRequest request, const Responder& respond) {
   auto call = std::make_shared<Call>(Call{std::move(request), respond, {}, {}});
+  const bool work = call->request.body.size() > options_.inline_body_bytes || call->request.path().starts_with("/v1/");
+  if (!work) return dispatch(call);
+  if (!workers_->post([this, call] { dispatch(call); })) {
+    call->id = "r" + std::to_string(next_id_++);
+    finish(*call, json_error(503, "the server is shutting down"), nullptr);
+  }
+}
+
+void Router::dispatch(const std::shared_ptr<Call>& call) {
   try {
     route(call);
   } catch (const WrongMethod& e) {
@@ -198,9 +286,9 @@ void Router::handle(HttpRequest request, const Responder& respond) {
   } catch (const ServeError& e) {
     finish(*call, error_response(e), nullptr);
   } catch (const Error& e) {  // the codec's and parsers' bad-input errors
-    finish(*call, json_error(400, e.what()), nullptr);
-  } catch (const std::exception& e) {
-    finish(*call, json_error(500, std::string("internal error: ") + e.what()), nullptr);
+    finish(*call, json_error(400, one_line_message(e)), nullptr);
+  } catch (const std::exception& e) {  // LibTorch's c10::Error among others: its message, never its backtrace
+    finish(*call, json_error(500, "internal error: " + one_line_message(e)), nullptr);
   }
 }
 
@@ -259,6 +347,7 @@ void Router::route(const std::shared_ptr<Call>& call) {
     HttpResponse r;
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
     r.body = metrics_.render_prometheus();
+    if (options_.transport_stats) r.body += render_transport_prometheus(options_.transport_stats());
     return finish(*call, std::move(r), nullptr);
   }
   if (seg.empty() || (seg[0] != "v2" && seg[0] != "v1")) {
@@ -355,7 +444,7 @@ void Router::route(const std::shared_ptr<Call>& call) {
       } catch (const ServeError& e) {
         finish(*call, error_response(e), nullptr);
       } catch (const std::exception& e) {
-        finish(*call, json_error(500, e.what()), nullptr);
+        finish(*call, json_error(500, "internal error: " + one_line_message(e)), nullptr);
       }
     });
     return;
@@ -375,7 +464,7 @@ void Router::route(const std::shared_ptr<Call>& call) {
       const auto* data = reinterpret_cast<const std::uint8_t*>(req.body.data());
       inputs = runner.inputs_from_image({data, req.body.size()});
     } else {
-      const std::vector<std::string> lines = body_texts(req);
+      const std::vector<std::string> lines = body_texts(req.body, req.header("content-type"));
       inputs = runner.inputs_from_texts(lines);
     }
     int top_k = options_.default_top_k;
@@ -426,7 +515,7 @@ void Router::route(const std::shared_ptr<Call>& call) {
       } catch (const ServeError& e) {
         finish(*call, error_response(e), nullptr);
       } catch (const std::exception& e) {
-        finish(*call, json_error(500, e.what()), nullptr);
+        finish(*call, json_error(500, "internal error: " + one_line_message(e)), nullptr);
       }
     });
     return;
