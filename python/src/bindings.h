@@ -1,0 +1,25 @@
+// python/src/bindings.h — the pieces of the extension module hotpath._C, one translation unit each, so that a
+// change to one rebuilds only it (LibTorch and pybind11 headers are heavy).
+//
+//   PYBIND11_MODULE(_C, m) { register_errors(m); bind_text(m); bind_data(m); }   // module.cpp
+//
+// Only tensor_to_python.cpp sees torch/csrc (the python side of torch); the others see ATen and pybind11.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace at {
+class Tensor;
+}
+
+namespace hotpath::python {
+
+// C++ exceptions → Python exceptions with the CLI's one-line messages (errors.cpp).
+void register_errors(pybind11::module_& m);
+// A torch.Tensor sharing `tensor`'s storage (no copy: the storage's deleter keeps the C++ memory alive).
+pybind11::object tensor_to_python(const at::Tensor& tensor);
+
+void bind_text(pybind11::module_& m);  // hotpath._C.Tokenizer
+void bind_data(pybind11::module_& m);  // hotpath._C.Loader
+
+}  // namespace hotpath::python
