@@ -23,7 +23,7 @@ if _torch.__version__ != _build_info.TORCH_VERSION:
     )
 
 from . import _C  # noqa: E402  (after the version check: a mismatched libtorch may not even load)
-from . import data, text  # noqa: E402
+from . import data, infer, text  # noqa: E402
 
 __version__ = _build_info.VERSION
-__all__ = ["data", "text", "__version__"]
+__all__ = ["data", "infer", "text", "__version__"]
