@@ -1,11 +1,15 @@
-"""hotpath.infer: image classification with a trained run, a model package or a pretrained registry model.
+"""hotpath.infer: image classification with a trained run, a model package or a pretrained registry model;
+sentence embeddings with a sentence-transformers directory or a package.
 
     clf = hotpath.infer.ImageClassifier.from_dir("pkg/lite0")        # `hotpath export` package or `hotpath train` run
     clf = hotpath.infer.ImageClassifier.from_pretrained("efficientnet_lite0")
     for p in clf.predict("dog.jpg", k=3):
         print(p.label, p.prob)
 
-What `hotpath predict` prints comes from the same C++ code: the package's own eval preprocessing (decode, resize,
+    enc = hotpath.infer.SentenceEncoder.from_dir("all-MiniLM-L6-v2")
+    emb = enc.encode(["The cat sat.", "A dog barked."])               # float32 [2, 384], rows of norm 1
+
+What `hotpath predict` and `hotpath embed` print comes from the same C++ code: the package's own eval preprocessing (decode, resize,
 crop, normalize), the model or the engine at the package's precision, softmax and top-k.
 """
 
@@ -19,7 +23,7 @@ import torch
 
 from . import _C
 
-__all__ = ["ImageClassifier", "Prediction"]
+__all__ = ["ImageClassifier", "Prediction", "SentenceEncoder"]
 
 Image = Union[str, os.PathLike, bytes, torch.Tensor, Any]  # path, encoded JPEG/PNG, uint8 tensor, PIL image
 
@@ -86,3 +90,32 @@ class ImageClassifier:
         batch = torch.stack([self.preprocess(image) for image in ([images] if single else images)])
         top = [[Prediction(label, prob, index) for index, label, prob in row] for row in self._core.classify(batch, k)]
         return top[0] if single else top
+
+
+class SentenceEncoder:
+    """Sentences → L2-normalised sentence embeddings (tokenize, BERT, mean pooling), as sentence-transformers'
+    `SentenceTransformer(dir).encode(sentences, normalize_embeddings=True)` and `hotpath embed`."""
+
+    def __init__(self, core: _C.SentenceEncoder) -> None:
+        self._core = core
+
+    @classmethod
+    def from_dir(cls, directory: str | os.PathLike, max_length: int = 0) -> "SentenceEncoder":
+        """A sentence-transformers model directory or a sentence_embedder package (`hotpath export`).
+        max_length: tokens per sentence (0: the model's max_seq_length, or the package's)."""
+        return cls(_C.SentenceEncoder.from_dir(os.fspath(directory), max_length))
+
+    @property
+    def dimension(self) -> int:
+        return self._core.dimension
+
+    @property
+    def max_length(self) -> int:
+        return self._core.max_length
+
+    def encode(self, sentences: str | Sequence[str], batch_size: int = 32) -> torch.Tensor:
+        """float32 [N, dimension] (one str: [dimension]); row i is sentences[i]'s embedding, of L2 norm 1.
+        Sentences run in token-length batches of batch_size; the result does not depend on the order given."""
+        single = isinstance(sentences, str)
+        out = self._core.encode([sentences] if single else list(sentences), batch_size)
+        return out[0] if single else out

@@ -19,13 +19,7 @@
 namespace py = pybind11;
 
 namespace hotpath::python {
-namespace {
 
-using text::EncodeOptions;
-using text::Encoding;
-using text::Tokenizer;
-
-// A view of each str's UTF-8 (cached in the str object: valid while `list` lives, GIL or not).
 std::vector<std::string_view> utf8_views(const py::list& list, const char* what) {
   std::vector<std::string_view> views;
   views.reserve(list.size());
@@ -39,6 +33,12 @@ std::vector<std::string_view> utf8_views(const py::list& list, const char* what)
   }
   return views;
 }
+
+namespace {
+
+using text::EncodeOptions;
+using text::Encoding;
+using text::Tokenizer;
 
 text::TruncationStrategy parse_truncation(const std::string& name) {
   if (name == "longest_first") return text::TruncationStrategy::kLongestFirst;

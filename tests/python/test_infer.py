@@ -1,6 +1,7 @@
 """hotpath.infer.ImageClassifier: the same top-k as `hotpath predict` (pretrained EfficientNet-Lite0 and a package
 written by `hotpath export`), every image form (path, bytes, PIL, uint8 tensor) through the package's own
-preprocessing, and bad input named in the exception."""
+preprocessing, and bad input named in the exception. hotpath.infer.SentenceEncoder: the same embeddings as
+`hotpath embed` (bit for bit) and as sentence-transformers."""
 
 import json
 import os
@@ -8,8 +9,10 @@ import subprocess
 import tempfile
 import unittest
 
+import numpy
 import torch
 
+import fixtures
 import hotpath
 
 PHOTOS = ["/usr/share/darknet/data/dog.jpg", "/usr/share/wallpapers/Autumn/contents/images/1280x1024.jpg"]
@@ -56,7 +59,7 @@ class ImageClassifierTest(unittest.TestCase):
         with open(photo, "rb") as f:
             self.assertTrue(torch.equal(self.pretrained.preprocess(f.read()), reference))
         pil = Image.open(photo).convert("RGB")
-        pixels = torch.from_numpy(__import__("numpy").asarray(pil).copy())
+        pixels = torch.from_numpy(numpy.asarray(pil).copy())
         from_pil = self.pretrained.preprocess(pil)
         self.assertTrue(torch.equal(self.pretrained.preprocess(pixels), from_pil))
         # PIL decodes the JPEG itself: the same pixels as libjpeg-turbo, to a rounding step.
@@ -79,6 +82,43 @@ class ImageClassifierTest(unittest.TestCase):
             hotpath.infer.ImageClassifier.from_dir("/nonexistent-package")
         with self.assertRaisesRegex(ValueError, "k: expected at least 1"):
             self.pretrained.predict(PHOTOS[0], k=0)
+
+
+class SentenceEncoderTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = fixtures.minilm_dir()
+        cls.encoder = hotpath.infer.SentenceEncoder.from_dir(cls.dir)
+        cls.lines = [l for l in fixtures.parity_lines() if l.strip() and "\n" not in l and "\r" not in l][:300]
+
+    def test_same_embeddings_as_hotpath_embed(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "emb.npy")
+            subprocess.run([os.environ["HOTPATH_CLI"], "embed", "--model", self.dir, "--output", out],
+                           input="\n".join(self.lines) + "\n", text=True, check=True, capture_output=True)
+            reference = torch.from_numpy(numpy.load(out))
+        ours = self.encoder.encode(self.lines)
+        self.assertEqual(ours.shape, (len(self.lines), 384))
+        self.assertTrue(torch.equal(ours, reference))
+
+    def test_close_to_sentence_transformers(self):
+        from sentence_transformers import SentenceTransformer
+
+        theirs = SentenceTransformer(self.dir, device="cpu").encode(self.lines, normalize_embeddings=True)
+        ours = self.encoder.encode(self.lines)
+        self.assertLess((ours - torch.from_numpy(theirs)).abs().max().item(), 1e-4)
+        one = self.encoder.encode(self.lines[0])
+        self.assertEqual(one.shape, (384,))
+        self.assertAlmostEqual(one.norm().item(), 1.0, places=5)
+        self.assertFalse(ours.is_inference())  # an ordinary tensor: usable with autograd on
+
+    def test_bad_input_is_named(self):
+        with self.assertRaisesRegex(ValueError, r"sentences\[1\]: expected a str"):
+            self.encoder.encode(["fine", None])
+        with self.assertRaisesRegex(ValueError, "batch_size"):
+            self.encoder.encode(["fine"], batch_size=0)
+        with self.assertRaises(OSError):
+            hotpath.infer.SentenceEncoder.from_dir("/nonexistent-model")
 
 
 if __name__ == "__main__":
