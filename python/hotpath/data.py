@@ -55,7 +55,7 @@ class Loader:
         (train), or its share of the shards (eval).
     num_classes: a label outside [0, num_classes) is a bad sample (None: labels are not checked).
     max_bad_samples: corrupt or unlabelled samples are skipped and counted (bad_samples); past this many the
-        next batch raises ValueError naming the last one (-1: no limit).
+        next batch raises ValueError naming the last one.
 
     Raises ValueError for a bad option (named like the recipe key), OSError when a shard cannot be read.
     """

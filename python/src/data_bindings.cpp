@@ -130,7 +130,15 @@ void bind_data(py::module_& m) {
       .def_property_readonly("batch", [](const PyLoader& l) { return l.position().batch; })
       .def("batches_per_epoch", &PyLoader::batches_per_epoch)
       .def("stats", &PyLoader::stats)
-      .def("bad_samples", [](const PyLoader& l) { return l.loader().bad_samples(); })
+      .def("bad_samples",
+           [](const PyLoader& l) {
+             py::list out;
+             for (const std::string& reason : l.loader().bad_samples()) {  // member names need not be UTF-8
+               out.append(py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(
+                   reason.data(), static_cast<Py_ssize_t>(reason.size()), "backslashreplace")));
+             }
+             return out;
+           })
       .def("describe", [](const PyLoader& l) { return l.loader().describe(); })
       .def_property_readonly("_last_images_address", &PyLoader::last_images_address);
 }

@@ -31,6 +31,15 @@ bool is_file_error(std::string_view message) {
 
 std::string first_line(std::string_view text) { return std::string(text.substr(0, text.find('\n'))); }
 
+// Raises `type` with `message`; bytes that are not UTF-8 (a tar member's name, a file path) become \xNN escapes
+// instead of failing the conversion to str.
+void set_error(PyObject* type, const std::string& message) {
+  PyObject* text = PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()), "backslashreplace");
+  if (text == nullptr) return;  // the decode's own error (out of memory) stands
+  PyErr_SetObject(type, text);
+  Py_DECREF(text);
+}
+
 }  // namespace
 
 void register_errors(pybind11::module_& m) {
@@ -40,11 +49,11 @@ void register_errors(pybind11::module_& m) {
       if (error) std::rethrow_exception(error);
     } catch (const hotpath::Error& e) {
       const std::string message = hotpath::printable(e.what(), 4000);
-      PyErr_SetString(is_file_error(message) ? PyExc_OSError : PyExc_ValueError, message.c_str());
+      set_error(is_file_error(message) ? PyExc_OSError : PyExc_ValueError, message);
     } catch (const c10::Error& e) {
-      PyErr_SetString(PyExc_RuntimeError, first_line(e.what_without_backtrace()).c_str());
+      set_error(PyExc_RuntimeError, first_line(e.what_without_backtrace()));
     } catch (const std::bad_alloc&) {
-      PyErr_SetString(PyExc_MemoryError, "out of memory: an input asked for more memory than this machine has");
+      set_error(PyExc_MemoryError, "out of memory: an input asked for more memory than this machine has");
     }
     // Anything else: pybind11's own translators (std::exception → RuntimeError with what()).
   });

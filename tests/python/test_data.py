@@ -1,8 +1,10 @@
 """hotpath.data.Loader: the same batches as the C++ loader (bit for bit), zero copy, the GIL released while a batch
 is waited for, exact resume through state_dict(), and bad input counted or named in the exception."""
 
+import io
 import os
 import subprocess
+import tarfile
 import tempfile
 import threading
 import time
@@ -207,6 +209,22 @@ class LoaderTest(unittest.TestCase):
                 pass
         self.assertIn("max_bad_samples", str(caught.exception))
         self.assertRegex(str(caught.exception), r"sample0000(03|30)\.jpg")
+
+    def test_names_that_are_not_utf8_are_escaped_in_reasons_and_errors(self):
+        path = os.path.join(self.tmp.name, "latin1-000000.tar")
+        name = b"caf\xe9".decode("utf-8", "surrogateescape")  # the member's name is the byte 0xE9, not UTF-8
+        with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT, encoding="utf-8", errors="surrogateescape") as tar:
+            for member, data in ((name + ".jpg", b"not a jpeg"), (name + ".cls", b"1")):
+                info = tarfile.TarInfo(member)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        loader = hotpath.data.Loader(path, batch_size=1, train=False, max_bad_samples=10)
+        self.assertEqual(list(loader), [])  # its only sample is bad
+        self.assertEqual(loader.bad_samples, 1)
+        self.assertIn("caf\\xe9.jpg", loader.bad_sample_reasons[0])
+        strict = hotpath.data.Loader(path, batch_size=1, train=False, max_bad_samples=0)
+        with self.assertRaisesRegex(ValueError, r"caf\\xe9\.jpg"):
+            list(strict)
 
     def test_bad_options_and_missing_shards(self):
         with self.assertRaisesRegex(ValueError, "data.image_size"):

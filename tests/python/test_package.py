@@ -44,6 +44,15 @@ class PackageTest(unittest.TestCase):
         with self.assertRaises(OSError):
             hotpath.text.Tokenizer.from_pretrained("/nonexistent")
 
+    def test_a_libtorch_error_is_a_runtime_error_of_one_line(self):
+        classifier = hotpath.infer.ImageClassifier.from_pretrained("efficientnet_lite0")
+        with self.assertRaises(RuntimeError) as caught:  # c10::Error from inside the model's first convolution
+            classifier.logits(torch.zeros(1, 3, 32, 32, dtype=torch.float64))
+        message = str(caught.exception)
+        self.assertIn("Double", message)
+        self.assertNotIn("\n", message)  # no C++ backtrace
+        self.assertNotIn("Exception raised from", message)
+
 
 if __name__ == "__main__":
     unittest.main()
