@@ -1,0 +1,121 @@
+"""hotpath.infer: image classification with a trained run, a model package or a pretrained registry model;
+sentence embeddings with a sentence-transformers directory or a package.
+
+    clf = hotpath.infer.ImageClassifier.from_dir("pkg/lite0")        # `hotpath export` package or `hotpath train` run
+    clf = hotpath.infer.ImageClassifier.from_pretrained("efficientnet_lite0")
+    for p in clf.predict("dog.jpg", k=3):
+        print(p.label, p.prob)
+
+    enc = hotpath.infer.SentenceEncoder.from_dir("all-MiniLM-L6-v2")
+    emb = enc.encode(["The cat sat.", "A dog barked."])               # float32 [2, 384], rows of norm 1
+
+What `hotpath predict` and `hotpath embed` print comes from the same C++ code: the package's own eval preprocessing (decode, resize,
+crop, normalize), the model or the engine at the package's precision, softmax and top-k.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any, NamedTuple, Sequence, Union
+
+import torch
+
+from . import _C
+
+__all__ = ["ImageClassifier", "Prediction", "SentenceEncoder"]
+
+Image = Union[str, os.PathLike, bytes, torch.Tensor, Any]  # path, encoded JPEG/PNG, uint8 tensor, PIL image
+
+
+class Prediction(NamedTuple):
+    label: str  # the class name (the index as text when the model has no names)
+    prob: float  # softmax probability
+    index: int  # class index
+
+
+def _png(image: Any) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format="PNG")  # lossless: the pixels reach the C++ preprocessing unchanged
+    return out.getvalue()
+
+
+class ImageClassifier:
+    """An image classifier with its preprocessing and class names."""
+
+    def __init__(self, core: _C.Classifier) -> None:
+        self._core = core
+
+    @classmethod
+    def from_dir(cls, directory: str | os.PathLike, threads: int = 0) -> "ImageClassifier":
+        """A `hotpath train` run directory (model.json) or a `hotpath export` package; threads: the engine's
+        (0: all cores). Raises OSError / ValueError naming what is missing or malformed."""
+        return cls(_C.Classifier.from_dir(os.fspath(directory), threads))
+
+    @classmethod
+    def from_pretrained(cls, model: str) -> "ImageClassifier":
+        """A registry model with its pretrained weights (e.g. 'efficientnet_lite0', ImageNet classes)."""
+        return cls(_C.Classifier.from_pretrained(model))
+
+    @property
+    def image_size(self) -> int:
+        return self._core.image_size
+
+    def preprocess(self, image: Image) -> torch.Tensor:
+        """One image → the model's input [C, H, W] float32, exactly as `hotpath predict` and the eval loader make
+        it. image: a path, encoded JPEG/PNG bytes, a PIL image, or a uint8 tensor [H, W, C] / [H, W]."""
+        if isinstance(image, (str, os.PathLike)):
+            return self._core.preprocess_file(os.fspath(image))
+        if isinstance(image, (bytes, bytearray, memoryview)):
+            return self._core.preprocess_bytes(bytes(image))
+        if isinstance(image, torch.Tensor):
+            if image.dtype != torch.uint8 or image.dim() not in (2, 3):
+                raise ValueError(f"image: expected a uint8 tensor [H, W, C] or [H, W], got {image.dtype} "
+                                 f"{list(image.shape)}")
+            from PIL import Image as PILImage
+
+            return self._core.preprocess_bytes(_png(PILImage.fromarray(image.cpu().numpy())))
+        if hasattr(image, "save") and hasattr(image, "mode"):  # a PIL image
+            return self._core.preprocess_bytes(_png(image))
+        raise ValueError(f"image: expected a path, bytes, a PIL image or a uint8 tensor, got {type(image).__name__}")
+
+    def logits(self, batch: torch.Tensor) -> torch.Tensor:
+        """Logits [N, classes] float32 of a preprocessed batch [N, C, H, W], without autograd."""
+        return self._core.logits(batch)
+
+    def predict(self, images: Image | Sequence[Image], k: int = 5) -> list[Prediction] | list[list[Prediction]]:
+        """The k most probable classes, most probable first: for one image a list, for a list of images a list
+        per image (classified as one batch)."""
+        single = not isinstance(images, (list, tuple))
+        batch = torch.stack([self.preprocess(image) for image in ([images] if single else images)])
+        top = [[Prediction(label, prob, index) for index, label, prob in row] for row in self._core.classify(batch, k)]
+        return top[0] if single else top
+
+
+class SentenceEncoder:
+    """Sentences → L2-normalised sentence embeddings (tokenize, BERT, mean pooling), as sentence-transformers'
+    `SentenceTransformer(dir).encode(sentences, normalize_embeddings=True)` and `hotpath embed`."""
+
+    def __init__(self, core: _C.SentenceEncoder) -> None:
+        self._core = core
+
+    @classmethod
+    def from_dir(cls, directory: str | os.PathLike, max_length: int = 0) -> "SentenceEncoder":
+        """A sentence-transformers model directory or a sentence_embedder package (`hotpath export`).
+        max_length: tokens per sentence (0: the model's max_seq_length, or the package's)."""
+        return cls(_C.SentenceEncoder.from_dir(os.fspath(directory), max_length))
+
+    @property
+    def dimension(self) -> int:
+        return self._core.dimension
+
+    @property
+    def max_length(self) -> int:
+        return self._core.max_length
+
+    def encode(self, sentences: str | Sequence[str], batch_size: int = 32) -> torch.Tensor:
+        """float32 [N, dimension] (one str: [dimension]); row i is sentences[i]'s embedding, of L2 norm 1.
+        Sentences run in token-length batches of batch_size; the result does not depend on the order given."""
+        single = isinstance(sentences, str)
+        out = self._core.encode([sentences] if single else list(sentences), batch_size)
+        return out[0] if single else out

@@ -1,0 +1,99 @@
+// python/src/infer_bindings.cpp — hotpath._C.Classifier: infer::Classifier, what `hotpath predict` runs (a run
+// directory, a model package run by the engine, or a registry model with its pretrained weights): the package's
+// own preprocessing, softmax and top-k. Inference runs with the GIL released.
+#include <ATen/core/Tensor.h>
+#include <pybind11/stl.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bindings.h"
+#include "hotpath/core/error.h"
+#include "hotpath/infer/classifier.h"
+
+namespace py = pybind11;
+
+namespace hotpath::python {
+namespace {
+
+using Prediction = std::tuple<std::int64_t, std::string, double>;  // index, label, probability
+
+std::vector<std::vector<Prediction>> classify(const infer::Classifier& c, py::handle batch, std::int64_t k) {
+  const at::Tensor x = tensor_from_python(batch, "batch");
+  HOTPATH_CHECK(k >= 1, "k: expected at least 1, got ", k);
+  std::vector<std::vector<infer::TopK>> top;
+  {
+    py::gil_scoped_release release;
+    top = c.classify(x, k);
+  }
+  std::vector<std::vector<Prediction>> out(top.size());
+  for (std::size_t i = 0; i < top.size(); ++i) {
+    for (infer::TopK& t : top[i]) out[i].emplace_back(t.index, std::move(t.label), t.prob);
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_infer(py::module_& m) {
+  py::class_<infer::Classifier>(m, "Classifier", "An image classifier ready to answer (hotpath/infer/classifier.h)")
+      .def_static(
+          "from_dir",
+          [](const std::string& dir, int threads) {
+            py::gil_scoped_release release;
+            return infer::Classifier::from_dir(dir, threads);
+          },
+          py::arg("dir"), py::arg("threads") = 0)
+      .def_static(
+          "from_pretrained",
+          [](const std::string& model) {
+            py::gil_scoped_release release;
+            return infer::Classifier::from_pretrained(model);
+          },
+          py::arg("model"))
+      .def(
+          "preprocess_file",
+          [](const infer::Classifier& c, const std::string& path) {
+            at::Tensor x;
+            {
+              py::gil_scoped_release release;
+              x = c.preprocess().load_image(path);
+            }
+            return tensor_to_python(x);
+          },
+          py::arg("path"))
+      .def(
+          "preprocess_bytes",
+          [](const infer::Classifier& c, const py::bytes& encoded) {
+            const std::string_view view = encoded;  // the bytes object outlives the call
+            const std::span<const std::byte> data(reinterpret_cast<const std::byte*>(view.data()), view.size());
+            at::Tensor x;
+            {
+              py::gil_scoped_release release;
+              x = c.preprocess().apply(data);
+            }
+            return tensor_to_python(x);
+          },
+          py::arg("encoded"))
+      .def(
+          "logits",
+          [](const infer::Classifier& c, py::handle batch) {
+            const at::Tensor x = tensor_from_python(batch, "batch");
+            at::Tensor y;
+            {
+              py::gil_scoped_release release;
+              y = c.logits(x);
+            }
+            return tensor_to_python(y);
+          },
+          py::arg("batch"))
+      .def("classify", &classify, py::arg("batch"), py::arg("k") = 5)
+      .def_property_readonly("image_size", [](const infer::Classifier& c) { return c.preprocess().image_size; })
+      .def_property_readonly("channels", [](const infer::Classifier& c) { return c.preprocess().channels; });
+}
+
+}  // namespace hotpath::python

@@ -1,0 +1,125 @@
+"""hotpath.infer.ImageClassifier: the same top-k as `hotpath predict` (pretrained EfficientNet-Lite0 and a package
+written by `hotpath export`), every image form (path, bytes, PIL, uint8 tensor) through the package's own
+preprocessing, and bad input named in the exception. hotpath.infer.SentenceEncoder: the same embeddings as
+`hotpath embed` (bit for bit) and as sentence-transformers."""
+
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+import numpy
+import torch
+
+import fixtures
+import hotpath
+
+PHOTOS = ["/usr/share/darknet/data/dog.jpg", "/usr/share/wallpapers/Autumn/contents/images/1280x1024.jpg"]
+
+
+def cli_predict(args, image, k):
+    out = subprocess.run([os.environ["HOTPATH_CLI"], "predict", *args, "--json", "-k", str(k), image],
+                         check=True, capture_output=True, text=True).stdout
+    return [(t["index"], t["label"], t["prob"]) for t in json.loads(out)["top"]]
+
+
+class ImageClassifierTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.package = os.path.join(cls.tmp.name, "lite0")
+        subprocess.run([os.environ["HOTPATH_CLI"], "export", "--model", "efficientnet_lite0", "--pretrained", "--out",
+                        cls.package], check=True, capture_output=True)
+        cls.pretrained = hotpath.infer.ImageClassifier.from_pretrained("efficientnet_lite0")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def assertSameTop(self, ours, theirs):
+        self.assertEqual([(p.index, p.label) for p in ours], [(i, l) for i, l, _ in theirs])
+        for p, (_, _, prob) in zip(ours, theirs):
+            self.assertAlmostEqual(p.prob, prob, delta=1e-6)
+
+    def test_same_top_k_as_hotpath_predict(self):
+        package = hotpath.infer.ImageClassifier.from_dir(self.package)
+        for photo in PHOTOS:
+            self.assertSameTop(self.pretrained.predict(photo, k=5),
+                               cli_predict(["--model", "efficientnet_lite0", "--pretrained"], photo, 5))
+            self.assertSameTop(package.predict(photo, k=5), cli_predict(["--model-dir", self.package], photo, 5))
+        self.assertEqual(self.pretrained.predict(PHOTOS[0], k=1)[0].label, "German shepherd")
+
+    def test_every_image_form_gets_the_same_input(self):
+        from PIL import Image
+
+        photo = PHOTOS[0]
+        reference = self.pretrained.preprocess(photo)
+        self.assertEqual(reference.shape, (3, 224, 224))
+        with open(photo, "rb") as f:
+            self.assertTrue(torch.equal(self.pretrained.preprocess(f.read()), reference))
+        pil = Image.open(photo).convert("RGB")
+        pixels = torch.from_numpy(numpy.asarray(pil).copy())
+        from_pil = self.pretrained.preprocess(pil)
+        self.assertTrue(torch.equal(self.pretrained.preprocess(pixels), from_pil))
+        # PIL decodes the JPEG itself: the same pixels as libjpeg-turbo, to a rounding step.
+        self.assertLess((from_pil - reference).abs().max().item(), 0.05)
+        batch = self.pretrained.predict([photo, pil], k=2)
+        self.assertEqual(len(batch), 2)
+        self.assertEqual(batch[0][0].index, batch[1][0].index)
+        logits = self.pretrained.logits(reference.unsqueeze(0))
+        self.assertEqual(logits.shape, (1, 1000))
+        self.assertEqual(int(logits.argmax()), batch[0][0].index)
+
+    def test_bad_input_is_named(self):
+        with self.assertRaisesRegex(OSError, "/nonexistent.jpg"):
+            self.pretrained.predict("/nonexistent.jpg")
+        with self.assertRaisesRegex(ValueError, "unknown image format"):
+            self.pretrained.predict(b"not an image")
+        with self.assertRaisesRegex(ValueError, "uint8"):
+            self.pretrained.predict(torch.zeros(8, 8, 3))
+        with self.assertRaisesRegex(OSError, "/nonexistent-package"):
+            hotpath.infer.ImageClassifier.from_dir("/nonexistent-package")
+        with self.assertRaisesRegex(ValueError, "k: expected at least 1"):
+            self.pretrained.predict(PHOTOS[0], k=0)
+
+
+class SentenceEncoderTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = fixtures.minilm_dir()
+        cls.encoder = hotpath.infer.SentenceEncoder.from_dir(cls.dir)
+        cls.lines = [l for l in fixtures.parity_lines() if l.strip() and "\n" not in l and "\r" not in l][:300]
+
+    def test_same_embeddings_as_hotpath_embed(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "emb.npy")
+            subprocess.run([os.environ["HOTPATH_CLI"], "embed", "--model", self.dir, "--output", out],
+                           input="\n".join(self.lines) + "\n", text=True, check=True, capture_output=True)
+            reference = torch.from_numpy(numpy.load(out))
+        ours = self.encoder.encode(self.lines)
+        self.assertEqual(ours.shape, (len(self.lines), 384))
+        self.assertTrue(torch.equal(ours, reference))
+
+    def test_close_to_sentence_transformers(self):
+        from sentence_transformers import SentenceTransformer
+
+        theirs = SentenceTransformer(self.dir, device="cpu").encode(self.lines, normalize_embeddings=True)
+        ours = self.encoder.encode(self.lines)
+        self.assertLess((ours - torch.from_numpy(theirs)).abs().max().item(), 1e-4)
+        one = self.encoder.encode(self.lines[0])
+        self.assertEqual(one.shape, (384,))
+        self.assertAlmostEqual(one.norm().item(), 1.0, places=5)
+        self.assertFalse(ours.is_inference())  # an ordinary tensor: usable with autograd on
+
+    def test_bad_input_is_named(self):
+        with self.assertRaisesRegex(ValueError, r"sentences\[1\]: expected a str"):
+            self.encoder.encode(["fine", None])
+        with self.assertRaisesRegex(ValueError, "batch_size"):
+            self.encoder.encode(["fine"], batch_size=0)
+        with self.assertRaises(OSError):
+            hotpath.infer.SentenceEncoder.from_dir("/nonexistent-model")
+
+
+if __name__ == "__main__":
+    unittest.main()
