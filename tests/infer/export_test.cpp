@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,30 @@ TEST(Export, Int8OnRandomInputsSaysItsAccuracyIsUnknownAndPrintsNoAgreement) {
   const auto written = nlohmann::json::parse(read_file((pkg / "quantization_report.json").string()));
   EXPECT_EQ(written["status"], "accuracy-unknown");
   EXPECT_EQ(read_package_dir(pkg).precision, Precision::kInt8);
+}
+
+// Each stage's seconds in the report; a progress line per stage on the given stream (here from the first
+// second on: by default only past 2 s), none without one.
+TEST(Export, ReportsEachStagesSecondsAndPrintsProgressPerStage) {
+  const TempDir dir;
+  models::ModelHandle model;
+  const fs::path run = write_image_run(dir, model);
+  std::ostringstream lines;
+  const ExportReport r = export_package(
+      {.model_dir = run.string()},
+      {.out = dir.path() / "pkg", .precision = Precision::kInt8, .progress = &lines, .progress_after_s = 0.0});
+  const auto& t = r.json["timings_s"];
+  for (const char* stage : {"loading the model", "reading the calibration data", "running the fp32 graph",
+                            "running the source model", "quantize: observing ranges",
+                            "quantize: comparing the quantized graph with fp32", "running the exported graph"}) {
+    ASSERT_TRUE(t.contains(stage)) << stage << " in " << t.dump();
+    EXPECT_GE(t[stage].get<double>(), 0.0) << stage;
+    EXPECT_NE(lines.str().find(std::string("export: ") + stage), std::string::npos) << stage << " in " << lines.str();
+  }
+  EXPECT_NE(lines.str().find("(100%)"), std::string::npos) << lines.str();
+  EXPECT_EQ(lines.str().find('\r'), std::string::npos);  // not a terminal: plain lines
+  const ExportReport quiet = export_package({.model_dir = run.string()}, {.out = dir.path() / "pkg2"});
+  EXPECT_TRUE(quiet.json["timings_s"].contains("running the fp32 graph"));
 }
 
 TEST(Export, Fp32PackageReloadsWithTheRunsOutputs) {

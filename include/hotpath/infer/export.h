@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,10 @@ struct ExportOptions {
   bool allow_accuracy_loss = false;     // ... unless this is set (the report still says so)
   bool overwrite = false;  // replace an existing package directory (never a run, nor anything else)
   int threads = 0;
+  // Progress lines (one per stage still running 2 s into the export, with an ETA; core/progress.h), e.g.
+  // &std::cerr; nullptr: silent. Each stage's seconds go into the report's "timings_s" either way.
+  std::ostream* progress = nullptr;
+  double progress_after_s = 2.0;  // a stage prints only once the export has run this long (0: every stage)
 };
 
 struct ExportReport {

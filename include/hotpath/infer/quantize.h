@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hotpath/infer/graph.h"
@@ -57,6 +58,9 @@ struct QuantizeOptions {
   // on EfficientNet-Lite0 it lowers the calibration error but not the held-out photos' (inference-accuracy.md).
   int clip_candidates = 0;
   std::vector<std::string> keep_float{};  // node names never quantized (each must name a linear or conv2d)
+  // Called as the work advances (the export's progress line): the stage ("observing ranges", "ranking node
+  // sensitivity", ...), units done in it (1-based) and its units in all. Empty: nothing is reported.
+  std::function<void(std::string_view stage, std::size_t done, std::size_t total)> progress{};
 };
 
 // Runs one prepared graph on a batch: outputs in graph.outputs order, float32.

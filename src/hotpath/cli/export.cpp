@@ -81,7 +81,8 @@ void run(const ExportArgs& a) {
                  .min_agreement = a.min_agreement,
                  .allow_accuracy_loss = a.allow_accuracy_loss,
                  .overwrite = a.overwrite,
-                 .threads = a.threads});
+                 .threads = a.threads,
+                 .progress = &std::cerr});
   std::cout << "wrote " << a.out << ": " << r.summary << "\n";
   if (!r.warning.empty()) std::cerr << "warning: " << r.warning << "\n";
 }

@@ -6,6 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <optional>
+#include <string_view>
+#include <utility>
+#include <vector>
 #include <cmath>
 #include <functional>
 #include <sstream>
@@ -16,6 +22,7 @@
 #include "hotpath/core/input_file.h"
 #include "hotpath/core/json.h"
 #include "hotpath/core/mapped_file.h"
+#include "hotpath/core/progress.h"
 #include "hotpath/core/remove_tree.h"
 #include "hotpath/data/loader.h"
 #include "hotpath/data/shard_list.h"
@@ -380,9 +387,66 @@ nlohmann::ordered_json compare(const std::vector<at::Tensor>& got, const std::ve
   return j;
 }
 
-std::vector<at::Tensor> run_all(const Engine& e, const ReportData& d) {
+// The export's progress: a hotpath::Progress line (core/progress.h) for each stage still running quiet_s into
+// the export (a quick export prints nothing), and every stage's seconds for the report ("timings_s").
+class StageProgress {
+ public:
+  using Clock = std::chrono::steady_clock;
+  StageProgress(std::ostream* out, double quiet_s) : out_(out), quiet_s_(quiet_s), start_(Clock::now()), stage_start_(start_) {}
+  StageProgress(const StageProgress&) = delete;
+  StageProgress& operator=(const StageProgress&) = delete;
+
+  // `done` of `total` units of `stage` are done (a new name ends the stage before it).
+  void operator()(std::string_view stage, std::size_t done, std::size_t total) {
+    const Clock::time_point now = Clock::now();
+    if (stage != stage_) begin(stage, now);
+    if (out_ != nullptr && !bar_ && seconds(start_, now) >= quiet_s_) {
+      const bool tty = out_ == &std::cerr && stream_is_tty(stderr);
+      bar_.emplace(static_cast<std::int64_t>(total), *out_, tty,
+                   ProgressOptions{.prefix = "export: " + stage_,
+                                   .initial_step = static_cast<std::int64_t>(done) - 1});
+    }
+    if (bar_) bar_->update(static_cast<std::int64_t>(done));
+  }
+  // A stage without units (timed, and a bar-less line past quiet_s: "export: writing the package").
+  void stage(std::string_view name) { (*this)(name, 1, 0); }
+
+  // Ends the last stage; each stage's seconds in the order they ran (a repeated name adds up).
+  nlohmann::ordered_json timings() {
+    begin("", Clock::now());
+    nlohmann::ordered_json j = nlohmann::ordered_json::object();
+    for (const auto& [name, s] : seconds_) j[name] = std::round(s * 100.0) / 100.0;
+    return j;
+  }
+
+ private:
+  static double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+  void begin(std::string_view stage, Clock::time_point now) {
+    if (bar_) bar_->finish();
+    bar_.reset();
+    if (!stage_.empty()) {
+      auto it = std::find_if(seconds_.begin(), seconds_.end(), [&](const auto& e) { return e.first == stage_; });
+      if (it == seconds_.end()) it = seconds_.insert(seconds_.end(), {stage_, 0.0});
+      it->second += seconds(stage_start_, now);
+    }
+    stage_ = std::string(stage);
+    stage_start_ = now;
+  }
+
+  std::ostream* out_;
+  double quiet_s_;
+  Clock::time_point start_, stage_start_;
+  std::string stage_;
+  std::optional<Progress> bar_;
+  std::vector<std::pair<std::string, double>> seconds_;
+};
+
+std::vector<at::Tensor> run_all(const Engine& e, const ReportData& d, StageProgress& progress, std::string_view stage) {
   std::vector<at::Tensor> out;
-  for (const auto& b : d.batches) out.push_back(e.run(b).front());
+  for (const auto& b : d.batches) {
+    out.push_back(e.run(b).front());
+    progress(stage, out.size(), d.batches.size());
+  }
   return out;
 }
 
@@ -517,25 +581,38 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
   HOTPATH_CHECK(options.min_agreement >= 0.0 && options.min_agreement <= 1.0, "export: --min-agreement ",
                 options.min_agreement, " outside [0, 1]");
   const fs::path out = check_out_dir(source, options);
+  StageProgress progress(options.progress, options.progress_after_s);
+  progress.stage("loading the model");
   Source src = load_source(source);
   PackageDir& package = src.lowered.package;
   package.precision = options.precision;
   const bool embedder = package.kind == PackageKind::kSentenceEmbedder;
+  progress.stage("reading the calibration data");
   const ReportData data = package.kind == PackageKind::kImageClassifier ? image_data(package, options)
                                                                        : text_data(src.lowered, options);
   // Random inputs (no calibration data: benchmark shapes): agreement and output targets mean nothing on them.
   const bool synthetic = data.source.rfind("random", 0) == 0;
   const c10::InferenceMode inference;
   const Engine fp32 = Engine::from_graph(src.lowered.graph, {.threads = options.threads});
-  const std::vector<at::Tensor> fp32_out = run_all(fp32, data);
+  const std::vector<at::Tensor> fp32_out = run_all(fp32, data, progress, "running the fp32 graph");
+  // The lowering against the source model (eager PyTorch-style modules, the export's slowest pass per sample):
+  // on the first kLoweringBatches batches only: a lowering error shows on any input, and the int8 and bf16
+  // checks below run on all of them.
+  constexpr std::size_t kLoweringBatches = 2;
+  const std::size_t lowering_batches = std::min(kLoweringBatches, data.batches.size());
   std::vector<at::Tensor> model_out;
-  for (const auto& b : data.batches) model_out.push_back(src.reference(b));
+  for (std::size_t b = 0; b < lowering_batches; ++b) {
+    model_out.push_back(src.reference(data.batches[b]));
+    progress("running the source model", model_out.size(), lowering_batches);
+  }
 
   nlohmann::ordered_json report;
   report["precision"] = precision_name(options.precision);
   report["data"] = {{"source", data.source}, {"samples", data.samples}, {"bad_samples", data.bad_samples},
                     {"bad_examples", data.bad_examples}};
-  report["lowering_vs_model"] = compare(fp32_out, model_out, embedder);
+  report["lowering_vs_model"] =
+      compare(std::vector<at::Tensor>(fp32_out.begin(), fp32_out.begin() + static_cast<std::ptrdiff_t>(lowering_batches)),
+              model_out, embedder);
 
   Graph graph = src.lowered.graph;
   if (options.precision == Precision::kInt8) {
@@ -547,6 +624,9 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
     qo.keep_float = options.keep_float;
     qo.gptq = options.gptq;
     qo.clip_candidates = options.clip_candidates;
+    qo.progress = [&](std::string_view stage, std::size_t done, std::size_t total) {
+      progress("quantize: " + std::string(stage), done, total);
+    };
     QuantizeResult q = quantize_graph(graph, data.batches, qo);
     graph = std::move(q.graph);
     report["quantization"] = std::move(q.report);
@@ -564,7 +644,7 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
   }
   const Engine engine = Engine::from_graph(exported, {.threads = options.threads, .precision = options.precision});
   report["engine"] = engine.describe();
-  nlohmann::ordered_json vs = compare(run_all(engine, data), fp32_out, embedder);
+  nlohmann::ordered_json vs = compare(run_all(engine, data, progress, "running the exported graph"), fp32_out, embedder);
   report["vs_fp32"] = vs;
 
   std::ostringstream summary;
@@ -613,6 +693,8 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
                                      {"calibration_samples", data.samples}};
   // Again: calibration can take minutes, and a run may have been started at --out meanwhile.
   (void)check_out_dir(source, options);
+  progress.stage("writing the package");
+  report["timings_s"] = progress.timings();  // every stage but the writing itself
   write_dir_then_rename(out, [&](const fs::path& tmp) {
     write_package_dir(tmp, package, graph, report, src.lowered.tokenizer_files, /*overwrite=*/false);
   });
