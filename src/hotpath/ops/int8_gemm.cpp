@@ -45,6 +45,22 @@ inline std::int32_t load_group(const std::int8_t* a, std::int64_t g, std::int64_
   return v;
 }
 
+// Calls step(group, a) for each group of 4 k, a = the MR rows' 4 bytes there as int32 (the last group zero-padded
+// past K). Inlined into each ISA's kernel, so the step runs with that kernel's instructions.
+template <int MR, typename Step>
+inline __attribute__((always_inline)) void for_each_group(const GemmArgs& g, std::int64_t row0, const Step& step) {
+  const std::int64_t full = g.k / 4;
+  std::int32_t av[MR];
+  for (std::int64_t grp = 0; grp < full; ++grp) {
+    for (int r = 0; r < MR; ++r) std::memcpy(&av[r], g.a + (row0 + r) * g.lda + grp * 4, 4);
+    step(grp, av);
+  }
+  if (full < g.groups) {
+    for (int r = 0; r < MR; ++r) av[r] = load_group(g.a + (row0 + r) * g.lda, full, g.k);
+    step(full, av);
+  }
+}
+
 // Stores one row's 16 sums of panel p, cut at N.
 inline void store_row(const std::int32_t* sums, const GemmArgs& g, std::int64_t row, std::int64_t p) {
   const std::int64_t col = p * kPanel;
@@ -79,7 +95,6 @@ void rows_avx2(const GemmArgs& g, std::int64_t row0, std::int64_t p) {
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i acc[MR][2];
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-  const std::int64_t full = g.k / 4;
   const auto step = [&](std::int64_t grp, const std::int32_t* av) {
     const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + grp * kGroupBytes));
     const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + grp * kGroupBytes + 32));
@@ -90,15 +105,7 @@ void rows_avx2(const GemmArgs& g, std::int64_t row0, std::int64_t p) {
       acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(aa, _mm256_sign_epi8(b1, a4)), ones));
     }
   };
-  std::int32_t av[MR];
-  for (std::int64_t grp = 0; grp < full; ++grp) {
-    for (int r = 0; r < MR; ++r) std::memcpy(&av[r], g.a + (row0 + r) * g.lda + grp * 4, 4);
-    step(grp, av);
-  }
-  if (full < g.groups) {
-    for (int r = 0; r < MR; ++r) av[r] = load_group(g.a + (row0 + r) * g.lda, full, g.k);
-    step(full, av);
-  }
+  for_each_group<MR>(g, row0, step);
   for (int r = 0; r < MR; ++r) {
     alignas(32) std::int32_t sums[kPanel];
     _mm256_store_si256(reinterpret_cast<__m256i*>(sums), acc[r][0]);
@@ -129,7 +136,6 @@ void rows_avx512(const GemmArgs& g, std::int64_t row0, std::int64_t p) {
   const __m512i zero = _mm512_setzero_si512();
   __m512i acc[MR];
   for (int r = 0; r < MR; ++r) acc[r] = _mm512_setzero_si512();
-  const std::int64_t full = g.k / 4;
   const auto step = [&](std::int64_t grp, const std::int32_t* av) {
     const __m512i b = _mm512_loadu_si512(panel + grp * kGroupBytes);
     for (int r = 0; r < MR; ++r) {
@@ -138,15 +144,7 @@ void rows_avx512(const GemmArgs& g, std::int64_t row0, std::int64_t p) {
       acc[r] = _mm512_add_epi32(acc[r], _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(a4), bs), ones));
     }
   };
-  std::int32_t av[MR];
-  for (std::int64_t grp = 0; grp < full; ++grp) {
-    for (int r = 0; r < MR; ++r) std::memcpy(&av[r], g.a + (row0 + r) * g.lda + grp * 4, 4);
-    step(grp, av);
-  }
-  if (full < g.groups) {
-    for (int r = 0; r < MR; ++r) av[r] = load_group(g.a + (row0 + r) * g.lda, full, g.k);
-    step(full, av);
-  }
+  for_each_group<MR>(g, row0, step);
   for (int r = 0; r < MR; ++r) {
     alignas(64) std::int32_t sums[kPanel];
     _mm512_store_si512(sums, acc[r]);
