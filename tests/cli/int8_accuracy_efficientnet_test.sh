@@ -68,6 +68,13 @@ mid=$(date +%s)
 end=$(date +%s)
 echo "export fp32 $((mid - start)) s, int8 $((end - mid)) s (wall clock, this machine's load included)"
 tail -1 export_int8.log
+"$py" - <<'PY'
+import json
+r = json.load(open("int8/quantization_report.json"))
+t = r["quantization"]["totals"]
+print("int8 export: %d of %d nodes int8, %d kept float; seconds per stage: %s"
+      % (t["quantized"], t["candidates"], t["kept_float"], json.dumps(r["timings_s"])))
+PY
 
 views=("$work"/measured/*.jpg)
 "$hp" predict --model-dir fp32 --json -k 1 "${views[@]}" > fp32.jsonl 2> predict_fp32.err \

@@ -45,6 +45,9 @@ struct QuantizeOptions {
   double max_output_error = 0.0;
   double min_output_cosine = 0.99;
   int max_fallback_passes = 8;
+  // The fallback's sensitivity ranking (one run per quantized node) uses the first batches holding this many
+  // samples; whether the outputs meet their target is always judged on every batch.
+  std::int64_t ranking_samples = 32;
   // Conv biases corrected by the mean shift quantization gives each output channel on the calibration data.
   bool bias_correction = true;
   // Conv weights rounded by GPTQ instead of to nearest: same per-channel scales, but each weight's rounding

@@ -379,6 +379,7 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
                 "quantize_graph: min_output_cosine must be in [-1, 1]; got ", options.min_output_cosine);
   HOTPATH_CHECK(options.max_fallback_passes >= 0, "quantize_graph: max_fallback_passes must be >= 0; got ",
                 options.max_fallback_passes);
+  HOTPATH_CHECK(options.ranking_samples >= 1, "quantize_graph: ranking_samples must be >= 1; got ", options.ranking_samples);
   HOTPATH_CHECK(options.percentile > 50.0 && options.percentile < 100.0,
                 "quantize_graph: percentile must be in (50, 100); got ", options.percentile);
   HOTPATH_CHECK(options.gptq_damping > 0.0 && std::isfinite(options.gptq_damping),
@@ -651,16 +652,30 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
   const BatchRunner fp32_run = runner(observed.graph);
   const Reference fp32_observed = [&](std::size_t b) { return fp32_run(calibration[b]); };
   std::vector<std::vector<at::Tensor>> fp32_outputs;  // the fp32 graph's outputs per batch, once needed
+  const auto record_fp32 = [&] {
+    if (!fp32_outputs.empty()) return;
+    run_all(runner, fp32, calibration, "running the fp32 graph", [&](std::size_t, const std::vector<at::Tensor>& out) {
+      std::vector<at::Tensor> kept;
+      for (const at::Tensor& t : out) kept.push_back(t.clone());
+      fp32_outputs.push_back(std::move(kept));
+    });
+  };
   const auto compare_outputs = [&](const Graph& q) {
-    if (fp32_outputs.empty()) {
-      run_all(runner, fp32, calibration, "running the fp32 graph", [&](std::size_t, const std::vector<at::Tensor>& out) {
-        std::vector<at::Tensor> kept;
-        for (const at::Tensor& t : out) kept.push_back(t.clone());
-        fp32_outputs.push_back(std::move(kept));
-      });
-    }
+    record_fp32();
     return compare_graphs([&](std::size_t b) { return fp32_outputs[b]; }, ObservedGraph{q, {}}, runner, calibration,
                           kinds);
+  };
+  // The sensitivity ranking (one run per quantized node) on the first batches that hold ranking_samples: a
+  // ranking of the nodes, not a verdict — the bisection below judges the target on every batch.
+  std::vector<std::vector<at::Tensor>> ranking_batches;
+  for (std::int64_t n = 0; n < options.ranking_samples && ranking_batches.size() < calibration.size();) {
+    ranking_batches.push_back(calibration[ranking_batches.size()]);
+    n += ranking_batches.back().empty() ? 1 : std::max<std::int64_t>(1, ranking_batches.back().front().size(0));
+  }
+  const auto ranking_error = [&](const Graph& q) {
+    record_fp32();
+    return compare_graphs([&](std::size_t b) { return fp32_outputs[b]; }, ObservedGraph{q, {}}, runner,
+                          ranking_batches, kinds);
   };
   const auto worst_error = [](const Comparison& c) {
     double worst = 0.0;
@@ -702,7 +717,7 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
         if (!result.nodes[k].quantized) continue;
         std::vector<bool> only(candidates.size(), false);
         only[k] = true;
-        result.nodes[k].sensitivity = worst_error(compare_outputs(rewrite_with(only)));
+        result.nodes[k].sensitivity = worst_error(ranking_error(rewrite_with(only)));
         if (options.progress) options.progress("ranking node sensitivity", ++done, to_rank);
       }
     }
@@ -766,6 +781,7 @@ QuantizeResult quantize_graph(const Graph& fp32, const std::vector<std::vector<a
                   {"gptq", options.gptq},
                   {"gptq_damping", options.gptq_damping},
                   {"max_fallback_passes", options.max_fallback_passes},
+                  {"ranking_samples", options.ranking_samples},
                   {"keep_float", options.keep_float},
                   {"calibration_batches", calibration.size()}};
   nlohmann::ordered_json nodes = nlohmann::ordered_json::array();
