@@ -11,10 +11,18 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <charconv>
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <cstdlib>
 #include <sstream>
@@ -48,6 +56,40 @@ std::string first_line(std::string s) {
   const auto nl = s.find('\n');
   if (nl != std::string::npos) s.resize(nl);
   return s;
+}
+
+struct FdCloser {
+  void operator()(const int* fd) const {
+    ::close(*fd);
+    delete fd;
+  }
+};
+using UniqueFd = std::unique_ptr<int, FdCloser>;
+
+// Whether a TCP connection to `host`:`port` can be made before `deadline` (a listener is there). Each attempt is
+// a non-blocking connect bounded by the deadline: a remote host that drops SYNs would otherwise hold a blocking
+// connect for minutes.
+bool listener_reachable(const std::string& host, int port, std::chrono::steady_clock::time_point deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
+  const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> list(found, &::freeaddrinfo);
+  for (const addrinfo* a = list.get(); a != nullptr; a = a->ai_next) {
+    const int raw = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (raw < 0) continue;
+    const UniqueFd fd(new int(raw));
+    if (::connect(raw, a->ai_addr, a->ai_addrlen) == 0) return true;
+    if (errno != EINPROGRESS) continue;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{raw, POLLOUT, 0};
+    if (::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0))) != 1) continue;
+    int error = 0;
+    socklen_t len = sizeof(error);
+    if (::getsockopt(raw, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error == 0) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -238,6 +280,37 @@ void check_agreement(c10d::Store& store, int rank, int world_size, const Agreeme
   HOTPATH_CHECK(verdict.empty(), verdict);
 }
 
+// The job's TCPStore: rank 0's own (a plain RANK/WORLD_SIZE launch) or a client of it or of torchrun's agent,
+// connected within `timeout`. c10d's client alone takes up to 2 × timeout + a 1–3 s backoff when nothing
+// listens yet (its first connect waits the whole timeout, then it sleeps and tries again with the whole
+// timeout), so a client first waits here for the listener, up to the deadline; then c10d connects at once.
+c10::intrusive_ptr<c10d::TCPStore> open_store(const DistEnv& env, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<std::uint16_t>(env.master_port);
+  o.isServer = env.rank == 0 && !env.agent_store;
+  o.numWorkers = static_cast<std::size_t>(env.world_size);
+  o.waitWorkers = false;
+  o.timeout = timeout;
+  if (!o.isServer) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!listener_reachable(env.master_addr, env.master_port, deadline)) {
+      HOTPATH_CHECK(std::chrono::steady_clock::now() < deadline, "distributed: rank ", env.rank,
+                    " could not reach the store at ", env.master_addr, ":", env.master_port, " within ",
+                    timeout.count() / 1000.0, " s (MASTER_ADDR/MASTER_PORT; HOTPATH_DIST_TIMEOUT_S): nothing "
+                    "accepted a connection there (did rank 0 or torchrun start?)");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    // The listener is up: c10d's connect succeeds at once (a floor of 1 s: c10d may round its connect timeout
+    // down to whole seconds).
+    o.timeout = std::max<std::chrono::milliseconds>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
+        std::chrono::seconds(1));
+  }
+  auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+  tcp->setTimeout(timeout);  // every later wait: the whole timeout
+  return tcp;
+}
+
 std::unique_ptr<DistContext::Impl> make_impl(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
                                              std::chrono::milliseconds timeout, const AgreementKeys& keys,
                                              at::Device device) {
@@ -298,18 +371,15 @@ std::unique_ptr<DistContext> DistContext::connect(const DistEnv& env, std::chron
   // c10d logs each failed connect/collective with a backtrace; hotpath reports them as one line instead.
   // TORCH_CPP_LOG_LEVEL set by the user keeps its say.
   if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) FLAGS_caffe2_log_level = 3;  // FATAL only
-  c10d::TCPStoreOptions o;
-  o.port = static_cast<std::uint16_t>(env.master_port);
-  o.isServer = env.rank == 0 && !env.agent_store;
-  o.numWorkers = static_cast<std::size_t>(env.world_size);
-  o.waitWorkers = false;
-  o.timeout = timeout;
   c10::intrusive_ptr<c10d::Store> tcp;
   try {
-    tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+    tcp = open_store(env, timeout);
+  } catch (const hotpath::Error&) {
+    throw;
   } catch (const std::exception& e) {
-    HOTPATH_CHECK(false, "distributed: rank ", env.rank, " could not ", o.isServer ? "open" : "reach",
-                  " the store at ", env.master_addr, ":", env.master_port, " within ", timeout.count() / 1000.0,
+    const bool server = env.rank == 0 && !env.agent_store;
+    HOTPATH_CHECK(false, "distributed: rank ", env.rank, " could not ", server ? "open" : "reach", " the store at ",
+                  env.master_addr, ":", env.master_port, " within ", timeout.count() / 1000.0,
                   " s (MASTER_ADDR/MASTER_PORT; HOTPATH_DIST_TIMEOUT_S): ", exception_line(e));
   }
   auto store = c10::make_intrusive<c10d::PrefixStore>("hotpath/" + std::to_string(env.restart_count), tcp);
@@ -337,40 +407,35 @@ at::Device DistContext::device() const { return impl_->device; }
 const char* DistContext::backend_name() const { return impl_->backend_name; }
 
 void DistContext::fail(const std::string& what, const std::string& cause) {
+  // One short window for both questions, as it comes on top of the timeout that brought this rank here: did a
+  // rank stop on an error of its own (reported on its way out)? which ranks saw the failure too (the ones alive
+  // do within moments; the others are named)?
+  constexpr std::chrono::milliseconds kWindow{1500};
+  const auto deadline = std::chrono::steady_clock::now() + kWindow;
   std::vector<int> silent;
   std::optional<std::pair<int, std::string>> error;
   try {
     auto& store = *impl_->store;
-    // A rank that stopped on an error of its own (a bad shard, say) reported it on its way out.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    while (!(error = reported_error(store, impl_->rank, impl_->world_size)) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  } catch (const std::exception&) {
-  }
-  HOTPATH_CHECK(!error, "distributed: rank ", impl_->rank, ": ", what, " failed: rank ", error->first,
-                " stopped with an error: ", error->second);
-  try {
-    auto& store = *impl_->store;
     store.set("failed/" + std::to_string(impl_->rank), bytes(cause));
-    // The ranks that are alive see the same failure within moments and say so; the others are named.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
     while (true) {
+      if ((error = reported_error(store, impl_->rank, impl_->world_size))) break;
       silent.clear();
       for (int r = 0; r < impl_->world_size; ++r) {
         if (r != impl_->rank && !store.check({"failed/" + std::to_string(r)})) silent.push_back(r);
       }
       if (silent.empty() || std::chrono::steady_clock::now() > deadline) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   } catch (const std::exception&) {
     silent = {0};  // the store is gone: without torchrun's agent, rank 0 hosted it
   }
+  HOTPATH_CHECK(!error, "distributed: rank ", impl_->rank, ": ", what, " failed: rank ", error->first,
+                " stopped with an error: ", error->second);
   std::string who;
   for (int r : silent) who += (who.empty() ? "rank " : ", rank ") + std::to_string(r);
   HOTPATH_CHECK(false, "distributed: rank ", impl_->rank, ": ", what, " failed: ",
                 who.empty() ? std::string("every rank saw the error") : who + " stopped answering (died or hung)",
-                " — ", cause);
+                " (timeout ", impl_->timeout.count() / 1000.0, " s, train.dist_timeout_s) — ", cause);
 }
 
 void DistContext::all_reduce_sum(at::Tensor& tensor, const std::string& what) {
@@ -427,23 +492,22 @@ void report_rank_error(const DistEnv& env, std::chrono::milliseconds timeout, co
   if (!env.distributed()) return;
   // A failure that already names other ranks (fail(), get_or_fail()) is the group's, not this rank's own: the
   // others see it themselves, and a rank 0 hosting the store would wait for acknowledgements from dead ranks.
-  for (const char* group_failure : {" stopped answering ", " stopped with an error: ", "every rank saw the error"}) {
+  // So is a wait that timed out (the store, the agreement, the process group): the ranks it waited for are the
+  // missing ones, and reporting would add up to another timeout to the one that just passed.
+  for (const char* group_failure : {" stopped answering ", " stopped with an error: ", "every rank saw the error",
+                                    ": no answer within ", " process group did not form within ",
+                                    " the store at ", ": start-up failed within "}) {
     if (message.find(group_failure) != std::string::npos) return;
   }
   try {
     // Best effort, bounded: the store may be gone (rank 0 hosted it) or never have existed.
     const auto wait = std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(10));
-    c10d::TCPStoreOptions o;
-    o.port = static_cast<std::uint16_t>(env.master_port);
-    o.isServer = env.rank == 0 && !env.agent_store;
-    o.numWorkers = static_cast<std::size_t>(env.world_size);
-    o.waitWorkers = false;
-    o.timeout = wait;
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+    const bool server = env.rank == 0 && !env.agent_store;
+    auto tcp = open_store(env, wait);
     c10d::PrefixStore store("hotpath/" + std::to_string(env.restart_count), tcp);
     store.set(error_key(env.rank), bytes(message));
     store.add("errors", 1);
-    if (o.isServer) {  // this process hosts the store: keep it up until every other rank has read the error
+    if (server) {  // this process hosts the store: keep it up until every other rank has read the error
       const auto deadline = std::chrono::steady_clock::now() + wait;
       while (store.add("errors_seen", 0) < env.world_size - 1 && std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
