@@ -25,7 +25,8 @@
 #                one line naming it and its error (plain RANK/WORLD_SIZE launch: no torchrun to kill it)
 #   timeouts     train.dist_timeout_s T=4: the surviving rank exits non-zero within T + 3 s with one line naming what
 #                it waited for and the timeout, when rank 1 never starts (torchrun, and rank 0 alone in a plain
-#                launch), rank 0 never starts (rank 1 alone: the store), rank 1 is SIGSTOPped or killed mid-run
+#                launch), rank 0 never starts (rank 1 alone: the store), rank 1 is SIGSTOPped or killed mid-run,
+#                rank 0 hosting the store (plain launch) is SIGSTOPped mid-run
 # Usage: distributed_test.sh CASE HOTPATH PYTHON [SEED]
 set -uo pipefail
 case_=$1
@@ -328,11 +329,13 @@ SH
         tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$2" && { echo "$p"; return; }
       done
     }
-    # survivor NAME PID START_NS: waits (bounded) for PID to exit; prints and checks the seconds since START_NS.
+    # survivor NAME PID START_NS: waits for PID to exit (killed after 60 s: a hang fails, it does not block the test);
+    # prints and checks the seconds since START_NS.
     survivor() {
       local i
       for i in $(seq 1 1200); do kill -0 "$2" 2>/dev/null || break; sleep 0.05; done
       local took_ms=$(( ($(date +%s%N) - $3) / 1000000 ))
+      kill -9 "$2" 2>/dev/null
       echo "$1: the surviving rank stopped after $((took_ms / 1000)).$(printf %03d $((took_ms % 1000))) s (timeout $T s, bound $bound s)"
       [ "$took_ms" -le $((bound * 1000)) ] || fail "$1: the surviving rank took ${took_ms} ms (timeout $T s, bound $bound s)"
     }
@@ -396,6 +399,25 @@ SH
       survivor "rank $r alone" "$pid" "$start"
       wait "$pid" && fail "rank $r alone: exited 0"
     done
+    # Plain launch, rank 0 (the store's host) SIGSTOPped mid-run: rank 1's collective times out, and the store calls
+    # that name the silent ranks get no reply (c10d's client would block in recv() for ever: bounded since).
+    port=$((20000 + RANDOM % 20000))
+    for r in 0 1; do
+      RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port HOTPATH_DIST_TIMEOUT_S=$T "$hp" train image.yaml \
+        --quiet --set train.epochs=1000 --set train.max_steps=100000 --set "output_dir=$work/host" >"host$r.log" 2>&1 &
+      eval "host$r=\$!"
+    done
+    for i in $(seq 1 3000); do
+      [ "$(cat host/metrics.jsonl 2>/dev/null | grep -c '"train"')" -ge 3 ] && break
+      kill -0 "$host1" 2>/dev/null || break
+      sleep 0.02
+    done
+    kill -STOP "$host0"
+    survivor "rank 0 (the store's host) SIGSTOPped mid-run" "$host1" "$(date +%s%N)"
+    wait "$host1" && fail "store host stopped: rank 1 exited 0"
+    kill -9 "$host0" 2>/dev/null; wait "$host0" 2>/dev/null
+    one_line "rank 0 (the store's host) SIGSTOPped mid-run" host1.log \
+      "rank 1: .* failed: rank 0 stopped answering \(died or hung\) \(timeout $T s, train.dist_timeout_s\)"
     one_line "rank 0 alone" alone0.log "rank 0: start-up \(the recipe agreement\): no answer within $T s"
     one_line "rank 1 alone" alone1.log "rank 1 could not reach the store at 127.0.0.1:[0-9]+ within $T s"
     ;;

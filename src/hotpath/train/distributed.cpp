@@ -13,6 +13,7 @@
 
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -23,8 +24,10 @@
 #include <charconv>
 #include <cmath>
 #include <memory>
+#include <filesystem>
 #include <optional>
 #include <cstdlib>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -90,6 +93,58 @@ bool listener_reachable(const std::string& host, int port, std::chrono::steady_c
     if (::getsockopt(raw, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error == 0) return true;
   }
   return false;
+}
+
+// c10d's TCPStore client blocks in recv() without a timeout when the store's host stops answering (SIGSTOP, a hung
+// host: the kernel keeps the connection open), and exposes no handle on its socket. It is the one descriptor the
+// constructor opened that is connected to the store's port (from another local port: not the server's accepted
+// end); found by comparing the open descriptors (number and what each names: a number may be reused) before and
+// after, so that every store call can be bounded.
+std::map<int, std::string> open_descriptors() {
+  std::map<int, std::string> fds;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    const std::string name = entry.path().filename().string();
+    int fd = -1;
+    if (std::from_chars(name.data(), name.data() + name.size(), fd).ec != std::errc()) continue;
+    std::error_code link_ec;
+    fds[fd] = std::filesystem::read_symlink(entry.path(), link_ec).string();
+  }
+  return fds;
+}
+
+int port_of(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
+  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
+  return -1;
+}
+
+int store_client_socket(const std::map<int, std::string>& before, int port) {
+  int found = -1;
+  for (const auto& [fd, target] : open_descriptors()) {
+    if (const auto it = before.find(fd); it != before.end() && it->second == target) continue;
+    sockaddr_storage peer{}, self{};
+    socklen_t peer_len = sizeof(peer), self_len = sizeof(self);
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &self_len) != 0) {
+      continue;
+    }
+    if (port_of(peer) != port || port_of(self) == port) continue;
+    if (found >= 0) return -1;  // ambiguous: leave c10d's calls unbounded rather than bound another socket
+    found = fd;
+  }
+  return found;
+}
+
+// A store call on `fd` that gets no reply within `limit` fails (c10d: a DistNetworkError) instead of blocking.
+void bound_store_calls(int fd, std::chrono::milliseconds limit) {
+  if (fd < 0) return;
+  const std::int64_t ms = std::max<std::int64_t>(limit.count(), 1);
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 }
 
 }  // namespace
@@ -284,7 +339,12 @@ void check_agreement(c10d::Store& store, int rank, int world_size, const Agreeme
 // connected within `timeout`. c10d's client alone takes up to 2 × timeout + a 1–3 s backoff when nothing
 // listens yet (its first connect waits the whole timeout, then it sleeps and tries again with the whole
 // timeout), so a client first waits here for the listener, up to the deadline; then c10d connects at once.
-c10::intrusive_ptr<c10d::TCPStore> open_store(const DistEnv& env, std::chrono::milliseconds timeout) {
+struct OpenStore {
+  c10::intrusive_ptr<c10d::TCPStore> tcp;
+  int socket = -1;  // its client socket (store_client_socket), each call bounded by the timeout
+};
+
+OpenStore open_store(const DistEnv& env, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions o;
   o.port = static_cast<std::uint16_t>(env.master_port);
   o.isServer = env.rank == 0 && !env.agent_store;
@@ -306,16 +366,21 @@ c10::intrusive_ptr<c10d::TCPStore> open_store(const DistEnv& env, std::chrono::m
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
         std::chrono::seconds(1));
   }
-  auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
-  tcp->setTimeout(timeout);  // every later wait: the whole timeout
-  return tcp;
+  const std::map<int, std::string> before = open_descriptors();
+  OpenStore out{c10::make_intrusive<c10d::TCPStore>(env.master_addr, o), -1};
+  out.tcp->setTimeout(timeout);  // every later wait: the whole timeout
+  // No reply to one call within the timeout: the host stopped answering (a wait's own deadline is a poll in c10d).
+  out.socket = store_client_socket(before, env.master_port);
+  bound_store_calls(out.socket, timeout);
+  return out;
 }
 
 std::unique_ptr<DistContext::Impl> make_impl(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
                                              std::chrono::milliseconds timeout, const AgreementKeys& keys,
-                                             at::Device device) {
+                                             at::Device device, int store_socket = -1) {
   auto impl = std::make_unique<DistContext::Impl>();
   impl->store = store;
+  impl->store_socket = store_socket;
   impl->rank = rank;
   impl->world_size = world_size;
   impl->timeout = timeout;
@@ -371,7 +436,7 @@ std::unique_ptr<DistContext> DistContext::connect(const DistEnv& env, std::chron
   // c10d logs each failed connect/collective with a backtrace; hotpath reports them as one line instead.
   // TORCH_CPP_LOG_LEVEL set by the user keeps its say.
   if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) FLAGS_caffe2_log_level = 3;  // FATAL only
-  c10::intrusive_ptr<c10d::Store> tcp;
+  OpenStore tcp;
   try {
     tcp = open_store(env, timeout);
   } catch (const hotpath::Error&) {
@@ -382,9 +447,10 @@ std::unique_ptr<DistContext> DistContext::connect(const DistEnv& env, std::chron
                   env.master_addr, ":", env.master_port, " within ", timeout.count() / 1000.0,
                   " s (MASTER_ADDR/MASTER_PORT; HOTPATH_DIST_TIMEOUT_S): ", exception_line(e));
   }
-  auto store = c10::make_intrusive<c10d::PrefixStore>("hotpath/" + std::to_string(env.restart_count), tcp);
+  auto store = c10::make_intrusive<c10d::PrefixStore>("hotpath/" + std::to_string(env.restart_count), tcp.tcp);
   try {
-    return std::unique_ptr<DistContext>(new DistContext(make_impl(store, env.rank, env.world_size, timeout, keys, device)));
+    return std::unique_ptr<DistContext>(
+        new DistContext(make_impl(store, env.rank, env.world_size, timeout, keys, device, tcp.socket)));
   } catch (const hotpath::Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -414,6 +480,7 @@ void DistContext::fail(const std::string& what, const std::string& cause) {
   const auto deadline = std::chrono::steady_clock::now() + kWindow;
   std::vector<int> silent;
   std::optional<std::pair<int, std::string>> error;
+  bound_store_calls(impl_->store_socket, kWindow);  // a store host that stopped answering is named, not waited for
   try {
     auto& store = *impl_->store;
     store.set("failed/" + std::to_string(impl_->rank), bytes(cause));
@@ -503,8 +570,7 @@ void report_rank_error(const DistEnv& env, std::chrono::milliseconds timeout, co
     // Best effort, bounded: the store may be gone (rank 0 hosted it) or never have existed.
     const auto wait = std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(10));
     const bool server = env.rank == 0 && !env.agent_store;
-    auto tcp = open_store(env, wait);
-    c10d::PrefixStore store("hotpath/" + std::to_string(env.restart_count), tcp);
+    c10d::PrefixStore store("hotpath/" + std::to_string(env.restart_count), open_store(env, wait).tcp);
     store.set(error_key(env.rank), bytes(message));
     store.add("errors", 1);
     if (server) {  // this process hosts the store: keep it up until every other rank has read the error
