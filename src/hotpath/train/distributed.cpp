@@ -11,7 +11,6 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <nlohmann/json.hpp>
 
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -20,14 +19,14 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <charconv>
+#include <chrono>
 #include <cmath>
-#include <memory>
-#include <filesystem>
-#include <optional>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -61,13 +60,20 @@ std::string first_line(std::string s) {
   return s;
 }
 
-struct FdCloser {
-  void operator()(const int* fd) const {
-    ::close(*fd);
-    delete fd;
+// A socket closed when it goes out of scope.
+class ScopedSocket {
+ public:
+  explicit ScopedSocket(int fd) : fd_(fd) {}
+  ~ScopedSocket() {
+    if (fd_ >= 0) ::close(fd_);
   }
+  ScopedSocket(const ScopedSocket&) = delete;
+  ScopedSocket& operator=(const ScopedSocket&) = delete;
+  [[nodiscard]] int get() const { return fd_; }
+
+ private:
+  int fd_;
 };
-using UniqueFd = std::unique_ptr<int, FdCloser>;
 
 // Whether a TCP connection to `host`:`port` can be made before `deadline` (a listener is there). Each attempt is
 // a non-blocking connect bounded by the deadline: a remote host that drops SYNs would otherwise hold a blocking
@@ -80,17 +86,16 @@ bool listener_reachable(const std::string& host, int port, std::chrono::steady_c
   if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
   const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> list(found, &::freeaddrinfo);
   for (const addrinfo* a = list.get(); a != nullptr; a = a->ai_next) {
-    const int raw = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-    if (raw < 0) continue;
-    const UniqueFd fd(new int(raw));
-    if (::connect(raw, a->ai_addr, a->ai_addrlen) == 0) return true;
+    const ScopedSocket fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
+    if (fd.get() < 0) continue;
+    if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) return true;
     if (errno != EINPROGRESS) continue;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    pollfd p{raw, POLLOUT, 0};
+    pollfd p{fd.get(), POLLOUT, 0};
     if (::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0))) != 1) continue;
     int error = 0;
     socklen_t len = sizeof(error);
-    if (::getsockopt(raw, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error == 0) return true;
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error == 0) return true;
   }
   return false;
 }
