@@ -26,7 +26,8 @@
 #   timeouts     train.dist_timeout_s T=4: the surviving rank exits non-zero within T + 3 s with one line naming what
 #                it waited for and the timeout, when rank 1 never starts (torchrun, and rank 0 alone in a plain
 #                launch), rank 0 never starts (rank 1 alone: the store), rank 1 is SIGSTOPped or killed mid-run,
-#                rank 0 hosting the store (plain launch) is SIGSTOPped mid-run
+#                rank 0 hosting the store (plain launch) is SIGSTOPped mid-run, the store's address accepts but never
+#                answers
 # Usage: distributed_test.sh CASE HOTPATH PYTHON [SEED]
 set -uo pipefail
 case_=$1
@@ -418,6 +419,25 @@ SH
     kill -9 "$host0" 2>/dev/null; wait "$host0" 2>/dev/null
     one_line "rank 0 (the store's host) SIGSTOPped mid-run" host1.log \
       "rank 1: .* failed: rank 0 stopped answering \(died or hung\) \(timeout $T s, train.dist_timeout_s\)"
+    # A listener that accepts but never answers (a store host stopped after opening the store, or another program):
+    # c10d's constructor would wait in its validation for ever.
+    port=$((20000 + RANDOM % 20000))
+    "$python" -c '
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8); s.settimeout(60); held = []
+while True: held.append(s.accept()[0])' "$port" 2>/dev/null &
+    silent=$!
+    for i in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
+    start=$(date +%s%N)
+    RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port HOTPATH_DIST_TIMEOUT_S=$T \
+      "$hp" train image.yaml --quiet --set "output_dir=$work/silent" >silent.log 2>&1 &
+    pid=$!
+    survivor "a store that never answers" "$pid" "$start"
+    wait "$pid" && fail "a store that never answers: rank 1 exited 0"
+    kill "$silent" 2>/dev/null; wait "$silent" 2>/dev/null
+    one_line "a store that never answers" silent.log \
+      "rank 1 could not reach the store at 127.0.0.1:$port within $T s .*it accepted the connection but did not answer"
     one_line "rank 0 alone" alone0.log "rank 0: start-up \(the recipe agreement\): no answer within $T s"
     one_line "rank 1 alone" alone1.log "rank 1 could not reach the store at 127.0.0.1:[0-9]+ within $T s"
     ;;

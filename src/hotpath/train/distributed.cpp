@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -340,6 +341,30 @@ void check_agreement(c10d::Store& store, int rank, int world_size, const Agreeme
   HOTPATH_CHECK(verdict.empty(), verdict);
 }
 
+// c10d's TCPStore constructor, bounded by o.timeout (what is left of `timeout`, the one named in the error). Its validation reads the server's first reply with no
+// timeout, so a listener that accepts but never answers (the store's host stopped after it opened the store, or
+// another program on that port) would hold it for ever; then the constructing thread is left behind, blocked in
+// recv() until the process exits (the only way to stop a call c10d gives no handle on), and this rank fails.
+c10::intrusive_ptr<c10d::TCPStore> connect_bounded(const DistEnv& env, const c10d::TCPStoreOptions& o,
+                                                   std::chrono::milliseconds timeout) {
+  if (o.isServer) return c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+  auto made = std::make_shared<std::promise<c10::intrusive_ptr<c10d::TCPStore>>>();
+  auto result = made->get_future();
+  std::thread([made, host = env.master_addr, o] {
+    try {
+      made->set_value(c10::make_intrusive<c10d::TCPStore>(host, o));
+    } catch (...) {
+      made->set_exception(std::current_exception());
+    }
+  }).detach();
+  HOTPATH_CHECK(result.wait_for(o.timeout) == std::future_status::ready, "distributed: rank ", env.rank,
+                " could not reach the store at ", env.master_addr, ":", env.master_port, " within ",
+                timeout.count() / 1000.0, " s (MASTER_ADDR/MASTER_PORT; HOTPATH_DIST_TIMEOUT_S): ",
+                "it accepted the connection but did not answer (its host stopped or hangs, or another program "
+                "listens there)");
+  return result.get();
+}
+
 // The job's TCPStore: rank 0's own (a plain RANK/WORLD_SIZE launch) or a client of it or of torchrun's agent,
 // connected within `timeout`. c10d's client alone takes up to 2 × timeout + a 1–3 s backoff when nothing
 // listens yet (its first connect waits the whole timeout, then it sleeps and tries again with the whole
@@ -372,7 +397,7 @@ OpenStore open_store(const DistEnv& env, std::chrono::milliseconds timeout) {
         std::chrono::seconds(1));
   }
   const std::map<int, std::string> before = open_descriptors();
-  OpenStore out{c10::make_intrusive<c10d::TCPStore>(env.master_addr, o), -1};
+  OpenStore out{connect_bounded(env, o, timeout), -1};
   out.tcp->setTimeout(timeout);  // every later wait: the whole timeout
   // No reply to one call within the timeout: the host stopped answering (a wait's own deadline is a poll in c10d).
   out.socket = store_client_socket(before, env.master_port);
