@@ -23,6 +23,11 @@
 #   bad_input    another recipe on one rank, an unreachable master, a checkpoint from another world size; a rank
 #                that fails early (a bad recipe, before the store) stops the other well within the timeout with
 #                one line naming it and its error (plain RANK/WORLD_SIZE launch: no torchrun to kill it)
+#   timeouts     train.dist_timeout_s T=4: the surviving rank exits non-zero within T + 3 s with one line naming what
+#                it waited for and the timeout, when rank 1 never starts (torchrun, and rank 0 alone in a plain
+#                launch), rank 0 never starts (rank 1 alone: the store), rank 1 is SIGSTOPped or killed mid-run,
+#                rank 0 hosting the store (plain launch) is SIGSTOPped mid-run, the store's address accepts but never
+#                answers
 # Usage: distributed_test.sh CASE HOTPATH PYTHON [SEED]
 set -uo pipefail
 case_=$1
@@ -313,6 +318,128 @@ SH
       [ "$took" -le 30 ] || fail "$1: rank 0 took ${took} s to stop (timeout $HOTPATH_DIST_TIMEOUT_S s)"
     }
     early early-recipe optimizer.lr=-1 "rank 1 stopped with an error: .*optimizer.lr"
+    ;;
+  timeouts)
+    image_fixture
+    T=4
+    bound=$((T + 3))
+    # rank_pid DIR RANK: the pid of the hotpath (or stand-in) process with that RANK whose command line names DIR.
+    rank_pid() {
+      local p
+      for p in $(pgrep -f "$1"); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=$2" && { echo "$p"; return; }
+      done
+    }
+    # survivor NAME PID START_NS: waits for PID to exit (killed after 60 s: a hang fails, it does not block the test);
+    # prints and checks the seconds since START_NS.
+    survivor() {
+      local i
+      for i in $(seq 1 1200); do kill -0 "$2" 2>/dev/null || break; sleep 0.05; done
+      local took_ms=$(( ($(date +%s%N) - $3) / 1000000 ))
+      kill -9 "$2" 2>/dev/null
+      echo "$1: the surviving rank stopped after $((took_ms / 1000)).$(printf %03d $((took_ms % 1000))) s (timeout $T s, bound $bound s)"
+      [ "$took_ms" -le $((bound * 1000)) ] || fail "$1: the surviving rank took ${took_ms} ms (timeout $T s, bound $bound s)"
+    }
+    # one_line NAME LOG REGEX: the log has exactly one hotpath error line, and it matches REGEX.
+    one_line() {
+      local lines
+      lines=$(grep "hotpath: error" "$2")
+      echo "$1: $lines"
+      [ "$(echo "$lines" | grep -c .)" -eq 1 ] || fail "$1: not one error line: $(tail -5 "$2")"
+      echo "$lines" | grep -qE "$3" || fail "$1: the line does not say /$3/: $lines"
+    }
+    # Under torchrun; with NEVER=1 rank 1 is a sleep named after the run (it never starts), else hotpath.
+    cat > ranks.sh <<SH
+#!/usr/bin/env bash
+[ "\$RANK" = 1 ] && [ "\${NEVER:-0}" = 1 ] && exec -a "never-\$OUT" sleep 600
+exec "$hp" train "$work/image.yaml" --quiet --set train.epochs=1000 --set train.max_steps=100000 --set "output_dir=\$OUT"
+SH
+    chmod +x ranks.sh
+    # torchrun_case NAME MODE: MODE never (rank 1 is `sleep`), stop or kill (rank 1 SIGSTOPped / killed at step 3).
+    torchrun_case() {
+      local name=$1 mode=$2 out="$work/t-$2" r0="" r1="" start i
+      NEVER=$([ "$mode" = never ] && echo 1 || echo 0) OUT=$out HOTPATH_DIST_TIMEOUT_S=$T "$torchrun" --nnodes 1 --nproc-per-node 2 --rdzv-backend c10d \
+        --rdzv-endpoint "127.0.0.1:0" --max-restarts 0 --shutdown-timeout 1 --no-python ./ranks.sh >"t-$mode.log" 2>&1 &
+      local tr_pid=$!
+      for i in $(seq 1 1200); do
+        r0=$(rank_pid "$out" 0); r1=$(rank_pid "$out" 1)
+        [ -n "$r0" ] && [ -n "$r1" ] && break
+        sleep 0.02
+      done
+      [ -n "$r0" ] && [ -n "$r1" ] || { fail "$name: the ranks did not start: $(tail -3 "t-$mode.log")"; return; }
+      if [ "$mode" != never ]; then
+        for i in $(seq 1 3000); do
+          [ "$(cat "$out/metrics.jsonl" 2>/dev/null | grep -c '"train"')" -ge 3 ] && break
+          kill -0 "$r0" 2>/dev/null || break
+          sleep 0.02
+        done
+        [ "$mode" = stop ] && kill -STOP "$r1" || kill -9 "$r1"
+      fi
+      start=$(date +%s%N)
+      survivor "$name" "$r0" "$start"
+      wait "$tr_pid" && fail "$name: torchrun exited 0"
+      kill -9 "$r1" 2>/dev/null
+    }
+    torchrun_case "rank 1 never starts (torchrun)" never
+    one_line "rank 1 never starts (torchrun)" t-never.log \
+      "rank 0: start-up \(the recipe agreement\): no answer within $T s"
+    torchrun_case "rank 1 SIGSTOPped mid-run (torchrun)" stop
+    one_line "rank 1 SIGSTOPped mid-run (torchrun)" t-stop.log \
+      "rank 0: .* failed: rank 1 stopped answering \(died or hung\) \(timeout $T s, train.dist_timeout_s\)"
+    torchrun_case "rank 1 killed mid-run (torchrun)" kill
+    one_line "rank 1 killed mid-run (torchrun)" t-kill.log \
+      "rank 0: .* failed: rank 1 stopped answering \(died or hung\) \(timeout $T s"
+    # Plain RANK/WORLD_SIZE launches: rank 0 alone (it hosts the store and waits for rank 1 in the agreement),
+    # rank 1 alone (nothing listens at the store's address).
+    for r in 0 1; do
+      port=$((20000 + RANDOM % 20000))
+      start=$(date +%s%N)
+      RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port HOTPATH_DIST_TIMEOUT_S=$T \
+        "$hp" train image.yaml --quiet --set "output_dir=$work/alone$r" >"alone$r.log" 2>&1 &
+      pid=$!
+      survivor "rank $r alone" "$pid" "$start"
+      wait "$pid" && fail "rank $r alone: exited 0"
+    done
+    # Plain launch, rank 0 (the store's host) SIGSTOPped mid-run: rank 1's collective times out, and the store calls
+    # that name the silent ranks get no reply (c10d's client would block in recv() for ever: bounded since).
+    port=$((20000 + RANDOM % 20000))
+    for r in 0 1; do
+      RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port HOTPATH_DIST_TIMEOUT_S=$T "$hp" train image.yaml \
+        --quiet --set train.epochs=1000 --set train.max_steps=100000 --set "output_dir=$work/host" >"host$r.log" 2>&1 &
+      eval "host$r=\$!"
+    done
+    for i in $(seq 1 3000); do
+      [ "$(cat host/metrics.jsonl 2>/dev/null | grep -c '"train"')" -ge 3 ] && break
+      kill -0 "$host1" 2>/dev/null || break
+      sleep 0.02
+    done
+    kill -STOP "$host0"
+    survivor "rank 0 (the store's host) SIGSTOPped mid-run" "$host1" "$(date +%s%N)"
+    wait "$host1" && fail "store host stopped: rank 1 exited 0"
+    kill -9 "$host0" 2>/dev/null; wait "$host0" 2>/dev/null
+    one_line "rank 0 (the store's host) SIGSTOPped mid-run" host1.log \
+      "rank 1: .* failed: rank 0 stopped answering \(died or hung\) \(timeout $T s, train.dist_timeout_s\)"
+    # A listener that accepts but never answers (a store host stopped after opening the store, or another program):
+    # c10d's constructor would wait in its validation for ever.
+    port=$((20000 + RANDOM % 20000))
+    "$python" -c '
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(8); s.settimeout(60); held = []
+while True: held.append(s.accept()[0])' "$port" 2>/dev/null &
+    silent=$!
+    for i in $(seq 1 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.05; done
+    start=$(date +%s%N)
+    RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port HOTPATH_DIST_TIMEOUT_S=$T \
+      "$hp" train image.yaml --quiet --set "output_dir=$work/silent" >silent.log 2>&1 &
+    pid=$!
+    survivor "a store that never answers" "$pid" "$start"
+    wait "$pid" && fail "a store that never answers: rank 1 exited 0"
+    kill "$silent" 2>/dev/null; wait "$silent" 2>/dev/null
+    one_line "a store that never answers" silent.log \
+      "rank 1 could not reach the store at 127.0.0.1:$port within $T s .*it accepted the connection but did not answer"
+    one_line "rank 0 alone" alone0.log "rank 0: start-up \(the recipe agreement\): no answer within $T s"
+    one_line "rank 1 alone" alone1.log "rank 1 could not reach the store at 127.0.0.1:[0-9]+ within $T s"
     ;;
   *) echo "unknown case $case_" >&2; exit 2 ;;
 esac

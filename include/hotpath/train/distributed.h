@@ -57,7 +57,8 @@ std::chrono::milliseconds dist_timeout();
 // A rank that stops on an error of its own (a bad recipe or shard) publishes `message` in the job's store (a
 // bounded, best-effort connection of its own), so the others stop at once with one line naming it instead of
 // waiting out the timeout: at start-up, and in a failed collective. Nothing for a single process, nor for a
-// failure that already names other ranks (a failed collective: the others see it themselves).
+// failure that already names other ranks (a failed collective: the others see it themselves), nor for a wait
+// that timed out (the missing ranks are the ones it waited for; reporting would add to the timeout).
 void report_rank_error(const DistEnv& env, std::chrono::milliseconds timeout, const std::string& message);
 
 // Recipe keys and values every rank must share ("optimizer.lr" → "0.1").
@@ -106,7 +107,7 @@ class DistContext {
   void barrier(const std::string& what);
 
   // Throws one line: what failed, which ranks stopped answering (they did not report an error of their
-  // own within a few seconds), the cause. Called by collectives' error paths (GradSync's too).
+  // own, nor the failure, within 1.5 s), the timeout, the cause. Called by collectives' error paths (GradSync's too).
   [[noreturn]] void fail(const std::string& what, const std::string& cause);
 
   [[nodiscard]] Impl& impl() { return *impl_; }

@@ -14,6 +14,7 @@ namespace hotpath::train {
 
 struct DistContext::Impl {
   c10::intrusive_ptr<c10d::Store> store;  // prefixed "hotpath/<restart count>/"
+  int store_socket = -1;  // the TCPStore client's socket (owned by c10d), to bound its calls; -1: none found
   c10::intrusive_ptr<c10d::Backend> backend;
   int rank = 0;
   int world_size = 1;

@@ -11,12 +11,23 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <nlohmann/json.hpp>
 
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <chrono>
+#include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cmath>
-#include <optional>
 #include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -48,6 +59,98 @@ std::string first_line(std::string s) {
   const auto nl = s.find('\n');
   if (nl != std::string::npos) s.resize(nl);
   return s;
+}
+
+// A socket closed when it goes out of scope.
+class ScopedSocket {
+ public:
+  explicit ScopedSocket(int fd) : fd_(fd) {}
+  ~ScopedSocket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ScopedSocket(const ScopedSocket&) = delete;
+  ScopedSocket& operator=(const ScopedSocket&) = delete;
+  [[nodiscard]] int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Whether a TCP connection to `host`:`port` can be made before `deadline` (a listener is there). Each attempt is
+// a non-blocking connect bounded by the deadline: a remote host that drops SYNs would otherwise hold a blocking
+// connect for minutes.
+bool listener_reachable(const std::string& host, int port, std::chrono::steady_clock::time_point deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return false;
+  const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> list(found, &::freeaddrinfo);
+  for (const addrinfo* a = list.get(); a != nullptr; a = a->ai_next) {
+    const ScopedSocket fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
+    if (fd.get() < 0) continue;
+    if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) == 0) return true;
+    if (errno != EINPROGRESS) continue;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{fd.get(), POLLOUT, 0};
+    if (::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0))) != 1) continue;
+    int error = 0;
+    socklen_t len = sizeof(error);
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error == 0) return true;
+  }
+  return false;
+}
+
+// c10d's TCPStore client blocks in recv() without a timeout when the store's host stops answering (SIGSTOP, a hung
+// host: the kernel keeps the connection open), and exposes no handle on its socket. It is the one descriptor the
+// constructor opened that is connected to the store's port (from another local port: not the server's accepted
+// end); found by comparing the open descriptors (number and what each names: a number may be reused) before and
+// after, so that every store call can be bounded.
+std::map<int, std::string> open_descriptors() {
+  std::map<int, std::string> fds;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    const std::string name = entry.path().filename().string();
+    int fd = -1;
+    if (std::from_chars(name.data(), name.data() + name.size(), fd).ec != std::errc()) continue;
+    std::error_code link_ec;
+    fds[fd] = std::filesystem::read_symlink(entry.path(), link_ec).string();
+  }
+  return fds;
+}
+
+int port_of(const sockaddr_storage& a) {
+  if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
+  if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);
+  return -1;
+}
+
+int store_client_socket(const std::map<int, std::string>& before, int port) {
+  int found = -1;
+  for (const auto& [fd, target] : open_descriptors()) {
+    if (const auto it = before.find(fd); it != before.end() && it->second == target) continue;
+    sockaddr_storage peer{}, self{};
+    socklen_t peer_len = sizeof(peer), self_len = sizeof(self);
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_len) != 0 ||
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &self_len) != 0) {
+      continue;
+    }
+    if (port_of(peer) != port || port_of(self) == port) continue;
+    if (found >= 0) return -1;  // ambiguous: leave c10d's calls unbounded rather than bound another socket
+    found = fd;
+  }
+  return found;
+}
+
+// A store call on `fd` that gets no reply within `limit` fails (c10d: a DistNetworkError) instead of blocking.
+void bound_store_calls(int fd, std::chrono::milliseconds limit) {
+  if (fd < 0) return;
+  const std::int64_t ms = std::max<std::int64_t>(limit.count(), 1);
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 }
 
 }  // namespace
@@ -238,11 +341,76 @@ void check_agreement(c10d::Store& store, int rank, int world_size, const Agreeme
   HOTPATH_CHECK(verdict.empty(), verdict);
 }
 
+// c10d's TCPStore constructor, bounded by o.timeout (what is left of `timeout`, the one named in the error). Its validation reads the server's first reply with no
+// timeout, so a listener that accepts but never answers (the store's host stopped after it opened the store, or
+// another program on that port) would hold it for ever; then the constructing thread is left behind, blocked in
+// recv() until the process exits (the only way to stop a call c10d gives no handle on), and this rank fails.
+c10::intrusive_ptr<c10d::TCPStore> connect_bounded(const DistEnv& env, const c10d::TCPStoreOptions& o,
+                                                   std::chrono::milliseconds timeout) {
+  if (o.isServer) return c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+  auto made = std::make_shared<std::promise<c10::intrusive_ptr<c10d::TCPStore>>>();
+  auto result = made->get_future();
+  std::thread([made, host = env.master_addr, o] {
+    try {
+      made->set_value(c10::make_intrusive<c10d::TCPStore>(host, o));
+    } catch (...) {
+      made->set_exception(std::current_exception());
+    }
+  }).detach();
+  HOTPATH_CHECK(result.wait_for(o.timeout) == std::future_status::ready, "distributed: rank ", env.rank,
+                " could not reach the store at ", env.master_addr, ":", env.master_port, " within ",
+                timeout.count() / 1000.0, " s (MASTER_ADDR/MASTER_PORT; HOTPATH_DIST_TIMEOUT_S): ",
+                "it accepted the connection but did not answer (its host stopped or hangs, or another program "
+                "listens there)");
+  return result.get();
+}
+
+// The job's TCPStore: rank 0's own (a plain RANK/WORLD_SIZE launch) or a client of it or of torchrun's agent,
+// connected within `timeout`. c10d's client alone takes up to 2 × timeout + a 1–3 s backoff when nothing
+// listens yet (its first connect waits the whole timeout, then it sleeps and tries again with the whole
+// timeout), so a client first waits here for the listener, up to the deadline; then c10d connects at once.
+struct OpenStore {
+  c10::intrusive_ptr<c10d::TCPStore> tcp;
+  int socket = -1;  // its client socket (store_client_socket), each call bounded by the timeout
+};
+
+OpenStore open_store(const DistEnv& env, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<std::uint16_t>(env.master_port);
+  o.isServer = env.rank == 0 && !env.agent_store;
+  o.numWorkers = static_cast<std::size_t>(env.world_size);
+  o.waitWorkers = false;
+  o.timeout = timeout;
+  if (!o.isServer) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!listener_reachable(env.master_addr, env.master_port, deadline)) {
+      HOTPATH_CHECK(std::chrono::steady_clock::now() < deadline, "distributed: rank ", env.rank,
+                    " could not reach the store at ", env.master_addr, ":", env.master_port, " within ",
+                    timeout.count() / 1000.0, " s (MASTER_ADDR/MASTER_PORT; HOTPATH_DIST_TIMEOUT_S): nothing "
+                    "accepted a connection there (did rank 0 or torchrun start?)");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    // The listener is up: c10d's connect succeeds at once (a floor of 1 s: c10d may round its connect timeout
+    // down to whole seconds).
+    o.timeout = std::max<std::chrono::milliseconds>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()),
+        std::chrono::seconds(1));
+  }
+  const std::map<int, std::string> before = open_descriptors();
+  OpenStore out{connect_bounded(env, o, timeout), -1};
+  out.tcp->setTimeout(timeout);  // every later wait: the whole timeout
+  // No reply to one call within the timeout: the host stopped answering (a wait's own deadline is a poll in c10d).
+  out.socket = store_client_socket(before, env.master_port);
+  bound_store_calls(out.socket, timeout);
+  return out;
+}
+
 std::unique_ptr<DistContext::Impl> make_impl(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
                                              std::chrono::milliseconds timeout, const AgreementKeys& keys,
-                                             at::Device device) {
+                                             at::Device device, int store_socket = -1) {
   auto impl = std::make_unique<DistContext::Impl>();
   impl->store = store;
+  impl->store_socket = store_socket;
   impl->rank = rank;
   impl->world_size = world_size;
   impl->timeout = timeout;
@@ -298,23 +466,21 @@ std::unique_ptr<DistContext> DistContext::connect(const DistEnv& env, std::chron
   // c10d logs each failed connect/collective with a backtrace; hotpath reports them as one line instead.
   // TORCH_CPP_LOG_LEVEL set by the user keeps its say.
   if (std::getenv("TORCH_CPP_LOG_LEVEL") == nullptr) FLAGS_caffe2_log_level = 3;  // FATAL only
-  c10d::TCPStoreOptions o;
-  o.port = static_cast<std::uint16_t>(env.master_port);
-  o.isServer = env.rank == 0 && !env.agent_store;
-  o.numWorkers = static_cast<std::size_t>(env.world_size);
-  o.waitWorkers = false;
-  o.timeout = timeout;
-  c10::intrusive_ptr<c10d::Store> tcp;
+  OpenStore tcp;
   try {
-    tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+    tcp = open_store(env, timeout);
+  } catch (const hotpath::Error&) {
+    throw;
   } catch (const std::exception& e) {
-    HOTPATH_CHECK(false, "distributed: rank ", env.rank, " could not ", o.isServer ? "open" : "reach",
-                  " the store at ", env.master_addr, ":", env.master_port, " within ", timeout.count() / 1000.0,
+    const bool server = env.rank == 0 && !env.agent_store;
+    HOTPATH_CHECK(false, "distributed: rank ", env.rank, " could not ", server ? "open" : "reach", " the store at ",
+                  env.master_addr, ":", env.master_port, " within ", timeout.count() / 1000.0,
                   " s (MASTER_ADDR/MASTER_PORT; HOTPATH_DIST_TIMEOUT_S): ", exception_line(e));
   }
-  auto store = c10::make_intrusive<c10d::PrefixStore>("hotpath/" + std::to_string(env.restart_count), tcp);
+  auto store = c10::make_intrusive<c10d::PrefixStore>("hotpath/" + std::to_string(env.restart_count), tcp.tcp);
   try {
-    return std::unique_ptr<DistContext>(new DistContext(make_impl(store, env.rank, env.world_size, timeout, keys, device)));
+    return std::unique_ptr<DistContext>(
+        new DistContext(make_impl(store, env.rank, env.world_size, timeout, keys, device, tcp.socket)));
   } catch (const hotpath::Error&) {
     throw;
   } catch (const std::exception& e) {
@@ -337,40 +503,36 @@ at::Device DistContext::device() const { return impl_->device; }
 const char* DistContext::backend_name() const { return impl_->backend_name; }
 
 void DistContext::fail(const std::string& what, const std::string& cause) {
+  // One short window for both questions, as it comes on top of the timeout that brought this rank here: did a
+  // rank stop on an error of its own (reported on its way out)? which ranks saw the failure too (the ones alive
+  // do within moments; the others are named)?
+  constexpr std::chrono::milliseconds kWindow{1500};
+  const auto deadline = std::chrono::steady_clock::now() + kWindow;
   std::vector<int> silent;
   std::optional<std::pair<int, std::string>> error;
-  try {
-    auto& store = *impl_->store;
-    // A rank that stopped on an error of its own (a bad shard, say) reported it on its way out.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    while (!(error = reported_error(store, impl_->rank, impl_->world_size)) && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  } catch (const std::exception&) {
-  }
-  HOTPATH_CHECK(!error, "distributed: rank ", impl_->rank, ": ", what, " failed: rank ", error->first,
-                " stopped with an error: ", error->second);
+  bound_store_calls(impl_->store_socket, kWindow);  // a store host that stopped answering is named, not waited for
   try {
     auto& store = *impl_->store;
     store.set("failed/" + std::to_string(impl_->rank), bytes(cause));
-    // The ranks that are alive see the same failure within moments and say so; the others are named.
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
     while (true) {
+      if ((error = reported_error(store, impl_->rank, impl_->world_size))) break;
       silent.clear();
       for (int r = 0; r < impl_->world_size; ++r) {
         if (r != impl_->rank && !store.check({"failed/" + std::to_string(r)})) silent.push_back(r);
       }
       if (silent.empty() || std::chrono::steady_clock::now() > deadline) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   } catch (const std::exception&) {
     silent = {0};  // the store is gone: without torchrun's agent, rank 0 hosted it
   }
+  HOTPATH_CHECK(!error, "distributed: rank ", impl_->rank, ": ", what, " failed: rank ", error->first,
+                " stopped with an error: ", error->second);
   std::string who;
   for (int r : silent) who += (who.empty() ? "rank " : ", rank ") + std::to_string(r);
   HOTPATH_CHECK(false, "distributed: rank ", impl_->rank, ": ", what, " failed: ",
                 who.empty() ? std::string("every rank saw the error") : who + " stopped answering (died or hung)",
-                " — ", cause);
+                " (timeout ", impl_->timeout.count() / 1000.0, " s, train.dist_timeout_s) — ", cause);
 }
 
 void DistContext::all_reduce_sum(at::Tensor& tensor, const std::string& what) {
@@ -427,23 +589,21 @@ void report_rank_error(const DistEnv& env, std::chrono::milliseconds timeout, co
   if (!env.distributed()) return;
   // A failure that already names other ranks (fail(), get_or_fail()) is the group's, not this rank's own: the
   // others see it themselves, and a rank 0 hosting the store would wait for acknowledgements from dead ranks.
-  for (const char* group_failure : {" stopped answering ", " stopped with an error: ", "every rank saw the error"}) {
+  // So is a wait that timed out (the store, the agreement, the process group): the ranks it waited for are the
+  // missing ones, and reporting would add up to another timeout to the one that just passed.
+  for (const char* group_failure : {" stopped answering ", " stopped with an error: ", "every rank saw the error",
+                                    ": no answer within ", " process group did not form within ",
+                                    " the store at ", ": start-up failed within "}) {
     if (message.find(group_failure) != std::string::npos) return;
   }
   try {
     // Best effort, bounded: the store may be gone (rank 0 hosted it) or never have existed.
     const auto wait = std::min<std::chrono::milliseconds>(timeout, std::chrono::seconds(10));
-    c10d::TCPStoreOptions o;
-    o.port = static_cast<std::uint16_t>(env.master_port);
-    o.isServer = env.rank == 0 && !env.agent_store;
-    o.numWorkers = static_cast<std::size_t>(env.world_size);
-    o.waitWorkers = false;
-    o.timeout = wait;
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
-    c10d::PrefixStore store("hotpath/" + std::to_string(env.restart_count), tcp);
+    const bool server = env.rank == 0 && !env.agent_store;
+    c10d::PrefixStore store("hotpath/" + std::to_string(env.restart_count), open_store(env, wait).tcp);
     store.set(error_key(env.rank), bytes(message));
     store.add("errors", 1);
-    if (o.isServer) {  // this process hosts the store: keep it up until every other rank has read the error
+    if (server) {  // this process hosts the store: keep it up until every other rank has read the error
       const auto deadline = std::chrono::steady_clock::now() + wait;
       while (store.add("errors_seen", 0) < env.world_size - 1 && std::chrono::steady_clock::now() < deadline) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
