@@ -8,6 +8,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hotpath/core/atomic_file.h"
@@ -27,6 +28,7 @@
 #include "hotpath/text/text_batch_tensor.h"
 #include "hotpath/text/text_loader.h"
 #include "hotpath/train/task.h"
+#include "hotpath/train/text_loader_options.h"
 #include "cuda/cuda_training.h"
 #include "tasks.h"
 
@@ -43,10 +45,10 @@ std::vector<std::string> existing_shards(const std::vector<std::string>& pattern
   return shards;
 }
 
-text::TextLoaderOptions loader_options(const Recipe& recipe, const std::vector<std::string>& shards, bool training) {
+text::TextLoaderOptions loader_options(const Recipe& recipe, std::vector<std::string> shards, bool training) {
   const auto& d = recipe.data;
   text::TextLoaderOptions o;
-  o.shards = shards;
+  o.shards = std::move(shards);
   o.tokenizer_dir = d.tokenizer.empty() ? recipe.model.pretrained : d.tokenizer;
   o.max_length = static_cast<std::size_t>(d.max_length);
   o.workers = static_cast<unsigned>(d.workers);
@@ -123,14 +125,9 @@ class TextTask final : public Task {
     const auto& m = recipe.model;
     HOTPATH_CHECK(fs::exists(fs::path(m.pretrained) / "config.json"), recipe.source,
                   ": model.pretrained: no config.json in ", m.pretrained);
-    text::TextLoaderOptions train_options =
-        loader_options(recipe, existing_shards(recipe.data.train, recipe, "data.train"), true);
-    train_options.batching.rank = options.rank;  // every world_size-th sample of the epoch's permutation
-    train_options.batching.world_size = options.world_size;
-    loader_ = std::make_unique<text::TextLoader>(std::move(train_options));
+    loader_ = std::make_unique<text::TextLoader>(text_loader_options(recipe, true, options.rank, options.world_size));
     if (!recipe.data.eval.empty()) {
-      eval_loader_ = std::make_unique<text::TextLoader>(
-          loader_options(recipe, existing_shards(recipe.data.eval, recipe, "data.eval"), false));
+      eval_loader_ = std::make_unique<text::TextLoader>(text_loader_options(recipe, false));
     }
     labels_ = class_names_for(recipe);
     if (labels_.empty()) {
@@ -357,6 +354,15 @@ class TextTask final : public Task {
 };
 
 }  // namespace
+
+text::TextLoaderOptions text_loader_options(const Recipe& recipe, bool training, int rank, int world_size) {
+  const char* key = training ? "data.train" : "data.eval";
+  text::TextLoaderOptions o =
+      loader_options(recipe, existing_shards(training ? recipe.data.train : recipe.data.eval, recipe, key), training);
+  o.batching.rank = rank;  // every world_size-th sample of the epoch's permutation
+  o.batching.world_size = world_size;
+  return o;
+}
 
 std::unique_ptr<Task> make_text_task(const Recipe& recipe, const TaskOptions& options) {
   return std::make_unique<TextTask>(recipe, options);
