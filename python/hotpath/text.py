@@ -6,6 +6,13 @@
 
 The ids, type ids, masks and offsets are the ones HF `tokenizers` gives (the C++ tokenizer's parity tests and
 tests/python/test_text.py). Batches are encoded in C++ with the GIL released, on `num_threads` threads.
+
+`Loader` reads text shards into padded batches (dynamic padding, bucketing, a token budget) exactly as
+`hotpath train` does for a text recipe's `data:` section:
+
+    loader = hotpath.text.Loader("train-{000000..000003}.tar", batch_size=32, max_tokens=4096, tokenizer="bert")
+    for batch in loader:                    # {'input_ids', 'attention_mask', 'token_type_ids', 'labels'}
+        loss = model(**batch).loss
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from typing import Any, Iterable, Sequence
 
 from . import _C
 
-__all__ = ["BatchEncoding", "Tokenizer"]
+__all__ = ["BatchEncoding", "Loader", "Tokenizer"]
 
 # transformers' LARGE_INTEGER: a model_max_length above it means "no limit".
 _NO_LIMIT = int(1e30)
@@ -200,3 +207,127 @@ class Tokenizer:
 
     def __repr__(self) -> str:
         return f"hotpath.text.Tokenizer(vocab_size={self.vocab_size}, model_max_length={self.model_max_length})"
+
+
+class Loader:
+    """Text shards (KEY.txt [+ KEY.pair.txt], or KEY.ids [+ KEY.type.ids]; KEY.cls) → padded batches, as a dict
+    of torch tensors: input_ids, attention_mask, token_type_ids [B, L] and labels [B].
+
+    The options are a text recipe's (`hotpath train`, data.kind: text): they go through the recipe's parser and
+    the trainer's own recipe → loader mapping (train/text_loader_options.h), so the same settings give the
+    batches `hotpath train` trains on, bit for bit.
+
+    shards: paths or patterns, or a list of them (read and tokenized up front).
+    batch_size: samples per batch (train.batch_size: the trainer's micro-batch with accum_steps 1); with
+        max_tokens the nominal size: batches of short samples hold more, long ones fewer.
+    tokenizer: directory with tokenizer.json or vocab.txt (needed for KEY.txt shards; its pad id pads).
+    max_length: truncation. max_tokens: > 0: batch × padded length <= max_tokens, the batch size varies.
+    pad_to_multiple_of: round each batch's length up. bucket: sort by length within windows of 100 batches.
+    Each batch is padded to its own longest sample (dynamic padding).
+    train: True shuffles (a function of seed and epoch); False keeps shard order.
+    rank, world_size: data parallel: this rank takes every world_size-th sample of the epoch's permutation.
+    dtype: torch.int64 (HF's and the trainer's) or torch.int32: then the tensors are the C++ batch's own
+        memory (no copy).
+
+    Raises ValueError for a bad option or sample (named like the recipe key, or the shard and member), OSError
+    when a shard cannot be read.
+    """
+
+    def __init__(
+        self,
+        shards: str | os.PathLike | Sequence[str | os.PathLike],
+        batch_size: int = 32,
+        *,
+        tokenizer: str | os.PathLike | None = None,
+        max_length: int = 128,
+        max_tokens: int = 0,
+        pad_to_multiple_of: int = 0,
+        bucket: bool = True,
+        workers: int = 2,
+        train: bool = True,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        dtype: Any = None,
+    ) -> None:
+        import json
+
+        import torch
+
+        if isinstance(shards, (str, os.PathLike)):
+            shards = [shards]
+        if dtype not in (None, torch.int64, torch.int32):
+            raise ValueError(f"dtype: expected torch.int64 or torch.int32, got {dtype}")
+        settings = {
+            "train.batch_size": batch_size,
+            "train.seed": seed,
+            "data.max_length": max_length,
+            "data.max_tokens": max_tokens,
+            "data.pad_to_multiple_of": pad_to_multiple_of,
+            "data.bucket": bucket,
+            "data.workers": workers,
+        }
+        if tokenizer is not None:
+            settings["data.tokenizer"] = os.fspath(tokenizer)
+
+        def yaml(value: Any) -> str:
+            if isinstance(value, bool):
+                return "true" if value else "false"
+            if isinstance(value, int):
+                return repr(value)
+            return json.dumps(str(value))
+
+        self._core = _C.TextLoader(
+            [os.fspath(s) for s in shards],
+            [f"{key}={yaml(value)}" for key, value in settings.items()],
+            train=train,
+            rank=rank,
+            world_size=world_size,
+            int64=dtype is not torch.int32,
+        )
+
+    def __iter__(self) -> Iterable[dict]:
+        """The rest of the current epoch; afterwards the loader stands at the start of the next one."""
+        while True:
+            batch = self._core.next()
+            if batch is None:
+                self._core.seek(self._core.epoch + 1, 0)  # as hotpath.data.Loader: the next pass is the next epoch
+                return
+            yield batch
+
+    def __len__(self) -> int:
+        """Batches in the current epoch on this rank (with max_tokens the count depends on the epoch)."""
+        return self._core.batches_in_epoch()
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next batch comes from."""
+        return self._core.epoch
+
+    @property
+    def num_samples(self) -> int:
+        """Samples in the shards."""
+        return self._core.num_samples
+
+    def set_epoch(self, epoch: int) -> None:
+        """Starts `epoch` from its first batch."""
+        self._core.seek(epoch, 0)
+
+    def state_dict(self) -> dict[str, int]:
+        """Where the next batch comes from: {'epoch': e, 'batch': b}."""
+        return {"epoch": self._core.epoch, "batch": self._core.batch}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Resumes at `state` (from state_dict()): the next batch is the one an uninterrupted run gives."""
+        try:
+            epoch, batch = int(state["epoch"]), int(state["batch"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"load_state_dict: expected {{'epoch': int, 'batch': int}}, got {state!r}") from e
+        self._core.seek(epoch, batch)
+
+    def stats(self) -> dict[str, float]:
+        """Batches, samples, real_tokens, padded_tokens and padding_fraction of the batches returned so far."""
+        return self._core.stats()
+
+    def __repr__(self) -> str:
+        return f"hotpath.text.Loader({self.num_samples} samples, epoch {self.epoch})"

@@ -30,6 +30,7 @@ std::vector<std::string_view> utf8_views(const pybind11::list& list, const char*
 
 void bind_text(pybind11::module_& m);  // hotpath._C.Tokenizer
 void bind_data(pybind11::module_& m);  // hotpath._C.Loader
+void bind_text_loader(pybind11::module_& m);  // hotpath._C.TextLoader
 void bind_infer(pybind11::module_& m); // hotpath._C.Classifier
 void bind_embed(pybind11::module_& m); // hotpath._C.SentenceEncoder
 

@@ -5,11 +5,12 @@
 #include "bindings.h"
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "hotpath's C++ core (tokenizer, loader, classifier, sentence encoder); use the `hotpath` package, not this module";
+  m.doc() = "hotpath's C++ core (tokenizer, loaders, classifier, sentence encoder); use the `hotpath` package, not this module";
   m.attr("TORCH_VERSION") = HOTPATH_TORCH_VERSION;  // what it was compiled and linked against
   hotpath::python::register_errors(m);
   hotpath::python::bind_text(m);
   hotpath::python::bind_data(m);
+  hotpath::python::bind_text_loader(m);
   hotpath::python::bind_infer(m);
   hotpath::python::bind_embed(m);
 }
