@@ -1,5 +1,5 @@
 # Type stubs of the extension module hotpath._C (python/src/*.cpp). Use the `hotpath` package's classes.
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -109,3 +109,18 @@ class SentenceEncoder:
     def dimension(self) -> int: ...
     @property
     def max_length(self) -> int: ...
+
+def export_package(source: dict[str, Any], out: str, options: dict[str, Any], progress: bool) -> dict[str, Any]: ...
+def export_onnx(source: dict[str, Any], out: str, overwrite: bool, producer_version: str) -> dict[str, Any]: ...
+def train(
+    path: str,
+    text: str,
+    overrides: list[str],
+    resume: bool,
+    overwrite: bool,
+    quiet: bool,
+    trace: str,
+    trace_steps: int,
+    callback: Callable[[str], None] | None,
+    handle_signals: bool,
+) -> dict[str, Any]: ...

@@ -1,10 +1,13 @@
-"""hotpath: fast data loading and tokenization for PyTorch scripts, over hotpath's C++ core.
+"""hotpath: fast data loading, tokenization, training, export and inference for PyTorch scripts, over hotpath's
+C++ core.
 
     import hotpath
     tok = hotpath.text.Tokenizer.from_pretrained("all-MiniLM-L6-v2")
     batch = tok(["Hello, world!"], padding=True, truncation=True, return_tensors="pt")
     loader = hotpath.data.Loader("train-{000000..000009}.tar", batch_size=256, image_size=224)
     for images, labels in loader: ...
+    result = hotpath.train("configs/fashion_mnist.yaml", overrides={"train.epochs": 1})
+    hotpath.infer.export(result.run_dir, "pkg/fmnist-int8", precision="int8", calibration=["val-000000.tar"])
 
 The extension module hotpath._C is built against one torch release (its C++ API has no stable ABI beyond
 op-shaped functions), so importing hotpath with any other torch installed is refused with one ImportError.
@@ -24,6 +27,7 @@ if _torch.__version__ != _build_info.TORCH_VERSION:
 
 from . import _C  # noqa: E402  (after the version check: a mismatched libtorch may not even load)
 from . import data, infer, text  # noqa: E402
+from .training import TrainResult, train  # noqa: E402
 
 __version__ = _build_info.VERSION
-__all__ = ["data", "infer", "text", "__version__"]
+__all__ = ["TrainResult", "data", "infer", "text", "train", "__version__"]

@@ -16,26 +16,15 @@ batch after a load is the one an uninterrupted run would have produced.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Iterator, Sequence
 
 import torch
 
 from . import _C
+from ._settings import overrides_list
 
 __all__ = ["Loader"]
-
-
-def _yaml_scalar(value: Any) -> str:
-    """A python value as a recipe override's YAML value (the recipe checks its type and range)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_yaml_scalar(v) for v in value) + "]"
-    return json.dumps(str(value))  # a double-quoted YAML string
 
 
 class Loader:
@@ -111,7 +100,7 @@ class Loader:
             settings["model.num_classes"] = num_classes
         self._core = _C.Loader(
             [os.fspath(s) for s in shards],
-            [f"{key}={_yaml_scalar(value)}" for key, value in settings.items()],
+            overrides_list(settings, "settings"),
             train=train,
             rank=rank,
             world_size=world_size,

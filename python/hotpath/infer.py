@@ -9,6 +9,9 @@ sentence embeddings with a sentence-transformers directory or a package.
     enc = hotpath.infer.SentenceEncoder.from_dir("all-MiniLM-L6-v2")
     emb = enc.encode(["The cat sat.", "A dog barked."])               # float32 [2, 384], rows of norm 1
 
+    report = hotpath.infer.export("runs/fmnist", "pkg/fmnist-int8", precision="int8", calibration=["val-*.tar"])
+    hotpath.infer.export("runs/fmnist", "fmnist.onnx", format="onnx")
+
 What `hotpath predict` and `hotpath embed` print comes from the same C++ code: the package's own eval preprocessing (decode, resize,
 crop, normalize), the model or the engine at the package's precision, softmax and top-k.
 """
@@ -23,7 +26,7 @@ import torch
 
 from . import _C
 
-__all__ = ["ImageClassifier", "Prediction", "SentenceEncoder"]
+__all__ = ["ExportResult", "ImageClassifier", "Prediction", "SentenceEncoder", "export"]
 
 Image = Union[str, os.PathLike, bytes, torch.Tensor, Any]  # path, encoded JPEG/PNG, uint8 tensor, PIL image
 
@@ -119,3 +122,70 @@ class SentenceEncoder:
         single = isinstance(sentences, str)
         out = self._core.encode([sentences] if single else list(sentences), batch_size)
         return out[0] if single else out
+
+
+class ExportResult(NamedTuple):
+    path: str  # the package directory or .onnx file written
+    summary: str  # the line `hotpath export` prints, e.g. "top-1 agreement 99.6 % with fp32 on 512 samples ..."
+    report: dict  # package: quantization_report.json's content (accuracy, nodes kept float, timings_s, ...);
+    #              onnx: {"opset", "nodes", "inputs"}
+    warning: str  # non-empty when the accuracy on real data is unknown (int8 without calibration data)
+
+
+_SOURCE_KEYS = ("model", "pretrained", "random_init", "num_classes", "channels", "image_size", "config", "task",
+                "max_length")
+
+
+def export(
+    model_dir: str | os.PathLike | None,
+    out: str | os.PathLike,
+    precision: str = "fp32",
+    *,
+    format: str = "package",
+    calibration: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    **settings: Any,
+) -> ExportResult:
+    """`hotpath export`: a model → a model package for the engine (fp32, bf16 or int8) with its accuracy report,
+    or (format="onnx") an ONNX file of the fp32 graph.
+
+    model_dir: an image run (`hotpath train` / hotpath.train), a text run, a Hugging Face BERT-family or a
+        sentence-transformers directory; None with model="name" and pretrained=True or random_init=True (then
+        num_classes, channels, image_size), or config="bert-config.json" with random_init=True.
+    calibration: image shards (patterns allowed) or, for text, a file of lines: int8 calibration and the accuracy
+        report's real data. Without it an int8 export calibrates on random inputs and says so in `warning`.
+    Other settings are the CLI's options with underscores, defaulting as there: calibration_samples,
+    max_bad_samples, max_output_error, min_output_cosine, weight_rounding ('gptq' | 'nearest'), clip_candidates,
+    keep_float (node names), min_agreement, allow_accuracy_loss, threads; task ('auto' | 'classify' | 'embed') and
+    max_length for text models.
+    Raises ValueError for a bad setting or a refused accuracy loss (the package is then not written), OSError for
+    a missing file.
+    """
+    source: dict[str, Any] = {}
+    if model_dir is not None:
+        source["model_dir"] = os.fspath(model_dir)
+    for key in _SOURCE_KEYS:
+        if key in settings:
+            value = settings.pop(key)
+            source["bert_config" if key == "config" else key] = os.fspath(value) if key == "config" else value
+    out = os.fspath(out)
+    if format == "onnx":
+        if precision != "fp32":
+            raise ValueError(f"export: format='onnx' writes the fp32 graph; drop precision={precision!r} (quantize "
+                             "in ONNX Runtime, or export a hotpath package for int8)")
+        if calibration is not None or settings:
+            raise ValueError(f"export: format='onnx' takes no calibration or quantization settings, got "
+                             f"{sorted(settings) + (['calibration'] if calibration is not None else [])}")
+        from . import __version__
+
+        r = _C.export_onnx(source, out, overwrite, __version__)
+        return ExportResult(r["path"], f"opset {r['opset']}, {r['nodes']} graph nodes", r, "")
+    if format != "package":
+        raise ValueError(f"export: format: expected 'package' or 'onnx', got {format!r}")
+    options = dict(settings, precision=precision, overwrite=overwrite)
+    if calibration is not None:
+        items = [calibration] if isinstance(calibration, (str, os.PathLike)) else list(calibration)
+        options["calibration"] = [os.fspath(c) for c in items]
+    r = _C.export_package(source, out, options, progress)
+    return ExportResult(out, r["summary"], r["report"], r["warning"])

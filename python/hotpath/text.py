@@ -21,6 +21,7 @@ import os
 from typing import Any, Iterable, Sequence
 
 from . import _C
+from ._settings import overrides_list
 
 __all__ = ["BatchEncoding", "Loader", "Tokenizer"]
 
@@ -250,8 +251,6 @@ class Loader:
         world_size: int = 1,
         dtype: Any = None,
     ) -> None:
-        import json
-
         import torch
 
         if isinstance(shards, (str, os.PathLike)):
@@ -270,16 +269,9 @@ class Loader:
         if tokenizer is not None:
             settings["data.tokenizer"] = os.fspath(tokenizer)
 
-        def yaml(value: Any) -> str:
-            if isinstance(value, bool):
-                return "true" if value else "false"
-            if isinstance(value, int):
-                return repr(value)
-            return json.dumps(str(value))
-
         self._core = _C.TextLoader(
             [os.fspath(s) for s in shards],
-            [f"{key}={yaml(value)}" for key, value in settings.items()],
+            overrides_list(settings, "settings"),
             train=train,
             rank=rank,
             world_size=world_size,

@@ -33,5 +33,7 @@ void bind_data(pybind11::module_& m);  // hotpath._C.Loader
 void bind_text_loader(pybind11::module_& m);  // hotpath._C.TextLoader
 void bind_infer(pybind11::module_& m); // hotpath._C.Classifier
 void bind_embed(pybind11::module_& m); // hotpath._C.SentenceEncoder
+void bind_export(pybind11::module_& m);  // hotpath._C.export_package, export_onnx
+void bind_train(pybind11::module_& m);   // hotpath._C.train
 
 }  // namespace hotpath::python

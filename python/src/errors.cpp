@@ -18,9 +18,9 @@ namespace {
 // hotpath::Error has no subclass for files yet, so the messages of the checks that refuse a file (core/input_file,
 // mapped_file, shard_list, the tokenizer's directory) are recognised by their wording. A typed error in core would
 // replace this table.
-constexpr std::array<std::string_view, 9> kFileErrorWords = {
+constexpr std::array<std::string_view, 10> kFileErrorWords = {
     ": cannot open", ": cannot stat", ": read error", ": cannot mmap", ": no such file", "' does not exist",
-    ": not a directory", ", not a regular file", ": not found"};
+    ": not a directory", " is not a directory", ", not a regular file", ": not found"};
 
 bool is_file_error(std::string_view message) {
   for (std::string_view words : kFileErrorWords) {

@@ -5,7 +5,7 @@
 #include "bindings.h"
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "hotpath's C++ core (tokenizer, loaders, classifier, sentence encoder); use the `hotpath` package, not this module";
+  m.doc() = "hotpath's C++ core (tokenizer, loaders, classifier, sentence encoder, export, training loop); use the `hotpath` package, not this module";
   m.attr("TORCH_VERSION") = HOTPATH_TORCH_VERSION;  // what it was compiled and linked against
   hotpath::python::register_errors(m);
   hotpath::python::bind_text(m);
@@ -13,4 +13,6 @@ PYBIND11_MODULE(_C, m) {
   hotpath::python::bind_text_loader(m);
   hotpath::python::bind_infer(m);
   hotpath::python::bind_embed(m);
+  hotpath::python::bind_export(m);
+  hotpath::python::bind_train(m);
 }

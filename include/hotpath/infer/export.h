@@ -94,4 +94,10 @@ struct LoweredModel {
 };
 LoweredModel lower_export_source(const ExportSource& source);
 
+// `hotpath export --format onnx`: the fp32 graph of `source` written to `out` as ONNX (opset 17, a dynamic batch
+// axis, and a dynamic sequence axis for text inputs). An existing `out` is replaced only with `overwrite`, and only
+// when it is an .onnx file (never a run's weights). Returns the lowered model (its graph's nodes and inputs).
+LoweredModel export_onnx_file(const ExportSource& source, const std::filesystem::path& out, bool overwrite,
+                              const std::string& producer_version);
+
 }  // namespace hotpath::infer

@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <utility>
@@ -60,6 +61,9 @@ std::chrono::milliseconds dist_timeout();
 // failure that already names other ranks (a failed collective: the others see it themselves), nor for a wait
 // that timed out (the missing ranks are the ones it waited for; reporting would add to the timeout).
 void report_rank_error(const DistEnv& env, std::chrono::milliseconds timeout, const std::string& message);
+// report_rank_error for a front end's catch block (`hotpath train`, hotpath.train): the first line of `error`,
+// with the environment's DistEnv and dist_timeout(). A malformed environment is ignored (the error says enough).
+void report_this_rank_error(const std::exception& error) noexcept;
 
 // Recipe keys and values every rank must share ("optimizer.lr" → "0.1").
 using AgreementKeys = std::vector<std::pair<std::string, std::string>>;

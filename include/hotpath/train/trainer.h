@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -41,6 +42,10 @@ struct TrainOptions {
   std::ostream* out = nullptr;              // progress and messages (nullptr: std::cerr)
   bool is_tty = false;                      // progress bar redraws in place
   bool quiet = false;                       // no progress, only the final summary
+  // Called with each metrics.jsonl line (compact JSON: {"split": "train"|"eval", "step", ...}) right after it
+  // is written, on the main rank only (hotpath.train's callback). An exception from it ends train() as any
+  // error does; to stop cleanly, set *stop instead.
+  std::function<void(const std::string& json_line)> on_metrics;
   // Benchmark mode (>= 0): no checkpoints, no eval, no model package; throughput is also measured
   // from this many optimizer steps on (TrainResult::steady_samples_per_s). Stop with train.max_steps.
   std::int64_t benchmark_warmup_steps = -1;

@@ -9,17 +9,14 @@
 
 #include <ATen/Parallel.h>
 
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
-#include <system_error>
 #include <vector>
 
 #include "cli/commands.h"
 #include "hotpath/core/error.h"
 #include "hotpath/infer/export.h"
-#include "hotpath/infer/onnx_export.h"
 
 namespace hotpath::cli {
 namespace {
@@ -49,16 +46,7 @@ void run(const ExportArgs& a) {
   if (a.format == "onnx") {
     HOTPATH_CHECK(a.precision == "fp32", "export: --format onnx writes the fp32 graph; drop --precision ",
                   a.precision, " (quantize in ONNX Runtime, or export a hotpath package for int8)");
-    if (std::error_code ec; std::filesystem::exists(a.out, ec)) {
-      HOTPATH_CHECK(a.overwrite, "export: ", a.out, " exists (pass --overwrite to replace it)");
-      // --overwrite replaces an ONNX file, nothing else: `--out RUN/model.safetensors` would lose the trained
-      // weights (issue 28).
-      HOTPATH_CHECK(std::filesystem::is_regular_file(a.out, ec) && std::filesystem::path(a.out).extension() == ".onnx",
-                    "export: ", a.out, " is not an .onnx file; --format onnx --overwrite replaces only an ONNX file: "
-                    "choose another --out");
-    }
-    const infer::LoweredModel m = infer::lower_export_source(a.source);
-    infer::export_onnx(m.graph, a.out, {.producer_version = HOTPATH_VERSION});
+    const infer::LoweredModel m = infer::export_onnx_file(a.source, a.out, a.overwrite, HOTPATH_VERSION);
     std::cout << "wrote " << a.out << " (opset 17, " << m.graph.nodes.size() << " graph nodes, dynamic axes: ";
     for (std::size_t i = 0; i < m.graph.inputs.size(); ++i) {
       std::cout << (i ? "; " : "") << m.graph.inputs[i].name << " batch"

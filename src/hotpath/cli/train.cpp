@@ -176,13 +176,7 @@ void run(const TrainArgs& a) {
   try {
     train_this_rank(a);
   } catch (const std::exception& e) {
-    // Data parallel: the other ranks stop at once naming this one (distributed.h), not at the timeout.
-    std::string line = e.what();
-    line = line.substr(0, line.find('\n'));
-    try {
-      train::report_rank_error(train::dist_env_from_environment(), train::dist_timeout(), line);
-    } catch (const std::exception&) {  // a malformed environment: the error below says enough
-    }
+    train::report_this_rank_error(e);  // data parallel: the other ranks stop at once naming this one
     throw;
   }
 }

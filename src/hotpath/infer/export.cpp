@@ -29,6 +29,7 @@
 #include "hotpath/formats/bert_config.h"
 #include "hotpath/infer/int8_chain.h"
 #include "hotpath/infer/lower.h"
+#include "hotpath/infer/onnx_export.h"
 #include "hotpath/infer/package.h"
 #include "hotpath/infer/quantize.h"
 #include "hotpath/models/registry.h"
@@ -699,6 +700,19 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
     write_package_dir(tmp, package, graph, report, src.lowered.tokenizer_files, /*overwrite=*/false);
   });
   return {std::move(report), summary.str(), warning};
+}
+
+LoweredModel export_onnx_file(const ExportSource& source, const std::filesystem::path& out, bool overwrite,
+                              const std::string& producer_version) {
+  if (std::error_code ec; std::filesystem::exists(out, ec)) {
+    HOTPATH_CHECK(overwrite, "export: ", out.string(), " exists (pass --overwrite to replace it)");
+    // Only an ONNX file: `--out RUN/model.safetensors` would lose the trained weights (issue 28).
+    HOTPATH_CHECK(std::filesystem::is_regular_file(out, ec) && out.extension() == ".onnx", "export: ", out.string(),
+                  " is not an .onnx file; --format onnx --overwrite replaces only an ONNX file: choose another --out");
+  }
+  LoweredModel m = lower_export_source(source);
+  export_onnx(m.graph, out.string(), {.producer_version = producer_version});
+  return m;
 }
 
 }  // namespace hotpath::infer

@@ -613,6 +613,15 @@ void report_rank_error(const DistEnv& env, std::chrono::milliseconds timeout, co
   }
 }
 
+void report_this_rank_error(const std::exception& error) noexcept {
+  try {
+    std::string line = error.what();
+    line = line.substr(0, line.find('\n'));
+    report_rank_error(dist_env_from_environment(), dist_timeout(), line);
+  } catch (const std::exception&) {
+  }
+}
+
 std::shared_ptr<models::BatchNormGroup> batchnorm_group(DistContext& dist) {
   return std::make_shared<DistBatchNormGroup>(dist);
 }

@@ -576,6 +576,11 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
                             .drop_eval_at_step = state.position.batch != 0});
     tb.emplace((run_dir / "tensorboard").string());
   }
+  const auto log_line = [&](const json& line) {
+    if (!is_main) return;
+    write_metrics_line(metrics, line);
+    if (options.on_metrics) options.on_metrics(line.dump());
+  };
 
   if (!quiet) {
     out << "train: " << task->describe() << " (" << n_trainable << " of " << n_params << " parameters trainable, "
@@ -648,9 +653,8 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
     const infer::EvalResult r = task->evaluate(precision);
     model.train();
     result.eval = r;
-    write_metrics_line(metrics, {{"split", "eval"}, {"step", state.step}, {"epoch", epoch_label}, {"top1", r.top1},
-                                 {"top5", r.top5}, {"loss", r.loss}, {"majority_top1", r.majority_top1},
-                                 {"samples", r.samples}});
+    log_line({{"split", "eval"}, {"step", state.step}, {"epoch", epoch_label}, {"top1", r.top1}, {"top5", r.top5},
+              {"loss", r.loss}, {"majority_top1", r.majority_top1}, {"samples", r.samples}});
     add_eval_scalars(*tb, r, state.step);
     tb->flush();
     if (!quiet) {
@@ -816,7 +820,7 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
         if (!stepped) j["skipped"] = true;
         task->add_metrics(j);
         if (is_main) {
-          write_metrics_line(metrics, j);
+          log_line(j);
           add_train_scalars(*tb, loss, lr, rate, state.step);
         }
         // A line the run logs only because it stops here leaves the window to the checkpoint: resumed,
