@@ -10,7 +10,9 @@ ImageNet-like 500×375 JPEGs, labels 0..99). Nothing is downloaded.
 
 The training loop is the same for every loader: torchvision resnet18 (weights=None, 100 classes) or the
 `tiny` CNN below, SGD (lr 0.1, momentum 0.9, weight decay 1e-4), CrossEntropyLoss, torch.manual_seed(seed) before
-the model is built (every run starts from the same weights), torch.set_num_threads(--threads). Each run builds
+the model is built (every run starts from the same weights), torch.set_num_threads(--threads: 2 for resnet18,
+1 for tiny, whose step needs no more: two OpenMP threads beside 2 decode workers on 2 cores make each of its
+small ops wait for a descheduled thread, which under any outside load slows its step 10-20×). Each run builds
 its loader and model, takes --warmup steps untimed (worker start-up, shuffle-buffer fill, first allocations),
 then times --steps steps from the end of the last warm-up step: images/s = steps × batch / seconds.
 
@@ -73,9 +75,9 @@ STD = [0.229, 0.224, 0.225]
 NUM_CLASSES = 100
 
 REGIMES = {
-    "realistic": dict(model="resnet18", image_size=224, batch_size=32, warmup=2, steps=6, pairs=3),
-    "loader-bound": dict(model="tiny", image_size=224, batch_size=64, warmup=3, steps=40, pairs=5),
-    "loader-only": dict(model="none", image_size=224, batch_size=64, warmup=3, steps=40, pairs=5),
+    "realistic": dict(model="resnet18", image_size=224, batch_size=32, warmup=2, steps=6, pairs=3, threads=2),
+    "loader-bound": dict(model="tiny", image_size=224, batch_size=64, warmup=3, steps=40, pairs=5, threads=1),
+    "loader-only": dict(model="none", image_size=224, batch_size=64, warmup=3, steps=40, pairs=5, threads=1),
 }
 
 
@@ -271,10 +273,11 @@ def epoch_images(shards):
 
 def run_regime(regime, shards, a, peers):
     settings = dict(REGIMES[regime])
-    for key in ("model", "image_size", "batch_size", "warmup", "steps", "pairs"):
+    for key in ("model", "image_size", "batch_size", "warmup", "steps", "pairs", "threads"):
         if getattr(a, key) is not None:
             settings[key] = getattr(a, key)
     r = argparse.Namespace(**{**vars(a), **settings})
+    torch.set_num_threads(r.threads)
     names = ["hotpath"] + peers
     runs = {n: [] for n in names}
     print(f"\n== {regime}: model {r.model}, image_size {r.image_size}, batch {r.batch_size}, {r.warmup} + {r.steps} "
@@ -403,7 +406,8 @@ def main():
     p.add_argument("--steps", type=int)
     p.add_argument("--warmup", type=int)
     p.add_argument("--workers", type=int, default=2, help="decode threads / DataLoader workers / DALI threads")
-    p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads in the training process")
+    p.add_argument("--threads", type=int, help="torch.set_num_threads in the training process (default: the "
+                   "regime's: 2 for resnet18, 1 for tiny and none)")
     p.add_argument("--channels-last", action="store_true", help="channels-last model and batches")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="write the summary and every run here")
@@ -415,7 +419,6 @@ def main():
         bench_api.make_shards(a.data)
     shards = sorted(glob.glob(os.path.join(a.data, "shard-*.tar")))
     peers = [x for x in a.peers.split(",") if x] + (["dali"] if a.dali and "dali" not in a.peers else [])
-    torch.set_num_threads(a.threads)
     a.epoch_images = epoch_images(shards)
     info = {"command": " ".join(sys.argv), "shards": shards, "torch": torch.__version__,
             "hotpath": getattr(hotpath, "__version__", None), "cpus": os.cpu_count(), "load_start": load(),
