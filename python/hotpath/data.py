@@ -45,6 +45,10 @@ class Loader:
     num_classes: a label outside [0, num_classes) is a bad sample (None: labels are not checked).
     max_bad_samples: corrupt or unlabelled samples are skipped and counted (bad_samples); past this many the
         next batch raises ValueError naming the last one.
+    device: where the batches are used ('cpu', 'cuda', 'cuda:1'). With decode='nvjpeg' (whole JPEGs decoded on the
+        GPU) or augment='device' (crop on the CPU, normalisation on the GPU) the loader's CUDA mode finishes each
+        batch on that GPU (the recipe's data.decode / data.augment, docs/gpu.md); otherwise batches are made on the
+        CPU and copied to the device, as `hotpath train` does.
 
     Raises ValueError for a bad option (named like the recipe key), OSError when a shard cannot be read.
     """
@@ -73,6 +77,9 @@ class Loader:
         world_size: int = 1,
         num_classes: int | None = None,
         max_bad_samples: int = 100,
+        device: str | torch.device = "cpu",
+        decode: str = "cpu",
+        augment: str = "auto",
     ) -> None:
         if isinstance(shards, (str, os.PathLike)):
             shards = [shards]
@@ -93,6 +100,8 @@ class Loader:
             "data.prefetch": prefetch,
             "data.shuffle_buffer": shuffle_buffer,
             "data.max_bad_samples": max_bad_samples,
+            "data.decode": decode,
+            "data.augment": augment,
         }
         if crop is not None:
             settings["data.train_crop" if train else "data.eval_crop"] = crop
@@ -105,7 +114,9 @@ class Loader:
             rank=rank,
             world_size=world_size,
             check_labels=num_classes is not None,
+            device=str(device),
         )
+        self._device = torch.device(device)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The rest of the current epoch; afterwards the loader stands at the start of the next one."""
@@ -113,6 +124,8 @@ class Loader:
             batch = self._core.next()
             if batch is None:
                 return
+            if batch[0].device != self._device:  # a CPU loader feeding a GPU: the copy the trainer makes
+                batch = (batch[0].to(self._device, non_blocking=True), batch[1].to(self._device, non_blocking=True))
             yield batch
 
     def __len__(self) -> int:

@@ -6,7 +6,9 @@
 // same batches. Batches come out as the loader's own tensors (no copy): the ring slot's storage stays alive for
 // as long as Python holds the tensor, and the loader allocates a fresh slot meanwhile (loader.cpp
 // allocate_if_held). The GIL is released while a batch is waited for.
+#include <ATen/Context.h>
 #include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
 #include <pybind11/stl.h>
 
 #include <cstdint>
@@ -28,8 +30,17 @@ namespace py = pybind11;
 namespace hotpath::python {
 namespace {
 
+at::Device parse_device(const std::string& name) {
+  try {
+    return at::Device(name);
+  } catch (const c10::Error&) {
+    HOTPATH_CHECK(false, "device: expected 'cpu', 'cuda' or 'cuda:N', got '", name, "'");
+  }
+  return at::kCPU;
+}
+
 data::LoaderOptions loader_options(const std::vector<std::string>& shards, const std::vector<std::string>& settings,
-                                   bool train, int rank, int world_size, bool check_labels) {
+                                   bool train, int rank, int world_size, bool check_labels, const std::string& device) {
   HOTPATH_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "rank ", rank, " of world_size ", world_size,
                 ": expected 0 <= rank < world_size");
   train::Recipe recipe = train::parse_recipe("{}", settings, "hotpath.data.Loader");
@@ -46,6 +57,10 @@ data::LoaderOptions loader_options(const std::vector<std::string>& shards, const
     o = std::move(e);
   }
   o.num_classes = check_labels ? recipe.model.num_classes : 0;
+  const at::Device target = parse_device(device);
+  HOTPATH_CHECK(!target.is_cuda() || at::hasCUDA(), "device: ", device,
+                " was asked for but this torch sees no CUDA device");
+  train::configure_loader_device(o, recipe, target);
   return o;
 }
 
@@ -116,14 +131,13 @@ class PyLoader {
 void bind_data(py::module_& m) {
   py::class_<PyLoader>(m, "Loader", "WebDataset image shards → (images, labels) batches (hotpath/data/loader.h)")
       .def(py::init([](const std::vector<std::string>& shards, const std::vector<std::string>& settings, bool train,
-                       int rank, int world_size, bool check_labels) {
-             data::LoaderOptions o = loader_options(shards, settings, train, rank, world_size,
-                                                    check_labels);
+                       int rank, int world_size, bool check_labels, const std::string& device) {
+             data::LoaderOptions o = loader_options(shards, settings, train, rank, world_size, check_labels, device);
              py::gil_scoped_release release;  // the planner starts indexing shards
              return std::make_unique<PyLoader>(std::move(o));
            }),
            py::arg("shards"), py::arg("settings"), py::kw_only(), py::arg("train") = true, py::arg("rank") = 0,
-           py::arg("world_size") = 1, py::arg("check_labels") = false)
+           py::arg("world_size") = 1, py::arg("check_labels") = false, py::arg("device") = "cpu")
       .def("next", &PyLoader::next)
       .def("seek", &PyLoader::seek, py::arg("epoch"), py::arg("batch"))
       .def_property_readonly("epoch", [](const PyLoader& l) { return l.position().epoch; })

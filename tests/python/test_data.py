@@ -240,6 +240,28 @@ class LoaderTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "load_state_dict"):
             self.loader().load_state_dict({"epoch": 0})
 
+    def test_device_options_are_checked(self):
+        with self.assertRaisesRegex(ValueError, "device: expected 'cpu', 'cuda' or 'cuda:N', got 'gpu0'"):
+            self.loader(device="gpu0")
+        with self.assertRaisesRegex(ValueError, "data.decode: nvjpeg needs train.device: cuda"):
+            self.loader(decode="nvjpeg")
+        with self.assertRaisesRegex(ValueError, "data.augment"):
+            self.loader(augment="sideways")
+        if not torch.cuda.is_available():
+            with self.assertRaisesRegex(ValueError, "device: cuda was asked for but this torch sees no CUDA device"):
+                self.loader(device="cuda")
+
+    @unittest.skipUnless(torch.cuda.is_available(), "needs a CUDA device")
+    def test_cuda_batches_equal_the_cpu_loaders(self):
+        cpu = [b for b in self.loader()]
+        for options in ({}, {"augment": "device"}):
+            gpu = [b for b in self.loader(device="cuda", **options)]
+            self.assertEqual(len(gpu), len(cpu))
+            for (gi, gl), (ci, cl) in zip(gpu, cpu):
+                self.assertTrue(gi.is_cuda and gl.is_cuda, options)
+                torch.testing.assert_close(gi.cpu(), ci, atol=1e-5, rtol=0, msg=str(options))
+                self.assertTrue(torch.equal(gl.cpu(), cl))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -155,6 +155,10 @@ std::vector<std::string> class_names_for(const Recipe& recipe);
 // transform (stored in the model package).
 data::LoaderOptions train_loader_options(const Recipe& recipe, int rank = 0, int world_size = 1);
 infer::EvalPreprocess eval_preprocess_for(const Recipe& recipe);
+// data.decode / data.augment: the loader's CUDA ("mixed") mode, batches finished on `device` (nvJPEG decode, or
+// the normalisation on the GPU). Either on a device that is not CUDA is an error naming the key; neither leaves
+// `o` a CPU loader (the caller copies its batches to the device).
+void configure_loader_device(data::LoaderOptions& o, const Recipe& recipe, const at::Device& device);
 
 // model.freeze: every parameter whose name starts with a prefix stops requiring gradients; a prefix
 // that matches nothing is an error naming it.

@@ -28,17 +28,6 @@ void to_channels_last(torch::nn::Module& module) {
   }
 }
 
-// data.decode / data.augment: the loader's CUDA ("mixed") mode finishes the batches on the training GPU.
-void configure_loader_device(data::LoaderOptions& o, const Recipe& recipe, const at::Device& device) {
-  const auto& d = recipe.data;
-  const bool nvjpeg = d.decode == "nvjpeg";
-  if (!nvjpeg && d.augment != "device") return;
-  HOTPATH_CHECK(device.is_cuda(), recipe.source, ": data.", nvjpeg ? "decode: nvjpeg" : "augment: device",
-                " needs train.device: cuda (this run is on ", device.str(), ")");
-  o.device = device;
-  o.decode = nvjpeg ? data::DecodeBackend::kNvjpeg : data::DecodeBackend::kCpu;
-}
-
 class ImageTask final : public Task {
  public:
   ImageTask(const Recipe& recipe, const TaskOptions& options)

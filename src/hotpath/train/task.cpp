@@ -120,4 +120,14 @@ void check_task_keys(const Recipe& recipe) {
   }
 }
 
+void configure_loader_device(data::LoaderOptions& o, const Recipe& recipe, const at::Device& device) {
+  const auto& d = recipe.data;
+  const bool nvjpeg = d.decode == "nvjpeg";
+  if (!nvjpeg && d.augment != "device") return;
+  HOTPATH_CHECK(device.is_cuda(), recipe.source, ": data.", nvjpeg ? "decode: nvjpeg" : "augment: device",
+                " needs train.device: cuda (this run is on ", device.str(), ")");
+  o.device = device;
+  o.decode = nvjpeg ? data::DecodeBackend::kNvjpeg : data::DecodeBackend::kCpu;
+}
+
 }  // namespace hotpath::train
