@@ -26,7 +26,7 @@ import torch
 
 from . import _C
 
-__all__ = ["ExportResult", "ImageClassifier", "Prediction", "SentenceEncoder", "export"]
+__all__ = ["EvalResult", "ExportResult", "ImageClassifier", "Prediction", "SentenceEncoder", "evaluate", "export"]
 
 Image = Union[str, os.PathLike, bytes, torch.Tensor, Any]  # path, encoded JPEG/PNG, uint8 tensor, PIL image
 
@@ -189,3 +189,28 @@ def export(
         options["calibration"] = [os.fspath(c) for c in items]
     r = _C.export_package(source, out, options, progress)
     return ExportResult(out, r["summary"], r["report"], r["warning"])
+
+
+class EvalResult(NamedTuple):
+    model: str  # "cnn_small", or "cnn_small (int8 package)"
+    top1: float  # percent
+    top5: float  # percent (top-k with k = min(5, classes))
+    loss: float  # mean cross-entropy
+    majority_top1: float  # percent: always answering the most frequent label of these samples
+    samples: int
+
+
+def evaluate(
+    model_dir: str | os.PathLike,
+    shards: str | os.PathLike | Sequence[str | os.PathLike],
+    **settings: Any,
+) -> EvalResult:
+    """`hotpath eval`: top-1, top-5 and loss of a trained run (eager) or a model package (its engine, at its
+    precision) over image shards (paths or patterns), through the model's own eval preprocessing.
+
+    Settings, defaulting as the CLI: batch_size (256), workers (decode threads, 2), threads (a package's engine
+    threads, 0 = all cores), precision (run directories: 'fp32', 'bf16' or 'fp16' autocast).
+    """
+    items = [shards] if isinstance(shards, (str, os.PathLike)) else list(shards)
+    r = _C.evaluate(os.fspath(model_dir), [os.fspath(s) for s in items], settings)
+    return EvalResult(r["model"], r["top1"], r["top5"], r["loss"], r["majority_top1"], r["samples"])

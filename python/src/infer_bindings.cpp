@@ -37,9 +37,42 @@ std::vector<std::vector<Prediction>> classify(const infer::Classifier& c, py::ha
   return out;
 }
 
+py::dict evaluate(const std::string& dir, const std::vector<std::string>& shards, const py::dict& settings) {
+  infer::DirEvalOptions o;
+  for (const auto& [key, value] : settings) {
+    const std::string k = py::str(key);
+    if (k == "batch_size") {
+      o.batch_size = value.cast<std::int64_t>();
+    } else if (k == "workers") {
+      o.workers = value.cast<std::int64_t>();
+    } else if (k == "threads") {
+      o.threads = value.cast<int>();
+    } else if (k == "precision") {
+      o.precision = value.cast<std::string>();
+    } else {
+      HOTPATH_CHECK(false, "evaluate: unknown setting '", k, "'");
+    }
+  }
+  infer::DirEvalResult r;
+  {
+    py::gil_scoped_release release;
+    r = infer::evaluate_dir(dir, shards, o);
+  }
+  py::dict d;
+  d["model"] = r.model;
+  d["top1"] = r.eval.top1;
+  d["top5"] = r.eval.top5;
+  d["loss"] = r.eval.loss;
+  d["majority_top1"] = r.eval.majority_top1;
+  d["samples"] = r.eval.samples;
+  return d;
+}
+
 }  // namespace
 
 void bind_infer(py::module_& m) {
+  m.def("evaluate", &evaluate, py::arg("dir"), py::arg("shards"), py::arg("settings"),
+        "hotpath eval: top-1/top-5/loss over image shards; use hotpath.infer.evaluate");
   py::class_<infer::Classifier>(m, "Classifier", "An image classifier ready to answer (hotpath/infer/classifier.h)")
       .def_static(
           "from_dir",

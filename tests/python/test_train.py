@@ -1,6 +1,7 @@
 """hotpath.train: the same run as `hotpath train` (metrics.jsonl byte for byte for one seed), the callback, exact
 resume after a stop (Ctrl-C or a raising callback) with a checkpoint, and bad recipes named in the exception.
 hotpath.infer.export: the same package and report as `hotpath export`, int8 with calibration, ONNX, and refusals.
+hotpath.infer.evaluate: the numbers of `hotpath eval`, for a run and for a package.
 The README's Python example (train, export, predict) runs as the last test."""
 
 import json
@@ -161,6 +162,24 @@ class ExportTest(unittest.TestCase):
                 self.assertEqual(json.load(a), json.load(b), name)
         clf = hotpath.infer.ImageClassifier.from_dir(out)
         self.assertEqual(len(clf.predict(fixtures_image(self.tmp.name), k=3)), 3)
+
+    def test_evaluate_gives_the_clis_numbers(self):
+        for model in (self.run_dir, hotpath.infer.export(self.run_dir, os.path.join(self.tmp.name, "eval-fp32"),
+                                                         progress=False).path):
+            ours = hotpath.infer.evaluate(model, self.shards, batch_size=16)
+            cli = json.loads(subprocess.run([os.environ["HOTPATH_CLI"], "eval", "--model-dir", model, *self.shards,
+                                             "--batch-size", "16", "--json"],
+                                            check=True, capture_output=True, text=True).stdout)
+            self.assertEqual(ours.samples, 48)
+            for key in ("top1", "top5", "loss", "samples"):
+                self.assertEqual(getattr(ours, key), cli[key], (model, key))
+        self.assertTrue(ours.model.endswith("(fp32 package)"), ours.model)
+        with self.assertRaisesRegex(ValueError, "runs at its exported precision"):
+            hotpath.infer.evaluate(model, self.shards, precision="bf16")
+        with self.assertRaisesRegex(ValueError, "unknown setting 'batchsize'"):
+            hotpath.infer.evaluate(self.run_dir, self.shards, batchsize=3)
+        with self.assertRaisesRegex(ValueError, "precision: expected fp32, bf16 or fp16"):
+            hotpath.infer.evaluate(self.run_dir, self.shards, precision="fp64")
 
     def test_int8_without_calibration_warns(self):
         r = hotpath.infer.export(self.run_dir, os.path.join(self.tmp.name, "random-int8"), "int8", progress=False)

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "hotpath/infer/engine.h"
+#include "hotpath/infer/evaluate.h"
 #include "hotpath/infer/package.h"
 #include "hotpath/infer/package_dir.h"
 #include "hotpath/infer/preprocess.h"
@@ -62,5 +63,21 @@ class Classifier {
   EvalPreprocess preprocess_;
   std::vector<std::string> class_names_;
 };
+
+struct DirEvalOptions {
+  std::int64_t batch_size = 256;
+  std::int64_t workers = 2;   // decode threads
+  int threads = 0;            // a package's engine threads (0: all cores)
+  std::string precision;      // run directories: "" / fp32, bf16 or fp16 autocast; a package runs at its own
+};
+struct DirEvalResult {
+  std::string model;  // "cnn_small" or "cnn_small (int8 package)"
+  EvalResult eval;
+};
+// `hotpath eval` and hotpath.infer.evaluate: top-1/top-5/loss of a run directory (eager, with `precision`) or a
+// model package (its engine) over image shards, through the model's own eval preprocessing. A label outside the
+// model's classes is a bad sample (skipped and counted by the loader). Throws naming what is wrong.
+DirEvalResult evaluate_dir(const std::string& dir, const std::vector<std::string>& shard_patterns,
+                           const DirEvalOptions& options = {});
 
 }  // namespace hotpath::infer

@@ -5,9 +5,12 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "hotpath/core/error.h"
+#include "hotpath/data/loader.h"
+#include "hotpath/data/shard_list.h"
 #include "hotpath/models/vision/pretrained.h"
 
 namespace hotpath::infer {
@@ -77,6 +80,57 @@ std::vector<std::vector<TopK>> Classifier::classify(const at::Tensor& batch, std
       out[n].push_back({.index = index, .label = std::move(label), .prob = v[at]});
     }
   }
+  return out;
+}
+
+DirEvalResult evaluate_dir(const std::string& dir, const std::vector<std::string>& shard_patterns,
+                           const DirEvalOptions& options) {
+  HOTPATH_CHECK(options.batch_size >= 1 && options.batch_size <= 65536 && options.workers >= 1 &&
+                    options.workers <= 256,
+                "eval: batch size ", options.batch_size, " and workers ", options.workers,
+                ": expected 1..65536 and 1..256");
+  HOTPATH_CHECK(options.precision.empty() || options.precision == "fp32" || options.precision == "bf16" ||
+                    options.precision == "fp16",
+                "eval: precision: expected fp32, bf16 or fp16, got '", options.precision, "'");
+  DirEvalResult out;
+  EvalPreprocess preprocess;
+  std::int64_t num_classes = 0;
+  std::optional<Classifier> packaged;
+  models::ModelHandle model;
+  if (is_package_dir(dir)) {
+    const PackageDir package = read_package_dir(dir);
+    HOTPATH_CHECK(options.precision.empty(), "eval: --precision applies to run directories; the package ", dir,
+                  " runs at its exported precision (", precision_name(package.precision), ")");
+    packaged.emplace(Classifier::from_package_dir(package, options.threads));
+    out.model = package.architecture + " (" + precision_name(package.precision) + " package)";
+    preprocess = package.image;
+    num_classes = static_cast<std::int64_t>(package.labels.size());
+  } else {
+    const ModelPackage package = read_package(dir);
+    model = load_package_model(package);
+    out.model = package.model;
+    preprocess = package.preprocess;
+    num_classes = package.num_classes;
+  }
+  HOTPATH_CHECK(!shard_patterns.empty(), "eval: no shards given");
+  data::LoaderOptions lo = preprocess.loader_options(data::resolve_shards(shard_patterns));
+  HOTPATH_CHECK(!lo.shards.empty(), "eval: no shard matches ", shard_patterns.front());
+  lo.batch_size = static_cast<int>(options.batch_size);
+  lo.workers = static_cast<int>(options.workers);
+  lo.num_classes = num_classes;  // a label outside the model's classes is a bad sample, counted
+  data::Loader loader(lo);
+  if (!packaged) {
+    out.eval = evaluate(*model, loader, {.precision = options.precision.empty() ? "fp32" : options.precision});
+    return out;
+  }
+  std::optional<TopKMeter> meter;
+  while (auto batch = loader.next()) {
+    const at::Tensor logits = packaged->logits(batch->images);
+    if (!meter) meter.emplace(logits.size(1));
+    meter->add(logits, batch->labels);
+  }
+  HOTPATH_CHECK(meter.has_value(), "eval: the shards yielded no samples");
+  out.eval = meter->result("eval");
   return out;
 }
 
