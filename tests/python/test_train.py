@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -116,6 +117,25 @@ class TrainTest(unittest.TestCase):
         # Python's own SIGINT handler is back.
         self.assertIs(signal.getsignal(signal.SIGINT), signal.default_int_handler)
         self.assertEqual(hotpath.train(run, resume=True, quiet=True).steps, 12)
+
+    def test_under_torchrun_the_same_run_as_cli_nproc_2(self):
+        script = os.path.join(self.tmp.name, "ddp.py")
+        with open(script, "w") as f:
+            f.write("import json, sys, hotpath\n"
+                    "r = hotpath.train(json.loads(sys.argv[1]), quiet=True)\n"
+                    "print('rank', __import__('os').environ['RANK'], 'steps', r.steps)\n")
+        py = recipe(self.tmp.name, self.shards, "ddp-py")
+        torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+        out = subprocess.run([torchrun, "--nproc-per-node", "2", script, json.dumps(py)], check=True,
+                             capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1")).stdout
+        self.assertEqual(sorted(out.split("\n")[:2]), ["rank 0 steps 6", "rank 1 steps 6"])
+        cli = recipe(self.tmp.name, self.shards, "ddp-cli")
+        path = os.path.join(self.tmp.name, "ddp-cli.yaml")
+        with open(path, "w") as f:
+            json.dump(cli, f)
+        subprocess.run([os.environ["HOTPATH_CLI"], "train", path, "--nproc", "2", "--quiet"], check=True,
+                       capture_output=True)
+        self.assertEqual(lines(py["output_dir"]), lines(cli["output_dir"]))
 
     def test_bad_recipes_are_named(self):
         with self.assertRaisesRegex(ValueError, "optimizer.lr"):
