@@ -26,7 +26,9 @@ import torch
 
 from . import _C
 
-__all__ = ["EvalResult", "ExportResult", "ImageClassifier", "Prediction", "SentenceEncoder", "evaluate", "export"]
+__all__ = [
+    "EvalResult", "ExportResult", "ImageClassifier", "Prediction", "SentenceEncoder", "TextClassifier", "evaluate", "export",
+]
 
 Image = Union[str, os.PathLike, bytes, torch.Tensor, Any]  # path, encoded JPEG/PNG, uint8 tensor, PIL image
 
@@ -92,6 +94,46 @@ class ImageClassifier:
         single = not isinstance(images, (list, tuple))
         batch = torch.stack([self.preprocess(image) for image in ([images] if single else images)])
         top = [[Prediction(label, prob, index) for index, label, prob in row] for row in self._core.classify(batch, k)]
+        return top[0] if single else top
+
+
+class TextClassifier:
+    """Texts → labels with a text_classifier package (`hotpath export` of a text run or of a Hugging Face
+    BERT-family classifier): the package's tokenizer and max_length, the engine at its precision, softmax, top-k.
+    The answers `hotpath serve` gives for the package's /v1 text route."""
+
+    def __init__(self, core: _C.TextClassifier) -> None:
+        self._core = core
+
+    @classmethod
+    def from_dir(cls, directory: str | os.PathLike, threads: int = 0) -> "TextClassifier":
+        """A text_classifier package directory; threads: the engine's (0: all cores)."""
+        return cls(_C.TextClassifier.from_dir(os.fspath(directory), threads))
+
+    @property
+    def labels(self) -> list[str]:
+        return self._core.labels
+
+    @property
+    def max_length(self) -> int:
+        """Tokens per sequence, [CLS] and [SEP] included; longer texts are truncated (longest first for pairs)."""
+        return self._core.max_length
+
+    def logits(self, texts: str | Sequence[str], text_pair: str | Sequence[str] | None = None,
+               batch_size: int = 32) -> torch.Tensor:
+        """float32 [N, labels] (one str: [labels]); text_pair: one second text per text (sentence-pair tasks)."""
+        single = isinstance(texts, str)
+        pairs = None if text_pair is None else ([text_pair] if isinstance(text_pair, str) else list(text_pair))
+        out = self._core.logits([texts] if single else list(texts), pairs, batch_size)
+        return out[0] if single else out
+
+    def predict(self, texts: str | Sequence[str], text_pair: str | Sequence[str] | None = None, k: int = 5,
+                batch_size: int = 32) -> list[Prediction] | list[list[Prediction]]:
+        """The k most probable labels, most probable first: for one text a list, for a list of texts a list each."""
+        single = isinstance(texts, str)
+        pairs = None if text_pair is None else ([text_pair] if isinstance(text_pair, str) else list(text_pair))
+        top = [[Prediction(label, prob, index) for index, label, prob in row]
+               for row in self._core.classify([texts] if single else list(texts), pairs, k, batch_size)]
         return top[0] if single else top
 
 

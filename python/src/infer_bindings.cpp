@@ -8,12 +8,15 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "bindings.h"
 #include "hotpath/core/error.h"
 #include "hotpath/infer/classifier.h"
+#include "hotpath/infer/text_classifier.h"
 
 namespace py = pybind11;
 
@@ -21,6 +24,22 @@ namespace hotpath::python {
 namespace {
 
 using Prediction = std::tuple<std::int64_t, std::string, double>;  // index, label, probability
+
+std::vector<std::vector<Prediction>> predictions(std::vector<std::vector<infer::TopK>> top) {
+  std::vector<std::vector<Prediction>> out(top.size());
+  for (std::size_t i = 0; i < top.size(); ++i) {
+    for (infer::TopK& t : top[i]) out[i].emplace_back(t.index, std::move(t.label), t.prob);
+  }
+  return out;
+}
+
+// Texts (and optional second texts) as UTF-8 views into the str objects, which outlive the call.
+struct TextArgs {
+  std::vector<std::string_view> texts, pairs;
+  TextArgs(const py::list& t, const py::object& p) : texts(utf8_views(t, "texts")) {
+    if (!p.is_none()) pairs = utf8_views(p.cast<py::list>(), "text_pair");
+  }
+};
 
 std::vector<std::vector<Prediction>> classify(const infer::Classifier& c, py::handle batch, std::int64_t k) {
   const at::Tensor x = tensor_from_python(batch, "batch");
@@ -30,11 +49,7 @@ std::vector<std::vector<Prediction>> classify(const infer::Classifier& c, py::ha
     py::gil_scoped_release release;
     top = c.classify(x, k);
   }
-  std::vector<std::vector<Prediction>> out(top.size());
-  for (std::size_t i = 0; i < top.size(); ++i) {
-    for (infer::TopK& t : top[i]) out[i].emplace_back(t.index, std::move(t.label), t.prob);
-  }
-  return out;
+  return predictions(std::move(top));
 }
 
 py::dict evaluate(const std::string& dir, const std::vector<std::string>& shards, const py::dict& settings) {
@@ -127,6 +142,42 @@ void bind_infer(py::module_& m) {
       .def("classify", &classify, py::arg("batch"), py::arg("k") = 5)
       .def_property_readonly("image_size", [](const infer::Classifier& c) { return c.preprocess().image_size; })
       .def_property_readonly("channels", [](const infer::Classifier& c) { return c.preprocess().channels; });
+
+  py::class_<infer::TextClassifier>(m, "TextClassifier", "A text_classifier package (hotpath/infer/text_classifier.h)")
+      .def_static(
+          "from_dir",
+          [](const std::string& dir, int threads) {
+            py::gil_scoped_release release;
+            return infer::TextClassifier::from_dir(dir, threads);
+          },
+          py::arg("dir"), py::arg("threads") = 0)
+      .def(
+          "logits",
+          [](const infer::TextClassifier& c, const py::list& texts, const py::object& pairs, std::int64_t batch_size) {
+            const TextArgs a(texts, pairs);
+            at::Tensor y;
+            {
+              py::gil_scoped_release release;
+              y = c.logits(a.texts, a.pairs, batch_size);
+            }
+            return tensor_to_python(y);
+          },
+          py::arg("texts"), py::arg("pairs"), py::arg("batch_size"))
+      .def(
+          "classify",
+          [](const infer::TextClassifier& c, const py::list& texts, const py::object& pairs, std::int64_t k,
+             std::int64_t batch_size) {
+            const TextArgs a(texts, pairs);
+            std::vector<std::vector<infer::TopK>> top;
+            {
+              py::gil_scoped_release release;
+              top = c.classify(a.texts, a.pairs, k, batch_size);
+            }
+            return predictions(std::move(top));
+          },
+          py::arg("texts"), py::arg("pairs"), py::arg("k"), py::arg("batch_size"))
+      .def_property_readonly("labels", &infer::TextClassifier::labels)
+      .def_property_readonly("max_length", &infer::TextClassifier::max_length);
 }
 
 }  // namespace hotpath::python

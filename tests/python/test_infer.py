@@ -121,5 +121,80 @@ class SentenceEncoderTest(unittest.TestCase):
             hotpath.infer.SentenceEncoder.from_dir("/nonexistent-model")
 
 
+class TextClassifierTest(unittest.TestCase):
+    """A Hugging Face BERT classifier (all-MiniLM-L6-v2's encoder, a seeded 3-label head) saved here with its
+    tokenizer, exported to a text_classifier package, against transformers' own forward."""
+
+    @classmethod
+    def setUpClass(cls):
+        import shutil
+
+        from transformers import BertConfig, BertForSequenceClassification
+
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.hf = os.path.join(cls.tmp.name, "hf")
+        minilm = fixtures.minilm_dir()
+        config = BertConfig.from_pretrained(minilm, num_labels=3,
+                                            id2label={0: "world", 1: "sports", 2: "business"},
+                                            label2id={"world": 0, "sports": 1, "business": 2})
+        torch.manual_seed(0)
+        model = BertForSequenceClassification.from_pretrained(minilm, config=config).eval()
+        model.save_pretrained(cls.hf, safe_serialization=True)
+        for name in os.listdir(minilm):
+            if name.startswith(("tokenizer", "vocab", "special_tokens")):
+                shutil.copy(os.path.join(minilm, name), cls.hf)
+        cls.model = model
+        cls.package = hotpath.infer.export(cls.hf, os.path.join(cls.tmp.name, "pkg"), task="classify",
+                                           max_length=64, progress=False).path
+        cls.clf = hotpath.infer.TextClassifier.from_dir(cls.package)
+        lines = [l for l in fixtures.parity_lines() if l.strip() and "\n" not in l and "\r" not in l]
+        cls.lines = lines[:96]
+        cls.pairs = lines[96:192]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def reference(self, texts, pairs=None):
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(self.hf)
+        enc = tok(texts, pairs, padding=True, truncation=True, max_length=64, return_tensors="pt")
+        with torch.no_grad():
+            return self.model(**enc).logits
+
+    def test_same_logits_as_transformers(self):
+        ours = self.clf.logits(self.lines, batch_size=16)
+        self.assertEqual(ours.shape, (96, 3))
+        self.assertLess((ours - self.reference(self.lines)).abs().max().item(), 1e-4)
+        pairs = self.clf.logits(self.lines, self.pairs)
+        self.assertLess((pairs - self.reference(self.lines, self.pairs)).abs().max().item(), 1e-4)
+
+    def test_predict_names_the_labels(self):
+        self.assertEqual(self.clf.labels, ["world", "sports", "business"])
+        self.assertEqual(self.clf.max_length, 64)
+        top = self.clf.predict(self.lines[:4], k=2)
+        probs = torch.softmax(self.reference(self.lines[:4]), 1)
+        for row, p in zip(top, probs):
+            self.assertEqual(len(row), 2)
+            self.assertEqual(row[0].index, int(p.argmax()))
+            self.assertEqual(row[0].label, ["world", "sports", "business"][row[0].index])
+            self.assertAlmostEqual(row[0].prob, float(p.max()), places=4)
+        one = self.clf.predict(self.lines[0], k=5)
+        self.assertEqual([p.label for p in one], [p.label for p in top[0]] + [one[2].label])
+
+    def test_bad_input_is_named(self):
+        with self.assertRaisesRegex(ValueError, r"texts\[1\]: expected a str"):
+            self.clf.predict(["fine", 3])
+        with self.assertRaisesRegex(ValueError, "1 second texts for 2 texts"):
+            self.clf.predict(["a", "b"], text_pair=["c"])
+        with self.assertRaisesRegex(ValueError, "expected a text_classifier"):
+            hotpath.infer.TextClassifier.from_dir(
+                hotpath.infer.export(None, os.path.join(self.tmp.name, "img"), model="cnn_small", random_init=True,
+                                     num_classes=3, image_size=28, channels=1, progress=False).path)
+        with self.assertRaisesRegex(ValueError, "not a model package"):
+            hotpath.infer.TextClassifier.from_dir(self.hf)
+
+
 if __name__ == "__main__":
     unittest.main()

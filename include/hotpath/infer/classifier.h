@@ -31,6 +31,10 @@ struct TopK {
   double prob = 0;    // softmax probability
 };
 
+// Softmax over logits [N, C] → for each row the min(k, C) most probable classes, most probable first, named by
+// `labels` (the index as text past its end). The one post-processing of every classifier.
+std::vector<std::vector<TopK>> top_k(const at::Tensor& logits, std::int64_t k, const std::vector<std::string>& labels);
+
 class Classifier {
  public:
   // `model` in eval mode; class_names may be empty.

@@ -61,8 +61,12 @@ Classifier Classifier::from_pretrained(const std::string& model) {
 }
 
 std::vector<std::vector<TopK>> Classifier::classify(const at::Tensor& batch, std::int64_t k) const {
+  return top_k(logits(batch), k, class_names_);
+}
+
+std::vector<std::vector<TopK>> top_k(const at::Tensor& logits, std::int64_t k, const std::vector<std::string>& labels) {
   HOTPATH_CHECK(k >= 1, "classify: k is ", k, ", expected at least 1");
-  const at::Tensor probs = at::softmax(logits(batch), 1);
+  const at::Tensor probs = at::softmax(logits, 1);
   k = std::min(k, probs.size(1));
   const auto [values, indices] = probs.topk(k, 1);
   const at::Tensor values_cpu = values.to(at::kDouble).cpu().contiguous();
@@ -74,9 +78,8 @@ std::vector<std::vector<TopK>> Classifier::classify(const at::Tensor& batch, std
     for (std::int64_t i = 0; i < k; ++i) {
       const std::size_t at = n * static_cast<std::size_t>(k) + static_cast<std::size_t>(i);
       const std::int64_t index = ix[at];
-      std::string label = index < static_cast<std::int64_t>(class_names_.size())
-                              ? class_names_[static_cast<std::size_t>(index)]
-                              : std::to_string(index);
+      std::string label = index < static_cast<std::int64_t>(labels.size()) ? labels[static_cast<std::size_t>(index)]
+                                                                           : std::to_string(index);
       out[n].push_back({.index = index, .label = std::move(label), .prob = v[at]});
     }
   }

@@ -26,6 +26,7 @@
 #include "hotpath/core/error.h"
 #include "hotpath/infer/engine.h"
 #include "hotpath/serve/metrics.h"
+#include "hotpath/text/text_batch_tensor.h"
 #include "hotpath/text/tokenizer.h"
 
 namespace hotpath::serve {
@@ -510,23 +511,9 @@ std::vector<NamedTensor> ModelRunner::inputs_from_texts(std::span<const std::str
   } catch (const std::exception& e) {
     throw ServeError(400, "model " + m.name + ": " + one_line_message(e));
   }
-  const auto rows = static_cast<std::int64_t>(enc.size());
-  const auto l = static_cast<std::int64_t>(enc.front().size());
-  at::Tensor ids = at::empty({rows, l}, at::kLong), mask = at::empty({rows, l}, at::kLong),
-             types = at::empty({rows, l}, at::kLong);
-  std::int64_t* pi = ids.data_ptr<std::int64_t>();
-  std::int64_t* pm = mask.data_ptr<std::int64_t>();
-  std::int64_t* pt = types.data_ptr<std::int64_t>();
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const text::Encoding& e = enc[static_cast<std::size_t>(r)];
-    for (std::int64_t j = 0; j < l; ++j) {
-      const auto k = static_cast<std::size_t>(j);
-      pi[r * l + j] = e.ids[k];
-      pm[r * l + j] = e.attention_mask[k];
-      pt[r * l + j] = e.type_ids[k];
-    }
-  }
-  return {{"input_ids", ids}, {"attention_mask", mask}, {"token_type_ids", types}};
+  text::TextBatchTensors t = text::to_tensors(enc);
+  return {{"input_ids", std::move(t.input_ids)}, {"attention_mask", std::move(t.attention_mask)},
+          {"token_type_ids", std::move(t.token_type_ids)}};
 }
 
 void ModelRunner::begin_drain() { impl_->begin_drain(); }
