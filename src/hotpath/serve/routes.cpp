@@ -19,6 +19,7 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/core/json.h"
+#include "hotpath/infer/classifier.h"
 #include "hotpath/serve/kserve.h"
 #include "hotpath/text/bert_normalizer.h"
 
@@ -489,19 +490,10 @@ void Router::route(const std::shared_ptr<Call>& call) {
           j["dim"] = out.size(1);
           j["embeddings"] = std::move(rows);
         } else {
-          const at::Tensor probs = at::softmax(out, 1);
-          const std::int64_t k = std::min<std::int64_t>(top_k, probs.size(1));
-          const auto [values, indices] = probs.topk(k, 1);
           OJson results = OJson::array();
-          for (std::int64_t r = 0; r < probs.size(0); ++r) {
+          for (const std::vector<infer::TopK>& row : infer::top_k(out, top_k, meta.labels)) {
             OJson top = OJson::array();
-            for (std::int64_t i = 0; i < k; ++i) {
-              const std::int64_t index = indices[r][i].item<std::int64_t>();
-              const std::string label = index < static_cast<std::int64_t>(meta.labels.size())
-                                            ? meta.labels[static_cast<std::size_t>(index)]
-                                            : std::to_string(index);
-              top.push_back({{"index", index}, {"label", label}, {"prob", values[r][i].item<double>()}});
-            }
+            for (const infer::TopK& t : row) top.push_back({{"index", t.index}, {"label", t.label}, {"prob", t.prob}});
             results.push_back({{"top", std::move(top)}});
           }
           if (image) {
