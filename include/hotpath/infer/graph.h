@@ -43,6 +43,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -110,5 +111,16 @@ struct Graph {
 // type naming `where` and the field, then validate()s once params are attached by the caller.
 nlohmann::ordered_json graph_to_json(const Graph& graph);
 Graph graph_from_json(const nlohmann::json& j, const std::string& where);
+
+// The token embedding of a BERT-family graph, read from its bert_embed node's weights: vocabulary, token-type
+// vocabulary (1 without a token_type table), positions and hidden width. nullopt for a graph without such a node
+// or whose weights are not attached yet. The one place that knows where a text graph keeps these.
+struct TextEmbedding {
+  std::int64_t vocab = 0;
+  std::int64_t type_vocab = 1;
+  std::int64_t positions = 0;
+  std::int64_t hidden = 0;
+};
+std::optional<TextEmbedding> text_embedding(const Graph& graph);
 
 }  // namespace hotpath::infer

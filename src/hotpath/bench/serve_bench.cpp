@@ -165,10 +165,8 @@ Workload make_workload(const infer::PackageDir& pkg, const infer::Engine& engine
   const infer::Graph& g = engine.graph();
   w.output_name = g.outputs.front();
   const bool text = pkg.kind != infer::PackageKind::kImageClassifier;
-  std::int64_t vocab = 0;
-  for (const infer::Node& n : g.nodes) {
-    if (n.op == "bert_embed") vocab = g.params.at(n.params.at("word")).size(0);
-  }
+  const std::optional<infer::TextEmbedding> embedding = infer::text_embedding(g);
+  const std::int64_t vocab = embedding ? embedding->vocab : 0;
   const std::int64_t len = o.seq_len > 0 ? o.seq_len : std::min<std::int64_t>(64, pkg.text.max_length);
   HOTPATH_CHECK(!text || len <= pkg.text.max_length, "bench serve: --seq-len ", len, " exceeds the package's max_length ",
                 pkg.text.max_length);

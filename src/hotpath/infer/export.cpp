@@ -304,10 +304,8 @@ ReportData text_data(const LoweredModel& m, const ExportOptions& o) {
   const std::int64_t len = m.package.text.max_length;
   if (o.calibration.empty()) {
     at::manual_seed(1);
-    std::int64_t words = 2;
-    for (const Node& n : m.graph.nodes) {
-      if (n.op == "bert_embed") words = m.graph.params.at(n.params.at("word")).size(0);
-    }
+    const std::optional<TextEmbedding> embedding = text_embedding(m.graph);
+    const std::int64_t words = embedding ? embedding->vocab : 2;
     for (std::int64_t n = 0; n < std::min<std::int64_t>(o.calibration_samples, 64); n += 8) {
       const at::Tensor ids = at::randint(1, words, {8, len}, at::kLong);
       at::Tensor mask = at::ones({8, len}, at::kLong);

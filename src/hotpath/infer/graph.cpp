@@ -534,4 +534,25 @@ Graph graph_from_json(const nlohmann::json& j, const std::string& where) {
   return g;
 }
 
+std::optional<TextEmbedding> text_embedding(const Graph& graph) {
+  for (const Node& n : graph.nodes) {
+    if (n.op != "bert_embed") continue;
+    const auto param = [&](const char* role) -> const at::Tensor* {
+      const auto it = n.params.find(role);
+      if (it == n.params.end()) return nullptr;
+      const auto t = graph.params.find(it->second);
+      return t == graph.params.end() ? nullptr : &t->second;
+    };
+    const at::Tensor* word = param("word");
+    const at::Tensor* position = param("position");
+    if (word == nullptr || position == nullptr || word->dim() != 2 || position->dim() != 2) return std::nullopt;
+    const at::Tensor* types = param("token_type");
+    return TextEmbedding{.vocab = word->size(0),
+                         .type_vocab = types != nullptr && types->dim() == 2 ? types->size(0) : 1,
+                         .positions = position->size(0),
+                         .hidden = word->size(1)};
+  }
+  return std::nullopt;
+}
+
 }  // namespace hotpath::infer

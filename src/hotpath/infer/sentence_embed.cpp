@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -90,14 +91,9 @@ SentenceEncoder SentenceEncoder::from_package(const PackageDir& package, const S
                 " package, expected a sentence_embedder (export a sentence-transformers directory)");
   text::Tokenizer tok = text::Tokenizer::from_directory(package.dir);
   Graph graph = load_package_graph(package);
-  std::int64_t vocab = 0, dimension = 0;
-  for (const Node& n : graph.nodes) {
-    if (n.op != "bert_embed") continue;
-    const at::Tensor& word = graph.params.at(n.params.at("word"));
-    vocab = word.size(0);
-    dimension = word.size(1);
-  }
-  HOTPATH_CHECK(dimension > 0, package.dir, "/config.json: the graph has no bert_embed node");
+  const std::optional<TextEmbedding> embedding = text_embedding(graph);
+  HOTPATH_CHECK(embedding.has_value(), package.dir, "/config.json: the graph has no bert_embed node");
+  const std::int64_t vocab = embedding->vocab, dimension = embedding->hidden;
   HOTPATH_CHECK(tok.vocab_size() <= static_cast<std::size_t>(vocab), package.dir, ": the tokenizer has ",
                 tok.vocab_size(), " tokens but the model's word embeddings hold ", vocab);
   const std::size_t max_length =

@@ -154,12 +154,10 @@ struct ModelRunner::Impl {
         tokenizer.emplace(text::Tokenizer::from_directory(package.dir));
         pad_id = tokenizer->pad_id();
       }
-      for (const infer::Node& node : graph.nodes) {
-        if (node.op != "bert_embed") continue;
-        vocab = graph.params.at(node.params.at("word")).size(0);
-        type_vocab = node.has_param("token_type") ? graph.params.at(node.params.at("token_type")).size(0) : 1;
-      }
-      HOTPATH_CHECK(vocab > 0, package.dir, "/config.json: the text graph has no bert_embed node");
+      const std::optional<infer::TextEmbedding> embedding = infer::text_embedding(graph);
+      HOTPATH_CHECK(embedding.has_value(), package.dir, "/config.json: the text graph has no bert_embed node");
+      vocab = embedding->vocab;
+      type_vocab = embedding->type_vocab;
       const std::int64_t max_length = package.text.max_length;
       for (const std::int64_t b : options.length_buckets) {
         if (b < max_length) buckets.push_back(b);
