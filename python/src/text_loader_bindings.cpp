@@ -70,6 +70,7 @@ class PyTextLoader {
       return out;
     }
     const auto b = std::make_shared<text::TextBatch>(std::move(*batch));
+    last_input_ids_address_ = reinterpret_cast<std::uintptr_t>(b->input_ids.data());
     const std::vector<std::int64_t> shape{b->batch_size, b->length};
     out["input_ids"] = tensor_to_python(view_of(b, b->input_ids.data(), shape, at::kInt));
     out["attention_mask"] = tensor_to_python(view_of(b, b->attention_mask.data(), shape, at::kInt));
@@ -101,11 +102,14 @@ class PyTextLoader {
   }
 
   [[nodiscard]] const text::TextLoader& loader() const { return *loader_; }
+  // Where the last int32 batch's input_ids live in the C++ batch (for the zero-copy test).
+  [[nodiscard]] std::uintptr_t last_input_ids_address() const { return last_input_ids_address_; }
 
  private:
   std::unique_ptr<text::TextLoader> loader_;
   bool int64_;
   std::mutex mu_;
+  std::uintptr_t last_input_ids_address_ = 0;
 };
 
 }  // namespace
@@ -128,7 +132,8 @@ void bind_text_loader(py::module_& m) {
       .def("stats", &PyTextLoader::stats)
       .def_property_readonly("num_samples",
                              [](const PyTextLoader& l) { return l.loader().corpus().labels.size(); })
-      .def_property_readonly("pad_id", [](const PyTextLoader& l) { return l.loader().pad_id(); });
+      .def_property_readonly("pad_id", [](const PyTextLoader& l) { return l.loader().pad_id(); })
+      .def_property_readonly("last_input_ids_address", &PyTextLoader::last_input_ids_address);
 }
 
 }  // namespace hotpath::python

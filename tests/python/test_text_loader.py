@@ -148,6 +148,50 @@ class TextLoaderTest(unittest.TestCase):
             self.assertEqual(g["input_ids"].dtype, torch.int32)
             self.assertTrue(torch.equal(g["input_ids"].to(torch.int64), e["input_ids"]))
             self.assertTrue(torch.equal(g["labels"], e["labels"]))
+            # No copy: the tensor's memory is the C++ batch's vector, kept alive by the tensor.
+            self.assertEqual(g["input_ids"].data_ptr(), narrow._core.last_input_ids_address)
+
+    def test_the_gil_is_released_while_the_corpus_is_read_and_tokenized(self):
+        import sys
+        import threading
+        import time
+
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import fixtures
+
+        path = os.path.join(self.tmp.name, "text-000000.tar")
+        rng = random.Random(3)
+        words = [w for line in fixtures.parity_lines(2000) for w in line.split()]
+        with tarfile.open(path, "w") as tar:
+            for i in range(6000):
+                for name, payload in ((f"t{i:05d}.txt", " ".join(rng.choices(words, k=120)).encode()),
+                                      (f"t{i:05d}.cls", b"1")):
+                    info = tarfile.TarInfo(name)
+                    info.size = len(payload)
+                    tar.addfile(info, io.BytesIO(payload))
+        stamps, stop = [], threading.Event()
+
+        def spin():
+            rounds = 0
+            while not stop.is_set():
+                rounds += 1
+                if rounds % 1000 == 0:
+                    stamps.append(time.perf_counter())
+
+        thread = threading.Thread(target=spin)
+        thread.start()
+        try:
+            start = time.perf_counter()
+            loader = hotpath.text.Loader(path, tokenizer=fixtures.minilm_dir(), max_length=128, workers=1)
+            end = time.perf_counter()
+        finally:
+            stop.set()
+            thread.join()
+        self.assertEqual(loader._core.num_samples, 6000)
+        waited = end - start
+        self.assertGreater(waited, 0.02, "the corpus was read too fast to tell")
+        middle = [t for t in stamps if start + 0.3 * waited < t < start + 0.7 * waited]
+        self.assertGreater(len(middle), 0, f"no progress in the middle of a {waited:.3f} s construction")
 
     def test_bad_input_is_named(self):
         with self.assertRaisesRegex(ValueError, "data.max_tokens"):
