@@ -1,6 +1,7 @@
 // inspect_shards: walk each shard's samples (and the reader's structural problems, merged in
 // archive order) and check what a classification loader needs: a numeric .cls and an image
 // member whose header probes. Only headers are read, so inspecting is I/O-bound.
+#include "hotpath/core/strings.h"
 #include "hotpath/data/inspect.h"
 
 #include <algorithm>
@@ -25,13 +26,6 @@ bool is_image_extension(std::string_view ext) {
     if (ext == e) return true;
   }
   return false;
-}
-
-std::string_view trim(std::string_view s) {
-  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
-  while (!s.empty() && space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && space(s.back())) s.remove_suffix(1);
-  return s;
 }
 
 // The label text as it can be shown on one line: control bytes escaped, long text cut.

@@ -2,6 +2,7 @@
 // sample (source bytes as-is, or re-encoded), stream the samples into ShardWriter, then write
 // classes.txt and PREFIX.json. Items are processed one at a time, so memory stays at one image
 // whatever the dataset size.
+#include "hotpath/core/strings.h"
 #include "hotpath/data/pack.h"
 
 #include <nlohmann/json.hpp>
@@ -39,21 +40,8 @@ constexpr int kDefaultReencodeQuality = 90;
 constexpr std::string_view kFashionMnistClasses[] = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
                                                      "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
 
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-std::string_view trim(std::string_view s) {
-  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
-  while (!s.empty() && space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && space(s.back())) s.remove_suffix(1);
-  return s;
-}
-
 bool is_image_extension(const fs::path& p) {
-  const std::string ext = lower(p.extension().string());
+  const std::string ext = ascii_lower(p.extension().string());
   return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
 }
 
@@ -277,7 +265,7 @@ Listing list_csv(const std::string& csv_path, const std::vector<std::string>& cl
   std::optional<std::size_t> path_col;
   std::optional<std::size_t> label_col;
   for (std::size_t i = 0; i < fields.size(); ++i) {
-    const std::string name = lower(trim(fields[i]));
+    const std::string name = ascii_lower(trim(fields[i]));
     if (name == "path") path_col = i;
     if (name == "label") label_col = i;
   }
@@ -440,7 +428,7 @@ SourceKind detect_kind(const std::string& source) {
   std::error_code ec;
   HOTPATH_CHECK(fs::exists(source, ec), source, ": no such file or directory");
   if (fs::is_directory(source, ec)) return SourceKind::kImageFolder;
-  const std::string ext = lower(fs::path(source).extension().string());
+  const std::string ext = ascii_lower(fs::path(source).extension().string());
   if (ext == ".csv") return SourceKind::kCsv;
   if (ext == ".jsonl" || ext == ".ndjson") return SourceKind::kJsonl;
   const auto magic = read_idx_magic(source);
@@ -558,7 +546,7 @@ std::vector<std::string> idx_class_names(const std::string& images_path, const s
     return given;
   }
   std::vector<std::string> names;
-  if (lower(images_path).find("fashion") != std::string::npos && max_label < 10) {
+  if (ascii_lower(images_path).find("fashion") != std::string::npos && max_label < 10) {
     names.assign(std::begin(kFashionMnistClasses), std::end(kFashionMnistClasses));
   } else {
     for (int i = 0; i <= max_label; ++i) names.push_back(std::to_string(i));

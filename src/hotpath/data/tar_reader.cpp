@@ -2,6 +2,7 @@
 // webdataset 1.0.2 reads with) and the grouping rules follow webdataset's tariterators.py, so
 // both see the same samples; where tarfile silently stops (a corrupt header mid-archive) we
 // stop too but record why.
+#include "hotpath/core/strings.h"
 #include "hotpath/data/tar.h"
 
 #include <algorithm>
@@ -259,15 +260,6 @@ std::size_t key_end(std::string_view p) {
   return ok ? dot : npos;
 }
 
-// Extensions are compared lowercased (python's str.lower(); ASCII only here).
-std::string lowercase_ext(std::string_view ext) {
-  std::string out(ext);
-  for (char& c : out) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return out;
-}
-
 bool is_reserved_ext(std::string_view ext) { return ext == "__key__" || ext == "__url__"; }
 
 // Walks the headers of one archive and groups regular members into samples.
@@ -465,7 +457,7 @@ class Indexer {
     if (dot == std::string_view::npos) return;  // no extension: dropped without ending the sample
     // Views into `name` until we know a new key is needed: no allocation per member for keys.
     const std::string_view key = std::string_view(name).substr(0, dot);
-    std::string ext = lowercase_ext(std::string_view(name).substr(dot + 1));
+    std::string ext = ascii_lower(std::string_view(name).substr(dot + 1));  // python's str.lower() on ASCII
     if (is_reserved_ext(ext)) {
       bad(header_offset, std::move(name),
           "extension '" + ext + "' collides with a field webdataset reserves; member skipped");
@@ -532,7 +524,7 @@ const SampleMember* TarSample::find(std::string_view ext) const {
 KeyExt split_key(std::string_view member_path) {
   const std::size_t dot = key_end(member_path);
   if (dot == std::string_view::npos) return {};
-  return {std::string(member_path.substr(0, dot)), lowercase_ext(member_path.substr(dot + 1)), true};
+  return {std::string(member_path.substr(0, dot)), ascii_lower(member_path.substr(dot + 1)), true};
 }
 
 

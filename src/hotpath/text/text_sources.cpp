@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "hotpath/core/strings.h"
 #include "hotpath/core/error.h"
 #include "hotpath/core/input_file.h"
 #include "hotpath/core/json.h"
@@ -25,18 +26,6 @@ namespace fs = std::filesystem;
 
 namespace hotpath::text {
 namespace {
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
-  return s;
-}
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
-  return out;
-}
 
 std::vector<std::string_view> split_lines(std::string_view text) {
   std::vector<std::string_view> lines;
@@ -207,7 +196,7 @@ ArffAttribute parse_attribute(std::string_view rest, std::string_view name, std:
     }
     return attr;
   }
-  const std::string word = lower(type.substr(0, type.find_first_of(" \t")));
+  const std::string word = ascii_lower(type.substr(0, type.find_first_of(" \t")));
   if (word == "numeric" || word == "real" || word == "integer") {
     attr.kind = ArffAttribute::Kind::kNumeric;
   } else if (word == "string") {
@@ -222,7 +211,7 @@ ArffAttribute parse_attribute(std::string_view rest, std::string_view name, std:
 }
 
 bool starts_with_keyword(std::string_view line, std::string_view keyword) {
-  return line.size() >= keyword.size() && lower(line.substr(0, keyword.size())) == keyword &&
+  return line.size() >= keyword.size() && ascii_lower(line.substr(0, keyword.size())) == keyword &&
          (line.size() == keyword.size() || line[keyword.size()] == ' ' || line[keyword.size()] == '\t');
 }
 
