@@ -74,3 +74,37 @@ def write_shards(directory, shards=2, per_shard=24, width=40, height=32, classes
 
 def build_dir():
     return os.environ.get("HOTPATH_BUILD_DIR", os.path.join(SOURCE_DIR, "build"))
+
+
+def progress_during(call):
+    """Runs call() while another Python thread counts rounds; returns (call's result, (start, end) of the call, the
+    other thread's clock every 1000 rounds). A call that releases the GIL leaves stamps in its middle; one that holds
+    it leaves none there (the spinner only runs until the call takes the GIL, one switch interval, and after)."""
+    import threading
+    import time
+
+    stamps, stop = [], threading.Event()
+
+    def spin():
+        rounds = 0
+        while not stop.is_set():
+            rounds += 1
+            if rounds % 1000 == 0:
+                stamps.append(time.perf_counter())
+
+    thread = threading.Thread(target=spin)
+    thread.start()
+    try:
+        start = time.perf_counter()
+        result = call()
+        end = time.perf_counter()
+    finally:
+        stop.set()
+        thread.join()
+    return result, (start, end), stamps
+
+
+def stamps_in_the_middle(span, stamps):
+    """The stamps in the middle 40 % of span."""
+    start, end = span
+    return [t for t in stamps if start + 0.3 * (end - start) < t < start + 0.7 * (end - start)]

@@ -6,8 +6,6 @@ import os
 import subprocess
 import tarfile
 import tempfile
-import threading
-import time
 import unittest
 
 import torch
@@ -120,34 +118,15 @@ class LoaderTest(unittest.TestCase):
         # a while, and the loader starts on it only when constructed, just before next().
         with tempfile.TemporaryDirectory() as tmp:
             shards = fixtures.write_shards(tmp, shards=1, per_shard=16, width=1024, height=768)
-            stamps = []  # the spinning thread's clock, every 1000 rounds
-            stop = threading.Event()
-
-            def spin():
-                rounds = 0
-                while not stop.is_set():
-                    rounds += 1
-                    if rounds % 1000 == 0:
-                        stamps.append(time.perf_counter())
-
-            thread = threading.Thread(target=spin)
-            thread.start()
-            try:
-                loader = hotpath.data.Loader(shards, batch_size=16, train=False, image_size=512, resize_shorter=768,
-                                             workers=1, prefetch=1)
-                start = time.perf_counter()
-                images, _ = next(iter(loader))
-                end = time.perf_counter()
-            finally:
-                stop.set()
-                thread.join()
+            (images, _), span, stamps = fixtures.progress_during(lambda: next(iter(hotpath.data.Loader(
+                shards, batch_size=16, train=False, image_size=512, resize_shorter=768, workers=1, prefetch=1))))
         self.assertEqual(images.shape[0], 16)
-        waited = end - start
+        waited = span[1] - span[0]
         self.assertGreater(waited, 0.02, "the batch came too fast to tell")
         # Held GIL: the spinning thread runs only until next() takes the GIL (one switch interval, 5 ms) and after
         # it returns. Released: it runs all along, also in the middle of the wait.
-        middle = [t for t in stamps if start + 0.3 * waited < t < start + 0.7 * waited]
-        self.assertGreater(len(middle), 0, f"no progress in the middle of a {waited:.3f} s wait")
+        self.assertGreater(len(fixtures.stamps_in_the_middle(span, stamps)), 0,
+                           f"no progress in the middle of a {waited:.3f} s wait")
 
     def test_state_dict_resumes_exactly(self):
         loader = self.loader()

@@ -153,8 +153,6 @@ class TextLoaderTest(unittest.TestCase):
 
     def test_the_gil_is_released_while_the_corpus_is_read_and_tokenized(self):
         import sys
-        import threading
-        import time
 
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import fixtures
@@ -169,29 +167,13 @@ class TextLoaderTest(unittest.TestCase):
                     info = tarfile.TarInfo(name)
                     info.size = len(payload)
                     tar.addfile(info, io.BytesIO(payload))
-        stamps, stop = [], threading.Event()
-
-        def spin():
-            rounds = 0
-            while not stop.is_set():
-                rounds += 1
-                if rounds % 1000 == 0:
-                    stamps.append(time.perf_counter())
-
-        thread = threading.Thread(target=spin)
-        thread.start()
-        try:
-            start = time.perf_counter()
-            loader = hotpath.text.Loader(path, tokenizer=fixtures.minilm_dir(), max_length=128, workers=1)
-            end = time.perf_counter()
-        finally:
-            stop.set()
-            thread.join()
+        loader, span, stamps = fixtures.progress_during(
+            lambda: hotpath.text.Loader(path, tokenizer=fixtures.minilm_dir(), max_length=128, workers=1))
         self.assertEqual(loader._core.num_samples, 6000)
-        waited = end - start
+        waited = span[1] - span[0]
         self.assertGreater(waited, 0.02, "the corpus was read too fast to tell")
-        middle = [t for t in stamps if start + 0.3 * waited < t < start + 0.7 * waited]
-        self.assertGreater(len(middle), 0, f"no progress in the middle of a {waited:.3f} s construction")
+        self.assertGreater(len(fixtures.stamps_in_the_middle(span, stamps)), 0,
+                           f"no progress in the middle of a {waited:.3f} s construction")
 
     def test_bad_input_is_named(self):
         with self.assertRaisesRegex(ValueError, "data.max_tokens"):
