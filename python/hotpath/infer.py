@@ -97,6 +97,13 @@ class ImageClassifier:
         return top[0] if single else top
 
 
+def _texts_and_pairs(texts: Any, text_pair: Any) -> tuple[bool, list, list | None]:
+    """(one str given, the texts as a list, the second texts as a list or None)."""
+    single = isinstance(texts, str)
+    pairs = None if text_pair is None else ([text_pair] if isinstance(text_pair, str) else list(text_pair))
+    return single, [texts] if single else list(texts), pairs
+
+
 class TextClassifier:
     """Texts → labels with a text_classifier package (`hotpath export` of a text run or of a Hugging Face
     BERT-family classifier): the package's tokenizer and max_length, the engine at its precision, softmax, top-k.
@@ -122,18 +129,16 @@ class TextClassifier:
     def logits(self, texts: str | Sequence[str], text_pair: str | Sequence[str] | None = None,
                batch_size: int = 32) -> torch.Tensor:
         """float32 [N, labels] (one str: [labels]); text_pair: one second text per text (sentence-pair tasks)."""
-        single = isinstance(texts, str)
-        pairs = None if text_pair is None else ([text_pair] if isinstance(text_pair, str) else list(text_pair))
-        out = self._core.logits([texts] if single else list(texts), pairs, batch_size)
+        single, texts, pairs = _texts_and_pairs(texts, text_pair)
+        out = self._core.logits(texts, pairs, batch_size)
         return out[0] if single else out
 
     def predict(self, texts: str | Sequence[str], text_pair: str | Sequence[str] | None = None, k: int = 5,
                 batch_size: int = 32) -> list[Prediction] | list[list[Prediction]]:
         """The k most probable labels, most probable first: for one text a list, for a list of texts a list each."""
-        single = isinstance(texts, str)
-        pairs = None if text_pair is None else ([text_pair] if isinstance(text_pair, str) else list(text_pair))
+        single, texts, pairs = _texts_and_pairs(texts, text_pair)
         top = [[Prediction(label, prob, index) for index, label, prob in row]
-               for row in self._core.classify([texts] if single else list(texts), pairs, k, batch_size)]
+               for row in self._core.classify(texts, pairs, k, batch_size)]
         return top[0] if single else top
 
 

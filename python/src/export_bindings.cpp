@@ -4,11 +4,9 @@
 // the CLI shows), so hotpath.infer.export and the CLI cannot drift. Runs with the GIL released.
 #include <pybind11/stl.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <iostream>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "bindings.h"
@@ -20,32 +18,6 @@ namespace py = pybind11;
 
 namespace hotpath::python {
 namespace {
-
-// Copies the entries of a settings dict into struct fields; any entry no field took is refused by name.
-class Settings {
- public:
-  Settings(const py::dict& d, const char* what) : d_(d), what_(what) {}
-  template <class T>
-  Settings& take(const char* key, T& field) {
-    if (d_.contains(key)) {
-      field = d_[key].cast<T>();
-      taken_.emplace_back(key);
-    }
-    return *this;
-  }
-  void refuse_the_rest() const {
-    for (const auto& item : d_) {
-      const std::string key = py::str(item.first);
-      HOTPATH_CHECK(std::find(taken_.begin(), taken_.end(), key) != taken_.end(), what_, ": unknown setting '", key,
-                    "'");
-    }
-  }
-
- private:
-  const py::dict& d_;
-  const char* what_;
-  std::vector<std::string> taken_;
-};
 
 infer::ExportSource source_from(const py::dict& d) {
   infer::ExportSource s;

@@ -54,20 +54,12 @@ std::vector<std::vector<Prediction>> classify(const infer::Classifier& c, py::ha
 
 py::dict evaluate(const std::string& dir, const std::vector<std::string>& shards, const py::dict& settings) {
   infer::DirEvalOptions o;
-  for (const auto& [key, value] : settings) {
-    const std::string k = py::str(key);
-    if (k == "batch_size") {
-      o.batch_size = value.cast<std::int64_t>();
-    } else if (k == "workers") {
-      o.workers = value.cast<std::int64_t>();
-    } else if (k == "threads") {
-      o.threads = value.cast<int>();
-    } else if (k == "precision") {
-      o.precision = value.cast<std::string>();
-    } else {
-      HOTPATH_CHECK(false, "evaluate: unknown setting '", k, "'");
-    }
-  }
+  Settings(settings, "evaluate")
+      .take("batch_size", o.batch_size)
+      .take("workers", o.workers)
+      .take("threads", o.threads)
+      .take("precision", o.precision)
+      .refuse_the_rest();
   infer::DirEvalResult r;
   {
     py::gil_scoped_release release;
