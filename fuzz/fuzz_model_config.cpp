@@ -1,5 +1,6 @@
 // libFuzzer target: the JSON files of a model directory. The first byte picks what the rest is:
 //   0: config.json (BertConfig)   1: modules.json   2: 1_Pooling/config.json   3: adapter_config.json (LoRA)
+//   4: adapter_config.json (prefix tuning)
 // Bad input must end in hotpath::Error on one line (never a crash, hang, JSON exception escaping);
 // a config that parses must keep the invariants the model constructors rely on.
 #include <cstddef>
@@ -12,6 +13,7 @@
 #include "hotpath/core/error.h"
 #include "hotpath/formats/bert_config.h"
 #include "hotpath/formats/lora_config.h"
+#include "hotpath/formats/prefix_config.h"
 
 namespace {
 
@@ -42,13 +44,27 @@ void check(const hotpath::formats::LoraConfig& c) {
   if (hotpath::formats::LoraConfig::from_json(c.to_json()).r != c.r) fail("to_json does not round-trip");
 }
 
+void check(const hotpath::formats::PrefixConfig& c) {
+  if (c.num_virtual_tokens < 1 || c.token_dim < 1 || c.num_layers < 1 || c.num_attention_heads < 1) {
+    fail("a size below 1");
+  }
+  if (c.token_dim % c.num_attention_heads != 0) fail("token_dim not a multiple of the heads");
+  if (c.num_transformer_submodules != 1) fail("two transformer submodules accepted");
+  if (c.table_width() > (std::int64_t{1} << 31) / c.num_virtual_tokens) fail("table larger than the bound");
+  if (c.prefix_projection && c.encoder_hidden_size < 1) fail("projection without a width");
+  const auto back = hotpath::formats::PrefixConfig::from_json(c.to_json());
+  if (back.num_virtual_tokens != c.num_virtual_tokens || back.table_width() != c.table_width()) {
+    fail("to_json does not round-trip");
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
-    switch (data[0] & 3) {
+    switch (data[0] % 5) {
       case 0: check(hotpath::formats::BertConfig::from_json(text)); break;
       case 1: {
         hotpath::formats::SentencePipeline p;
@@ -61,7 +77,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (p.dimension < 0) fail("negative dimension");
         break;
       }
-      default: check(hotpath::formats::LoraConfig::from_json(text)); break;
+      case 3: check(hotpath::formats::LoraConfig::from_json(text)); break;
+      default:
+        (void)hotpath::formats::peft_type_of(text);
+        check(hotpath::formats::PrefixConfig::from_json(text));
+        break;
     }
   } catch (const hotpath::Error& e) {
     if (std::string_view(e.what()).find('\n') != std::string_view::npos) fail("error message is not one line");

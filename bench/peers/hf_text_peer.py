@@ -20,6 +20,8 @@ around forward + loss, as the HF Trainer's bf16=True does, or fp32); dropout as 
 mode); threads. What differs, by design: the peer's batches are pre-made tensors (random token ids and
 labels from a seeded generator, no data loading), hotpath's come through its text loader, which is
 timed as part of its step.
+With --prefix-tokens N the model is wrapped in peft.get_peft_model(PrefixTuningConfig(SEQ_CLS, N tokens,
+--prefix-projection)): the frozen encoder, the prefix and the head train, as hotpath's model.prefix_tokens.
 Times --warmup steps untimed, then --steps steps (forward, loss, backward, optimizer step, zero_grad).
 Prints one JSON object: samples_per_s, step_s, forward/backward/optimizer fractions, versions.
 """
@@ -79,6 +81,9 @@ def main():
     p.add_argument("--config", default="", help="config.json of the model shape (default: BERT-base)")
     p.add_argument("--num-labels", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--prefix-tokens", type=int, default=0,
+                   help="prefix tuning (peft PrefixTuningConfig, SEQ_CLS) with this many virtual tokens; 0 = full")
+    p.add_argument("--prefix-projection", action="store_true", help="with --prefix-tokens: the reparameterisation MLP")
     a = p.parse_args()
     if a.mode == "embed":
         embed(a)
@@ -97,9 +102,14 @@ def main():
     if a.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("hf_text_peer: --device cuda but torch.cuda.is_available() is False")
     device = torch.device(a.device)
+    if a.prefix_tokens > 0:
+        import peft
+        model = peft.get_peft_model(model, peft.PrefixTuningConfig(
+            task_type="SEQ_CLS", num_virtual_tokens=a.prefix_tokens, prefix_projection=a.prefix_projection,
+            encoder_hidden_size=config.hidden_size))
     model.to(device)
     model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=2e-5, weight_decay=0.01)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=2e-5, weight_decay=0.01)
     scaler = torch.amp.GradScaler("cuda", enabled=a.precision == "fp16")
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision)
 
@@ -139,6 +149,8 @@ def main():
     total = time.perf_counter() - start
     print(json.dumps({
         "peer": f"transformers {transformers.__version__} BertForSequenceClassification attn={a.attn}, torch {torch.__version__}"
+                + (f", peft prefix tuning ({a.prefix_tokens} tokens{', MLP' if a.prefix_projection else ''})"
+                   if a.prefix_tokens > 0 else "")
                 + (f", {torch.cuda.get_device_name(0)} {a.precision} autocast" if device.type == "cuda" else ""),
         "samples_per_s": a.batch_size * a.steps / total,
         "step_s": total / a.steps,

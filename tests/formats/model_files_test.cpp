@@ -309,7 +309,7 @@ TEST(BertConfigFile, RefusesSizesBeyondTheLimitAndHugeNumbers) {
   EXPECT_ERROR(BertConfig::from_json(base + R"(, "max_position_embeddings": 18446744073709551615})"),
                "field \"max_position_embeddings\" must be <= 16777216");
   EXPECT_ERROR(BertConfig::from_json(base + R"(, "layer_norm_eps": 1e300})"),
-               "field \"layer_norm_eps\" must be a number in [0, 1e30], found 1e+300");
+               "field \"layer_norm_eps\" must be a number in [0, 1e+30], found 1e+300");
   EXPECT_ERROR(BertConfig::from_json(base + R"(, "layer_norm_eps": 1e999})"), "config.json: invalid JSON");
   EXPECT_ERROR(BertConfig::from_json(base + R"(, "hidden_dropout_prob": 1.5})"),
                "dropout probability \"hidden_dropout_prob\" must be below 1");

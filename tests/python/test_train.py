@@ -166,11 +166,14 @@ class ExportTest(unittest.TestCase):
 
     def test_int8_package_and_report_as_the_cli(self):
         out = os.path.join(self.tmp.name, "py-int8")
+        # The same package and report as the CLI, whatever the agreement: a one-epoch cnn_small on 32 samples
+        # loses one (3.1 %) on CPUs whose int8 convolutions take 7-bit weights (AVX2 without VNNI), so the
+        # threshold is set below the default 97 % on both sides.
         r = hotpath.infer.export(self.run_dir, out, "int8", calibration=self.shards, calibration_samples=32,
-                                 progress=False)
+                                 min_agreement=0.9, progress=False)
         cli = os.path.join(self.tmp.name, "cli-int8")
         subprocess.run([os.environ["HOTPATH_CLI"], "export", "--model-dir", self.run_dir, "--out", cli, "--precision",
-                        "int8", "--calibration", *self.shards, "--calibration-samples", "32"],
+                        "int8", "--calibration", *self.shards, "--calibration-samples", "32", "--min-agreement", "0.9"],
                        check=True, capture_output=True)
         with open(os.path.join(cli, "quantization_report.json")) as f:
             self.assertEqual(without_timings(r.report), without_timings(json.load(f)))

@@ -47,6 +47,9 @@ struct TextBenchOptions {
   std::string hf_attention = "sdpa";  // sdpa | eager
   std::string compare;               // "" or "hf"
   std::string python;
+  std::int64_t prefix_tokens = 0;    // finetune: prefix tuning with this many virtual tokens on both sides
+                                     // (hotpath's model.prefix_tokens, PEFT's PrefixTuningConfig); 0 = full
+  bool prefix_projection = false;    // with prefix_tokens: through the reparameterisation MLP (hidden-size wide)
   bool keep = false;                 // keep the scratch directories
 };
 

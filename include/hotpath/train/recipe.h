@@ -33,6 +33,10 @@ struct ModelSection {
   double lora_alpha = 16.0;
   double lora_dropout = 0.0;
   std::vector<std::string> lora_target_modules{"query", "value"};
+  // Prefix tuning (models/text/prefix.h, PEFT's PREFIX_TUNING): trains the prefix and the head only.
+  std::int64_t prefix_tokens = 0;       // virtual tokens per layer, 0 = off (exclusive with lora_r)
+  bool prefix_projection = false;       // train through PEFT's reparameterisation MLP
+  std::int64_t prefix_hidden = 0;       // the MLP's width, 0 = the model's hidden size
 };
 
 struct DataSection {

@@ -190,6 +190,8 @@ FinetuneSetup prepare_finetune(const TextBenchOptions& a, const ScratchDir& scra
   r.model.name = "bert";
   r.model.pretrained = s.model_dir;
   r.model.attention = a.attention;
+  r.model.prefix_tokens = a.prefix_tokens;
+  r.model.prefix_projection = a.prefix_tokens > 0 && a.prefix_projection;
   r.data.kind = "text";
   r.data.train = {scratch.file("data/train-*.tar")};
   r.data.max_length = a.seq_len;
@@ -266,12 +268,13 @@ Json bench_finetune(const TextBenchOptions& a, std::ostream* log, std::vector<st
                                  {{"timed_steps", result.steady_steps}, {"breakdown", result.breakdown.summary()}}};
              }});
   if (!a.compare.empty()) {
-    const std::vector<std::string> argv = {
+    std::vector<std::string> argv = {
         peer_python(a.python, "bench text --compare hf"), peer_script("hf_text_peer.py"), "--config",
         (fs::path(s.model_dir) / "config.json").string(), "--num-labels", "2", "--threads", std::to_string(a.threads),
         "--batch-size", std::to_string(a.batch_size), "--seq-len", std::to_string(a.seq_len), "--steps",
         std::to_string(a.steps), "--warmup", std::to_string(a.warmup), "--precision", a.precision, "--attn",
-        a.hf_attention, "--device", a.device};
+        a.hf_attention, "--device", a.device, "--prefix-tokens", std::to_string(a.prefix_tokens)};
+    if (a.prefix_projection) argv.push_back("--prefix-projection");
     bench.add({"hf", "transformers BertForSequenceClassification (" + a.hf_attention + " attention, eager) in a python "
                      "training loop: forward + cross-entropy under torch.autocast, backward, torch.optim.AdamW step, "
                      "zero_grad, on pre-made batches (no data loading)",
@@ -297,6 +300,8 @@ Json bench_finetune(const TextBenchOptions& a, std::ostream* log, std::vector<st
               {"batch_size", a.batch_size},
               {"seq_len", a.seq_len},
               {"precision", a.precision},
+              {"prefix_tokens", a.prefix_tokens},
+              {"prefix_projection", a.prefix_tokens > 0 && a.prefix_projection},
               {"device", a.device},
               {"bf16_math", a.precision == "bf16" ? Json(ops::bf16_math_name()) : Json(nullptr)},
               {"malloc", malloc_policy_name()},

@@ -51,6 +51,11 @@ void add_bench_text(CLI::App& bench) {
       ->check(CLI::IsMember({"fused", "reference"}));
   cmd->add_option("--hf-attention", args->hf_attention, "transformers' attn_implementation")
       ->check(CLI::IsMember({"sdpa", "eager"}));
+  cmd->add_option("--prefix-tokens", args->prefix_tokens,
+                  "Fine-tune part: prefix tuning with N virtual tokens on both sides (PEFT's PREFIX_TUNING on the peer)")
+      ->check(CLI::Range(0, 4096));
+  cmd->add_flag("--prefix-projection", args->prefix_projection,
+                "With --prefix-tokens: train the prefix through the reparameterisation MLP on both sides");
   cmd->add_option("--compare", args->compare, "Also run the Hugging Face peer")->check(CLI::IsMember({"hf"}));
   cmd->add_option("--python", args->python, "Python of the venv for --compare (default: the setup venv)");
   cmd->add_option("--json", *json_path, "Write the JSON report here ('-' = stdout)");

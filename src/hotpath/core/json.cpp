@@ -93,4 +93,67 @@ nlohmann::json parse_json(std::string_view text, std::string_view where, Duplica
   return {};  // unreachable: HOTPATH_CHECK(false) throws
 }
 
+std::string json_brief(const nlohmann::json& value) {
+  if (value.is_object()) return "an object";
+  if (value.is_array()) return "an array of " + std::to_string(value.size());
+  std::string s = value.dump(-1, ' ', /*ensure_ascii=*/true);
+  if (s.size() > 60) s = s.substr(0, 57) + "...";
+  return s;
+}
+
+bool JsonFields::has(const char* key) const { return json.contains(key) && !json.at(key).is_null(); }
+
+std::int64_t JsonFields::integer(const char* key, std::optional<std::int64_t> fallback, std::int64_t min,
+                                 std::int64_t max) const {
+  if (!has(key)) {
+    HOTPATH_CHECK(fallback.has_value(), name, ": missing required field \"", key, "\"");
+    return *fallback;
+  }
+  const nlohmann::json& v = json.at(key);
+  HOTPATH_CHECK(v.is_number_integer(), name, ": field \"", key, "\" must be an integer, found ", json_brief(v));
+  // An unsigned value above INT64_MAX would wrap to a negative one: refuse it as too large.
+  HOTPATH_CHECK(!v.is_number_unsigned() || v.get<std::uint64_t>() <= static_cast<std::uint64_t>(max), name,
+                ": field \"", key, "\" must be <= ", max, ", found ", json_brief(v));
+  const std::int64_t x = v.get<std::int64_t>();
+  HOTPATH_CHECK(x >= min, name, ": field \"", key, "\" must be >= ", min, ", found ", x);
+  HOTPATH_CHECK(x <= max, name, ": field \"", key, "\" must be <= ", max, ", found ", x);
+  return x;
+}
+
+double JsonFields::real(const char* key, double fallback, double min, double max) const {
+  if (!has(key)) return fallback;
+  const nlohmann::json& v = json.at(key);
+  HOTPATH_CHECK(v.is_number(), name, ": field \"", key, "\" must be a number, found ", json_brief(v));
+  const double x = v.get<double>();
+  HOTPATH_CHECK(x >= min && x <= max, name, ": field \"", key, "\" must be a number in [", min, ", ", max,
+                "], found ", x);
+  return x;
+}
+
+std::string JsonFields::text(const char* key, const char* fallback) const {
+  if (!has(key)) return fallback;
+  const nlohmann::json& v = json.at(key);
+  HOTPATH_CHECK(v.is_string(), name, ": field \"", key, "\" must be a string, found ", json_brief(v));
+  return v.get<std::string>();
+}
+
+bool JsonFields::boolean(const char* key, bool fallback) const {
+  if (!has(key)) return fallback;
+  const nlohmann::json& v = json.at(key);
+  HOTPATH_CHECK(v.is_boolean(), name, ": field \"", key, "\" must be true or false, found ", json_brief(v));
+  return v.get<bool>();
+}
+
+std::vector<std::string> JsonFields::texts(const char* key) const {
+  if (!has(key)) return {};
+  const nlohmann::json& v = json.at(key);
+  HOTPATH_CHECK(v.is_array(), name, ": field \"", key, "\" must be a list of strings, found ", json_brief(v));
+  std::vector<std::string> out;
+  for (const nlohmann::json& s : v) {
+    HOTPATH_CHECK(s.is_string(), name, ": field \"", key, "\" must be a list of strings, found ", json_brief(s));
+    out.push_back(s.get<std::string>());
+  }
+  return out;
+}
+
 }  // namespace hotpath

@@ -18,64 +18,16 @@ namespace {
 
 using Json = nlohmann::json;
 
-// A value for an error message: scalars as JSON (cut at 60 characters), containers by type only, so
-// a deeply nested or huge value neither recurses through dump() nor floods the one-line message.
-std::string brief(const Json& v) {
-  if (v.is_object()) return "an object";
-  if (v.is_array()) return "an array";
-  std::string s = v.dump(-1, ' ', /*ensure_ascii=*/true);
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return s;
-}
-
 Json parse(std::string_view text, std::string_view name) { return parse_json(text, name); }
 
-struct ConfigReader {
-  const Json& json;
-  std::string_view name;
-
-  [[nodiscard]] bool has(const char* key) const { return json.contains(key) && !json.at(key).is_null(); }
-
-  std::int64_t integer(const char* key, std::optional<std::int64_t> fallback, std::int64_t min = 1,
-                       std::int64_t max = kBertMaxSize) const {
-    if (!has(key)) {
-      HOTPATH_CHECK(fallback.has_value(), name, ": missing required field \"", key, "\"");
-      return *fallback;
-    }
-    const Json& v = json.at(key);
-    HOTPATH_CHECK(v.is_number_integer(), name, ": field \"", key, "\" must be an integer, found ", brief(v));
-    // An unsigned value above INT64_MAX would wrap to a negative one: refuse it as too large.
-    HOTPATH_CHECK(!v.is_number_unsigned() || v.get<std::uint64_t>() <= static_cast<std::uint64_t>(max), name,
-                  ": field \"", key, "\" must be <= ", max, ", found ", brief(v));
-    const std::int64_t x = v.get<std::int64_t>();
-    HOTPATH_CHECK(x >= min, name, ": field \"", key, "\" must be >= ", min, ", found ", x);
-    HOTPATH_CHECK(x <= max, name, ": field \"", key, "\" must be <= ", max, ", found ", x);
-    return x;
+// config.json's fields with BERT's bounds by default: integers in [1, kBertMaxSize], reals in [0, 1e30]
+// (nlohmann refuses literals that overflow a double; 1e30 keeps later arithmetic, eps² and σ·x, finite).
+struct ConfigReader : JsonFields {
+  [[nodiscard]] std::int64_t integer(const char* key, std::optional<std::int64_t> fallback, std::int64_t min = 1,
+                                     std::int64_t max = kBertMaxSize) const {
+    return JsonFields::integer(key, fallback, min, max);
   }
-
-  double real(const char* key, double fallback) const {
-    if (!has(key)) return fallback;
-    const Json& v = json.at(key);
-    HOTPATH_CHECK(v.is_number(), name, ": field \"", key, "\" must be a number, found ", brief(v));
-    const double x = v.get<double>();
-    // nlohmann refuses literals that overflow a double; 1e30 keeps later arithmetic (eps², σ·x) finite.
-    HOTPATH_CHECK(x >= 0.0 && x <= 1e30, name, ": field \"", key, "\" must be a number in [0, 1e30], found ", x);
-    return x;
-  }
-
-  std::string text(const char* key, const char* fallback) const {
-    if (!has(key)) return fallback;
-    const Json& v = json.at(key);
-    HOTPATH_CHECK(v.is_string(), name, ": field \"", key, "\" must be a string, found ", brief(v));
-    return v.get<std::string>();
-  }
-
-  bool boolean(const char* key, bool fallback) const {
-    if (!has(key)) return fallback;
-    const Json& v = json.at(key);
-    HOTPATH_CHECK(v.is_boolean(), name, ": field \"", key, "\" must be true or false, found ", brief(v));
-    return v.get<bool>();
-  }
+  [[nodiscard]] double real(const char* key, double fallback) const { return JsonFields::real(key, fallback, 0.0, 1e30); }
 };
 
 // Bounds far above any BERT (large: 1024 hidden, 24 layers, 16 heads), far below an allocation that
@@ -89,7 +41,7 @@ BertActivation parse_activation(const std::string& act, std::string_view name, c
   if (act == "gelu") return BertActivation::kGelu;
   if (act == "gelu_new" || act == "gelu_pytorch_tanh") return BertActivation::kGeluNew;
   if (act == "relu") return BertActivation::kRelu;
-  HOTPATH_CHECK(false, name, ": field \"", key, "\" is ", brief(Json(act)),
+  HOTPATH_CHECK(false, name, ": field \"", key, "\" is ", json_brief(Json(act)),
                 "; supported: gelu, gelu_new, gelu_pytorch_tanh, relu");
   return BertActivation::kGelu;
 }
@@ -106,7 +58,7 @@ void read_labels(const ConfigReader& r, BertConfig& c) {
       const bool digits = !key.empty() && key.size() <= 18 && (key == "0" || key[0] != '0') &&
                           key.find_first_not_of("0123456789") == std::string::npos;
       const std::size_t id = digits ? std::stoull(key) : m.size();
-      HOTPATH_CHECK(id < m.size(), r.name, ": field \"id2label\": key ", brief(Json(key)), " is not an id in [0, ",
+      HOTPATH_CHECK(id < m.size(), r.name, ": field \"id2label\": key ", json_brief(Json(key)), " is not an id in [0, ",
                     m.size(), ")");
       HOTPATH_CHECK(!seen[id], r.name, ": field \"id2label\": id ", id, " appears twice");
       HOTPATH_CHECK(value.is_string(), r.name, ": field \"id2label\": label of id ", id, " must be a string");
@@ -116,7 +68,7 @@ void read_labels(const ConfigReader& r, BertConfig& c) {
     c.num_labels = static_cast<std::int64_t>(m.size());
     if (r.has("num_labels")) {
       HOTPATH_CHECK(r.integer("num_labels", {}) == c.num_labels, r.name, ": field \"num_labels\" (",
-                    brief(r.json.at("num_labels")), ") disagrees with id2label's ", c.num_labels, " labels");
+                    json_brief(r.json.at("num_labels")), ") disagrees with id2label's ", c.num_labels, " labels");
     }
   } else {
     c.num_labels = r.integer("num_labels", 2);
@@ -126,7 +78,7 @@ void read_labels(const ConfigReader& r, BertConfig& c) {
     const Json& m = r.json.at("label2id");
     HOTPATH_CHECK(m.is_object(), r.name, ": field \"label2id\" must be an object {\"label\": 0, ...}");
     for (const auto& [key, value] : m.items()) {
-      HOTPATH_CHECK(value.is_number_integer(), r.name, ": field \"label2id\": id of ", brief(Json(key)),
+      HOTPATH_CHECK(value.is_number_integer(), r.name, ": field \"label2id\": id of ", json_brief(Json(key)),
                     " must be an integer");
       c.label2id[key] = value.get<std::int64_t>();
     }
@@ -143,7 +95,7 @@ void read_labels(const ConfigReader& r, BertConfig& c) {
 BertConfig BertConfig::from_json(std::string_view json_text, std::string_view name) {
   const Json json = parse(json_text, name);
   HOTPATH_CHECK(json.is_object(), name, ": expected a JSON object");
-  const ConfigReader r{json, name};
+  const ConfigReader r{{json, name}};
   HOTPATH_CHECK(r.has("model_type"), name, ": missing required field \"model_type\" (bert or distilbert)");
   const std::string type = r.text("model_type", "");
   BertConfig c;
@@ -162,7 +114,7 @@ BertConfig BertConfig::from_json(std::string_view json_text, std::string_view na
     c.classifier_dropout = r.real("classifier_dropout", c.hidden_dropout_prob);
     c.hidden_act = parse_activation(r.text("hidden_act", "gelu"), name, "hidden_act");
     const std::string pos = r.text("position_embedding_type", "absolute");
-    HOTPATH_CHECK(pos == "absolute", name, ": field \"position_embedding_type\" is ", brief(Json(pos)),
+    HOTPATH_CHECK(pos == "absolute", name, ": field \"position_embedding_type\" is ", json_brief(Json(pos)),
                   "; only \"absolute\" is supported");
   } else if (type == "distilbert") {
     c.arch = BertArch::kDistilBert;
@@ -180,7 +132,7 @@ BertConfig BertConfig::from_json(std::string_view json_text, std::string_view na
     c.hidden_act = parse_activation(r.text("activation", "gelu"), name, "activation");
     c.sinusoidal_pos_embds = r.boolean("sinusoidal_pos_embds", false);
   } else {
-    HOTPATH_CHECK(false, name, ": field \"model_type\" is ", brief(Json(type)), "; supported: bert, distilbert");
+    HOTPATH_CHECK(false, name, ": field \"model_type\" is ", json_brief(Json(type)), "; supported: bert, distilbert");
   }
   for (const auto& [key, p] : {std::pair{"hidden_dropout_prob", c.hidden_dropout_prob},
                                std::pair{"attention_probs_dropout_prob", c.attention_probs_dropout_prob},
@@ -226,7 +178,7 @@ void parse_sentence_modules(std::string_view json_text, std::string_view name, S
     } else if (type.ends_with(".Normalize")) {
       pipeline.normalize = true;
     } else {
-      HOTPATH_CHECK(false, name, ": module type ", brief(Json(type)),
+      HOTPATH_CHECK(false, name, ": module type ", json_brief(Json(type)),
                     " is not supported (Transformer, Pooling, Normalize)");
     }
   }
@@ -239,14 +191,14 @@ void parse_sentence_pooling(std::string_view json_text, std::string_view name, S
   bool mean = false;
   for (const auto& [key, value] : pooling.items()) {
     if (!key.starts_with("pooling_mode_")) continue;
-    HOTPATH_CHECK(value.is_boolean(), name, ": ", brief(Json(key)), " must be true or false, found ", brief(value));
+    HOTPATH_CHECK(value.is_boolean(), name, ": ", json_brief(Json(key)), " must be true or false, found ", json_brief(value));
     const bool is_mean = key == "pooling_mode_mean_tokens";
-    HOTPATH_CHECK(value.get<bool>() == is_mean, name, ": ", brief(Json(key)), " is ", value.dump(),
+    HOTPATH_CHECK(value.get<bool>() == is_mean, name, ": ", json_brief(Json(key)), " is ", value.dump(),
                   "; only mean pooling (pooling_mode_mean_tokens) is supported");
     mean = mean || is_mean;
   }
   HOTPATH_CHECK(mean, name, ": \"pooling_mode_mean_tokens\" is not set; only mean pooling is supported");
-  const ConfigReader r{pooling, name};
+  const ConfigReader r{{pooling, name}};
   pipeline.dimension = r.integer("word_embedding_dimension", 0, 0);
 }
 

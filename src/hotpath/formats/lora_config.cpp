@@ -19,54 +19,6 @@ namespace {
 
 using Json = nlohmann::json;
 
-// A value for an error message: scalars as JSON (cut at 60 characters), containers by type only, so
-// a deeply nested or huge value neither recurses through dump() nor floods the one-line message.
-std::string brief(const Json& v) {
-  if (v.is_object()) return "an object";
-  if (v.is_array()) return "an array of " + std::to_string(v.size());
-  std::string s = v.dump(-1, ' ', /*ensure_ascii=*/true);
-  if (s.size() > 60) s = s.substr(0, 57) + "...";
-  return s;
-}
-
-const Json* field(const Json& j, const char* key) {
-  auto it = j.find(key);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
-
-double number_field(const Json& j, const char* key, double fallback, std::string_view source) {
-  const Json* v = field(j, key);
-  if (v == nullptr) return fallback;
-  HOTPATH_CHECK(v->is_number(), source, ": \"", key, "\" must be a number, got ", brief(*v));
-  const double x = v->get<double>();
-  HOTPATH_CHECK(std::isfinite(x), source, ": \"", key, "\" must be finite, got ", brief(*v));
-  return x;
-}
-
-bool bool_field(const Json& j, const char* key, bool fallback, std::string_view source) {
-  const Json* v = field(j, key);
-  if (v == nullptr) return fallback;
-  HOTPATH_CHECK(v->is_boolean(), source, ": \"", key, "\" must be true or false, got ", brief(*v));
-  return v->get<bool>();
-}
-
-std::string string_field(const Json& j, const char* key, std::string_view source) {
-  const Json* v = field(j, key);
-  if (v == nullptr) return {};
-  HOTPATH_CHECK(v->is_string(), source, ": \"", key, "\" must be a string, got ", brief(*v));
-  return v->get<std::string>();
-}
-
-std::vector<std::string> string_list(const Json& v, const char* key, std::string_view source) {
-  HOTPATH_CHECK(v.is_array(), source, ": \"", key, "\" must be a list of strings, got ", brief(v));
-  std::vector<std::string> out;
-  for (const Json& s : v) {
-    HOTPATH_CHECK(s.is_string(), source, ": \"", key, "\" must be a list of strings, found ", brief(s));
-    out.push_back(s.get<std::string>());
-  }
-  return out;
-}
-
 bool ends_with(std::string_view s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
 }
@@ -140,62 +92,62 @@ double LoraConfig::scaling() const {
 LoraConfig LoraConfig::from_json(std::string_view json_text, std::string_view source) {
   const Json j = parse_json(json_text, source);
   HOTPATH_CHECK(j.is_object(), source, ": expected a JSON object");
-  const std::string peft_type = string_field(j, "peft_type", source);
+  const std::string peft_type = JsonFields{j, source}.text("peft_type", "");
   HOTPATH_CHECK(!peft_type.empty(), source, ": missing \"peft_type\" (expected \"LORA\")");
-  HOTPATH_CHECK(peft_type == "LORA", source, ": peft_type ", brief(Json(peft_type)),
+  HOTPATH_CHECK(peft_type == "LORA", source, ": peft_type ", json_brief(Json(peft_type)),
                 " is not supported (only \"LORA\")");
 
   LoraConfig c;
-  const Json* r = field(j, "r");
-  HOTPATH_CHECK(r != nullptr, source, ": missing \"r\" (the LoRA rank)");
+  const JsonFields f{j, source};
+  HOTPATH_CHECK(f.has("r"), source, ": missing \"r\" (the LoRA rank)");
+  const Json& r = j.at("r");
   // is_number_unsigned() first: a value above INT64_MAX would wrap to a negative one in get<int64_t>.
-  HOTPATH_CHECK(r->is_number_integer() && (!r->is_number_unsigned() || r->get<std::uint64_t>() <= (1u << 20)) &&
-                    r->get<std::int64_t>() > 0 && r->get<std::int64_t>() <= (1 << 20),
-                source, ": \"r\" must be a positive integer (at most 1048576), got ", brief(*r));
-  c.r = r->get<std::int64_t>();
-  c.lora_alpha = number_field(j, "lora_alpha", 8.0, source);
-  c.lora_dropout = number_field(j, "lora_dropout", 0.0, source);
+  HOTPATH_CHECK(r.is_number_integer() && (!r.is_number_unsigned() || r.get<std::uint64_t>() <= (1u << 20)) &&
+                    r.get<std::int64_t>() > 0 && r.get<std::int64_t>() <= (1 << 20),
+                source, ": \"r\" must be a positive integer (at most 1048576), got ", json_brief(r));
+  c.r = r.get<std::int64_t>();
+  c.lora_alpha = f.real("lora_alpha", 8.0);
+  c.lora_dropout = f.real("lora_dropout", 0.0);
   HOTPATH_CHECK(c.lora_dropout >= 0.0 && c.lora_dropout < 1.0, source, ": \"lora_dropout\" must be in [0, 1), got ",
                 c.lora_dropout);
-  const Json* targets = field(j, "target_modules");
-  HOTPATH_CHECK(targets != nullptr, source, ": missing \"target_modules\" (hotpath has no per-model defaults)");
-  if (targets->is_string()) {
-    c.target_regex = targets->get<std::string>();
+  HOTPATH_CHECK(f.has("target_modules"), source, ": missing \"target_modules\" (hotpath has no per-model defaults)");
+  if (j.at("target_modules").is_string()) {
+    c.target_regex = f.text("target_modules", "");
     HOTPATH_CHECK(!c.target_regex.empty(), source, ": \"target_modules\" is an empty regex");
     HOTPATH_CHECK(c.target_regex != "all-linear", source, ": target_modules \"all-linear\" is not supported; list the modules");
     HOTPATH_CHECK(c.target_regex.size() <= kLoraMaxRegex, source, ": target_modules regex of ", c.target_regex.size(),
                   " characters is longer than the ", kLoraMaxRegex, " supported");
     const std::string hazard = regex_hazard(c.target_regex);
-    HOTPATH_CHECK(hazard.empty(), source, ": target_modules regex ", brief(Json(c.target_regex)), " has ", hazard,
+    HOTPATH_CHECK(hazard.empty(), source, ": target_modules regex ", json_brief(Json(c.target_regex)), " has ", hazard,
                   ", which std::regex can take exponential time to match; list the modules or simplify it");
     try {
       std::regex check(c.target_regex);
     } catch (const std::regex_error& e) {
-      HOTPATH_CHECK(false, source, ": target_modules regex ", brief(Json(c.target_regex)), " does not compile: ",
+      HOTPATH_CHECK(false, source, ": target_modules regex ", json_brief(Json(c.target_regex)), " does not compile: ",
                     e.what());
     }
   } else {
-    c.target_modules = string_list(*targets, "target_modules", source);
+    c.target_modules = f.texts("target_modules");
     HOTPATH_CHECK(!c.target_modules.empty(), source, ": \"target_modules\" is empty");
   }
-  c.bias = field(j, "bias") ? string_field(j, "bias", source) : "none";
-  HOTPATH_CHECK(c.bias == "none", source, ": bias ", brief(Json(c.bias)), " is not supported (only \"none\")");
-  if (const Json* m = field(j, "modules_to_save")) c.modules_to_save = string_list(*m, "modules_to_save", source);
-  c.use_rslora = bool_field(j, "use_rslora", false, source);
-  c.task_type = string_field(j, "task_type", source);
-  c.base_model_name_or_path = string_field(j, "base_model_name_or_path", source);
-  c.inference_mode = bool_field(j, "inference_mode", false, source);
+  c.bias = f.text("bias", "none");
+  HOTPATH_CHECK(c.bias == "none", source, ": bias ", json_brief(Json(c.bias)), " is not supported (only \"none\")");
+  c.modules_to_save = f.texts("modules_to_save");
+  c.use_rslora = f.boolean("use_rslora", false);
+  c.task_type = f.text("task_type", "");
+  c.base_model_name_or_path = f.text("base_model_name_or_path", "");
+  c.inference_mode = f.boolean("inference_mode", false);
 
   // Variants hotpath does not implement: refuse rather than load a different model.
   for (const char* flag : {"fan_in_fan_out", "use_dora", "lora_bias", "use_qalora"})
-    HOTPATH_CHECK(!bool_field(j, flag, false, source), source, ": \"", flag, "\": true is not supported");
+    HOTPATH_CHECK(!f.boolean(flag, false), source, ": \"", flag, "\": true is not supported");
   for (const char* key : {"layers_to_transform", "layers_pattern", "exclude_modules", "target_parameters",
                           "layer_replication", "trainable_token_indices"})
-    HOTPATH_CHECK(field(j, key) == nullptr || (field(j, key)->is_array() && field(j, key)->empty()), source, ": \"",
-                  key, "\" is not supported (got ", brief(*field(j, key)), ")");
+    HOTPATH_CHECK(!f.has(key) || (j.at(key).is_array() && j.at(key).empty()), source, ": \"", key,
+                  "\" is not supported (got ", json_brief(j.at(key)), ")");
   for (const char* key : {"rank_pattern", "alpha_pattern"})
-    HOTPATH_CHECK(field(j, key) == nullptr || field(j, key)->empty(), source, ": \"", key,
-                  "\" is not supported (got ", brief(*field(j, key)), ")");
+    HOTPATH_CHECK(!f.has(key) || j.at(key).empty(), source, ": \"", key, "\" is not supported (got ",
+                  json_brief(j.at(key)), ")");
   return c;
 }
 

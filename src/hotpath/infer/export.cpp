@@ -27,6 +27,7 @@
 #include "hotpath/data/loader.h"
 #include "hotpath/data/shard_list.h"
 #include "hotpath/formats/bert_config.h"
+#include "hotpath/formats/prefix_config.h"
 #include "hotpath/infer/int8_chain.h"
 #include "hotpath/infer/lower.h"
 #include "hotpath/infer/onnx_export.h"
@@ -203,6 +204,15 @@ Source load_source(const ExportSource& src) {
       return from_image_model(load_package_model(run), std::move(p));
     }
     if (fs::exists(dir / "model" / "config.json")) return from_text_dir(dir / "model", src);  // a text run
+    // A prefix-tuning run (or its best/) leaves only adapter/: the prefix cannot be merged into the weights.
+    if (const fs::path adapter = dir / "adapter" / "adapter_config.json"; fs::exists(adapter)) {
+      const std::string type =
+          formats::peft_type_of(read_file(adapter.string(), read_limit::kConfig, "config"), adapter.string());
+      HOTPATH_CHECK(type != "PREFIX_TUNING", "export: ", dir.string(),
+                    " is a prefix-tuning run (adapter/ holds PEFT's PREFIX_TUNING files), which the engine does not "
+                    "run: load adapter/ with peft.PeftModel.from_pretrained over model.pretrained, or fine-tune with "
+                    "LoRA (model.lora_r) to export");
+    }
     HOTPATH_CHECK(fs::exists(dir / "config.json"), "export: ", dir.string(),
                   " holds neither model.json (an image run), model/config.json (a text run) nor config.json "
                   "(a Hugging Face or sentence-transformers directory)");

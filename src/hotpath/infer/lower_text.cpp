@@ -115,6 +115,9 @@ const char* activation(formats::BertActivation a) {
 std::string lower_encoder(TextLowering& t, const models::BertModel& model) {
   const formats::BertConfig& c = model.config();
   const bool bert = c.arch == formats::BertArch::kBert;
+  HOTPATH_CHECK(model.prefix().is_empty(),
+                "lowering: the model carries a prefix (prefix tuning), which the engine does not run; "
+                "evaluate it with hotpath.TextClassifier's eager path or PEFT, or fine-tune with LoRA to export");
   std::map<std::string, std::string> embed = {
       {"word", t.b.param(t.full("embeddings.word_embeddings.weight"), t.embedding("embeddings.word_embeddings"))},
       {"position",

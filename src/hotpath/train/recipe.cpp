@@ -42,6 +42,9 @@ void visit_recipe(R& r, V& v) {
   v("model.lora_alpha", m.lora_alpha);
   v("model.lora_dropout", m.lora_dropout);
   v("model.lora_target_modules", m.lora_target_modules);
+  v("model.prefix_tokens", m.prefix_tokens);
+  v("model.prefix_projection", m.prefix_projection);
+  v("model.prefix_hidden", m.prefix_hidden);
 
   auto& d = r.data;
   v("data.kind", d.kind, Allowed{"image", "text"});
@@ -389,6 +392,8 @@ void check_bounds(const Recipe& r) {
   const auto& t = r.train;
   in(m.num_classes, 1, 1'000'000, "model.num_classes");
   in(m.lora_r, 0, 65536, "model.lora_r");
+  in(m.prefix_tokens, 0, 4096, "model.prefix_tokens");
+  in(m.prefix_hidden, 0, 65536, "model.prefix_hidden");
   in(d.image_size, 8, 4096, "data.image_size");
   in(d.resize_shorter, 8, 8192, "data.resize_shorter");
   in(d.translate, 0, 4096, "data.translate");
@@ -437,6 +442,13 @@ void validate(const Recipe& r) {
   check_range(r.model.lora_dropout >= 0 && r.model.lora_dropout < 1, r, "model.lora_dropout", "in [0, 1)");
   check_range(r.model.lora_r == 0 || !r.model.lora_target_modules.empty(), r, "model.lora_target_modules",
               "at least one module name (e.g. [query, value])");
+  check_range(r.model.prefix_tokens == 0 || r.model.lora_r == 0, r, "model.prefix_tokens",
+              "0 with model.lora_r > 0 (LoRA or prefix tuning, not both)");
+  check_range(r.model.prefix_tokens > 0 || (!r.model.prefix_projection && r.model.prefix_hidden == 0), r,
+              r.model.prefix_projection ? "model.prefix_projection" : "model.prefix_hidden",
+              "left out without model.prefix_tokens (prefix tuning is off)");
+  check_range(r.model.prefix_projection || r.model.prefix_hidden == 0, r, "model.prefix_hidden",
+              "left out without model.prefix_projection: true (it is the reparameterisation MLP's width)");
   check_range(d.kind != "text" || !r.model.pretrained.empty(), r, "model.pretrained",
               "a Hugging Face model directory (config.json + weights) for data.kind: text");
   check_range(d.max_length >= 2 && d.max_length <= 65536, r, "data.max_length", "in [2, 65536]");

@@ -18,9 +18,11 @@
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/formats/bert_config.h"
 #include "hotpath/formats/lora_config.h"
+#include "hotpath/formats/prefix_config.h"
 #include "hotpath/models/lora.h"
 #include "hotpath/models/text/bert.h"
 #include "hotpath/models/text/hf_weights.h"
+#include "hotpath/models/text/prefix.h"
 #include "hotpath/models/weights.h"
 #include "hotpath/ops/activation_checkpoint.h"
 #include "hotpath/ops/attention.h"
@@ -173,6 +175,26 @@ class TextTask final : public Task {
       const models::LoraReport lr = models::apply_lora(*model_, *lora_);
       if (options.out) *options.out << "lora: " << lr.adapted.size() << " layers adapted; " << lr.summary() << "\n";
     }
+    if (m.prefix_tokens > 0) {
+      HOTPATH_CHECK(m.prefix_tokens + recipe.data.max_length <= config.max_position_embeddings, recipe.source,
+                    ": model.prefix_tokens (", m.prefix_tokens, ") + data.max_length (", recipe.data.max_length,
+                    ") exceed the model's max_position_embeddings (", config.max_position_embeddings,
+                    "): the text's positions start after the prefix");
+      try {
+        prefix_ = models::prefix_config_for(*model_, {.num_virtual_tokens = m.prefix_tokens,
+                                                      .prefix_projection = m.prefix_projection,
+                                                      .encoder_hidden_size = m.prefix_hidden});
+      } catch (const Error& e) {
+        HOTPATH_CHECK(false, recipe.source, ": model.prefix_tokens: ", e.what());
+      }
+      prefix_->base_model_name_or_path = m.pretrained;
+      const models::LoraReport pr = models::apply_prefix(*model_, *prefix_);
+      if (options.out) {
+        *options.out << "prefix: " << m.prefix_tokens << " virtual tokens in each of " << config.num_hidden_layers
+                     << " layers" << (m.prefix_projection ? ", through an MLP of width " + std::to_string(prefix_->encoder_hidden_size) : "")
+                     << "; " << pr.summary() << "\n";
+      }
+    }
     freeze_prefixes(*model_, recipe);
     model_->to(device_);
     trainable_ = trainable_parameters(*model_, recipe);
@@ -180,7 +202,8 @@ class TextTask final : public Task {
                 std::to_string(config.num_hidden_layers) + "×" + std::to_string(config.hidden_size) + " classifier, " +
                 std::to_string(num_labels) + " classes, attention " + m.attention +
                 (m.gradient_checkpointing ? ", activation checkpointing" : "") +
-                (lora_ ? ", LoRA r=" + std::to_string(m.lora_r) : "");
+                (lora_ ? ", LoRA r=" + std::to_string(m.lora_r) : "") +
+                (prefix_ ? ", prefix of " + std::to_string(m.prefix_tokens) + " tokens" : "");
     if (device_.is_cuda() && m.attention == "fused") {  // the dispatch report: which SDPA kernel ATen picks
       const auto& tr = recipe.train;
       const std::optional<at::ScalarType> dtype = tr.precision == "fp16"   ? std::optional(at::kHalf)
@@ -254,10 +277,10 @@ class TextTask final : public Task {
     return meter.result("eval");
   }
 
-  // With LoRA only the trained tensors (adapters and modules_to_save): the frozen encoder is
-  // model.pretrained's and is loaded again on resume. Without, every parameter and buffer.
+  // With LoRA or a prefix only the trained tensors (adapters or prefix, and the head): the frozen encoder
+  // is model.pretrained's and is loaded again on resume. Without, every parameter and buffer.
   [[nodiscard]] TensorMap checkpoint_tensors() override {
-    if (!lora_) return models::named_state(*model_);
+    if (!lora_ && !prefix_) return models::named_state(*model_);
     TensorMap out;
     for (const auto& [name, p] : trainable_) out[name] = p;
     return out;
@@ -272,12 +295,14 @@ class TextTask final : public Task {
   [[nodiscard]] json resume_key() const override {
     const auto& d = recipe_.data;
     // The epoch plan (order, lengths, buckets) comes from these and the data: the same batch index
-    // under another plan would repeat or skip samples; lora_r changes the checkpoint's tensors.
+    // under another plan would repeat or skip samples; lora_r and the prefix change the checkpoint's tensors.
     return {{"train.seed", recipe_.train.seed},
             {"train.batch_size", recipe_.train.batch_size},
             {"train.accum_steps", recipe_.train.accum_steps},
             {"data.max_tokens", d.max_tokens},
             {"model.lora_r", recipe_.model.lora_r},
+            {"model.prefix_tokens", recipe_.model.prefix_tokens},
+            {"model.prefix_projection", recipe_.model.prefix_projection ? 1 : 0},
             {"data.max_length", d.max_length},
             {"data.pad_to_multiple_of", d.pad_to_multiple_of},
             {"data.bucket", d.bucket ? 1 : 0},
@@ -316,10 +341,16 @@ class TextTask final : public Task {
 
   // A Hugging Face model directory (config.json with the labels, model.safetensors with LoRA merged,
   // tokenizer files) and, with LoRA, the PEFT adapter: DIR/model + DIR/adapter at the end of a run,
-  // DIR + DIR/adapter for best/.
+  // DIR + DIR/adapter for best/. A prefix cannot be merged into the weights: only DIR/adapter (PEFT's
+  // PREFIX_TUNING files, the head included, over model.pretrained), no model directory that would drop it.
   void export_model(const fs::path& dir, ExportPlace place) override {
     const fs::path model_dir = place == ExportPlace::kRunDir ? dir / "model" : dir;
     const fs::path adapter_dir = dir / "adapter";
+    if (prefix_) {
+      models::save_prefix(*model_, *prefix_, adapter_dir);
+      copy_tokenizer_files(recipe_.model.pretrained, adapter_dir);
+      return;
+    }
     if (lora_) {
       models::save_lora(*model_, *lora_, adapter_dir);
       copy_tokenizer_files(recipe_.model.pretrained, adapter_dir);
@@ -347,6 +378,7 @@ class TextTask final : public Task {
   std::vector<std::string> labels_;
   std::shared_ptr<models::BertForSequenceClassification> model_;
   std::optional<formats::LoraConfig> lora_;
+  std::optional<formats::PrefixConfig> prefix_;
   NamedParameters trainable_;
   text::PaddingStats padding_;
   std::string describe_;

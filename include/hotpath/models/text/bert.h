@@ -30,6 +30,7 @@
 
 #include "hotpath/formats/bert_config.h"
 #include "hotpath/models/lora.h"
+#include "hotpath/models/text/prefix.h"
 #include "hotpath/models/weights.h"
 #include "hotpath/ops/attention.h"
 #include "hotpath/ops/dropout.h"
@@ -68,8 +69,10 @@ class BertLayer : public torch::nn::Module {
   BertLayer(const formats::BertConfig& config, const BertOptions& options);
   // hidden [B, L, H], mask [B, L] → [B, L, H]. A keyed `dropout` draws this layer's masks at its sites
   // first_site + 0 (attention probabilities), + 1, + 2 (hidden) and + 3 … + 8 (LoRA adapters).
+  // prefix_kv [2, heads, P, head_dim] (prefix.h; undefined = none) is prepended to the keys and values;
+  // mask then covers P + L keys.
   at::Tensor forward(const at::Tensor& hidden, const at::Tensor& mask, const ops::DropoutSource& dropout = {},
-                     std::uint64_t first_site = 0);
+                     std::uint64_t first_site = 0, const at::Tensor& prefix_kv = {});
   void set_attention(AttentionFn attention) { options_.attention = attention; }
 
  private:
@@ -104,13 +107,17 @@ class BertModel : public torch::nn::Module {
   void set_gradient_checkpointing(bool on) { options_.gradient_checkpointing = on; }
   [[nodiscard]] std::int64_t num_layers() const { return static_cast<std::int64_t>(layers_.size()); }
   [[nodiscard]] std::shared_ptr<BertLayer> layer(std::size_t i) const { return layers_.at(i); }
+  // A prefix (prefix.h) registered as "prefix_encoder", replacing any earlier one; nullptr removes it.
+  void set_prefix(PrefixEncoder prefix);
+  [[nodiscard]] PrefixEncoder prefix() const { return prefix_; }  // shares the module (nullptr: none)
 
  private:
-  at::Tensor embed(const at::Tensor& input_ids, const at::Tensor& token_type_ids, const ops::DropoutSource& dropout);
+  at::Tensor embed(const at::Tensor& input_ids, const at::Tensor& token_type_ids, const ops::DropoutSource& dropout,
+                   std::int64_t first_position);
   // Every layer runs through here: the single place to wrap a layer in activation checkpointing
   // (options_.gradient_checkpointing) or anything else per layer.
   at::Tensor run_layer(std::size_t i, const at::Tensor& hidden, const at::Tensor& mask,
-                       const ops::DropoutSource& dropout);
+                       const ops::DropoutSource& dropout, const at::Tensor& prefix_kv);
 
   formats::BertConfig config_;
   BertOptions options_;
@@ -118,6 +125,7 @@ class BertModel : public torch::nn::Module {
   torch::nn::LayerNorm embedding_norm_{nullptr};
   std::vector<std::shared_ptr<BertLayer>> layers_;
   LoraLinear pooler_{nullptr};
+  PrefixEncoder prefix_{nullptr};
 };
 
 // BertForSequenceClassification ("bert." + "classifier.") or DistilBertForSequenceClassification

@@ -3,6 +3,8 @@
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/ones.h>
 #include <ATen/ops/clamp_min.h>
 #include <ATen/ops/dropout.h>
 #include <ATen/ops/gelu.h>
@@ -194,7 +196,7 @@ BertLayer::BertLayer(const BertConfig& config, const BertOptions& options)
 }
 
 at::Tensor BertLayer::forward(const at::Tensor& hidden, const at::Tensor& mask, const DropoutSource& dropout,
-                             std::uint64_t first_site) {
+                             std::uint64_t first_site, const at::Tensor& prefix_kv) {
   const std::int64_t b = hidden.size(0);
   const std::int64_t l = hidden.size(1);
   const std::int64_t heads = config_.num_attention_heads;
@@ -211,8 +213,14 @@ at::Tensor BertLayer::forward(const at::Tensor& hidden, const at::Tensor& mask, 
   const auto project = [&](LoraLinear& linear, const at::Tensor& x, std::uint64_t site) {
     return linear->forward(x, dropout, first_site + site);
   };
-  const at::Tensor context = options_.attention(split(project(query_, hidden, 3)), split(project(key_, hidden, 4)),
-                                                split(project(value_, hidden, 5)), mask, attention_dropout)
+  at::Tensor keys = split(project(key_, hidden, 4));
+  at::Tensor values = split(project(value_, hidden, 5));
+  if (prefix_kv.defined()) {  // [2, heads, P, d] in front of the L keys and values of every row
+    const at::Tensor kv = prefix_kv.to(keys.scalar_type()).unsqueeze(1).expand({2, b, heads, prefix_kv.size(2), d});
+    keys = at::cat({kv[0], keys}, 2);
+    values = at::cat({kv[1], values}, 2);
+  }
+  const at::Tensor context = options_.attention(split(project(query_, hidden, 3)), keys, values, mask, attention_dropout)
                                  .transpose(1, 2)
                                  .reshape({b, l, heads * d});
   const double p = config_.hidden_dropout_prob;
@@ -268,12 +276,23 @@ void BertModel::set_attention(AttentionFn attention) {
   for (auto& layer : layers_) layer->set_attention(attention);
 }
 
+void BertModel::set_prefix(PrefixEncoder prefix) {
+  if (!prefix.is_empty()) {
+    const formats::PrefixConfig& c = prefix->config();
+    c.check_model(config_.num_hidden_layers, config_.hidden_size, config_.num_attention_heads, "this BERT model");
+  }
+  if (!prefix_.is_empty()) unregister_module("prefix_encoder");
+  prefix_ = prefix.is_empty() ? PrefixEncoder(nullptr) : register_module("prefix_encoder", std::move(prefix));
+}
+
 at::Tensor BertModel::embed(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
-                            const DropoutSource& dropout) {
+                            const DropoutSource& dropout, std::int64_t first_position) {
   const std::int64_t l = input_ids.size(1);
-  HOTPATH_CHECK(l <= config_.max_position_embeddings, "BertModel: sequence length ", l,
+  HOTPATH_CHECK(first_position + l <= config_.max_position_embeddings, "BertModel: sequence length ", l,
+                first_position > 0 ? " after a prefix of " + std::to_string(first_position) + " tokens" : std::string(),
                 " exceeds max_position_embeddings ", config_.max_position_embeddings);
-  const at::Tensor positions = at::arange(l, input_ids.options().dtype(at::kLong)).unsqueeze(0);
+  const at::Tensor positions =
+      at::arange(first_position, first_position + l, input_ids.options().dtype(at::kLong)).unsqueeze(0);
   at::Tensor x = word_embeddings_(input_ids) + position_embeddings_(positions);
   if (token_type_embeddings_) {
     x = x + (token_type_ids.defined() ? token_type_embeddings_(token_type_ids)
@@ -283,17 +302,18 @@ at::Tensor BertModel::embed(const at::Tensor& input_ids, const at::Tensor& token
 }
 
 at::Tensor BertModel::run_layer(std::size_t i, const at::Tensor& hidden, const at::Tensor& mask,
-                                const DropoutSource& dropout) {
-  // As transformers: checkpoint only when training (eval and no_grad keep nothing anyway).
+                                const DropoutSource& dropout, const at::Tensor& prefix_kv) {
+  // As transformers: checkpoint only when training (eval and no_grad keep nothing anyway). The prefix is an
+  // input of the checkpointed block, so its gradient comes back from the recomputation.
   if (options_.gradient_checkpointing && is_training() && at::GradMode::is_enabled()) {
     const std::shared_ptr<BertLayer> layer = layers_[i];
     return checkpoint(
         [layer, dropout, site = layer_site(i)](const std::vector<at::Tensor>& in) {
-          return layer->forward(in[0], in[1], dropout, site);
+          return layer->forward(in[0], in[1], dropout, site, in[2]);
         },
-        {hidden, mask});
+        {hidden, mask, prefix_kv});
   }
-  return layers_[i]->forward(hidden, mask, dropout, layer_site(i));
+  return layers_[i]->forward(hidden, mask, dropout, layer_site(i), prefix_kv);
 }
 
 at::Tensor BertModel::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
@@ -306,8 +326,21 @@ at::Tensor BertModel::forward(const at::Tensor& input_ids, const at::Tensor& att
   HOTPATH_CHECK(!dropout.keyed() || dropout.sample_index.numel() == input_ids.size(0),
                 "BertModel: expected one dropout sample index per row of input_ids (", input_ids.size(0), "), got ",
                 dropout.sample_index.numel());
-  at::Tensor hidden = embed(input_ids, token_type_ids, dropout);
-  for (std::size_t i = 0; i < layers_.size(); ++i) hidden = run_layer(i, hidden, attention_mask, dropout);
+  if (prefix_.is_empty()) {
+    at::Tensor hidden = embed(input_ids, token_type_ids, dropout, 0);
+    for (std::size_t i = 0; i < layers_.size(); ++i) hidden = run_layer(i, hidden, attention_mask, dropout, {});
+    return hidden;
+  }
+  // Prefix tuning (prefix.h): positions start after the prefix, every row attends to all of it.
+  const std::int64_t p = prefix_->config().num_virtual_tokens;
+  at::Tensor hidden = embed(input_ids, token_type_ids, dropout, p);
+  const at::Tensor mask =
+      attention_mask.defined() ? at::cat({at::ones({input_ids.size(0), p}, attention_mask.options()), attention_mask}, 1)
+                               : attention_mask;
+  const at::Tensor table = prefix_->forward();
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    hidden = run_layer(i, hidden, mask, dropout, prefix_->layer_kv(table, static_cast<std::int64_t>(i)));
+  }
   return hidden;
 }
 
