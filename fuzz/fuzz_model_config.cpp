@@ -1,6 +1,6 @@
 // libFuzzer target: the JSON files of a model directory. The first byte picks what the rest is:
 //   0: config.json (BertConfig)   1: modules.json   2: 1_Pooling/config.json   3: adapter_config.json (LoRA)
-//   4: adapter_config.json (prefix tuning)
+//   4: adapter_config.json (prefix tuning)   5: adapter_config.json (the adapters library's bottleneck adapters)
 // Bad input must end in hotpath::Error on one line (never a crash, hang, JSON exception escaping);
 // a config that parses must keep the invariants the model constructors rely on.
 #include <cstddef>
@@ -12,6 +12,7 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/formats/bert_config.h"
+#include "hotpath/formats/adapter_config.h"
 #include "hotpath/formats/lora_config.h"
 #include "hotpath/formats/prefix_config.h"
 
@@ -58,13 +59,21 @@ void check(const hotpath::formats::PrefixConfig& c) {
   }
 }
 
+void check(const hotpath::formats::AdapterConfig& c) {
+  if (!(c.reduction_factor >= 1e-3) || c.bottleneck(768) < 1) fail("bad reduction factor");
+  if (!c.mh_adapter && !c.output_adapter) fail("no adapter placed");
+  if (c.name.empty()) fail("empty name");
+  const auto back = hotpath::formats::AdapterConfig::from_json(c.to_json(768, "BertForSequenceClassification"));
+  if (back.bottleneck(768) != c.bottleneck(768) || back.name != c.name) fail("to_json does not round-trip");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
-    switch (data[0] % 5) {
+    switch (data[0] % 6) {
       case 0: check(hotpath::formats::BertConfig::from_json(text)); break;
       case 1: {
         hotpath::formats::SentencePipeline p;
@@ -78,10 +87,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         break;
       }
       case 3: check(hotpath::formats::LoraConfig::from_json(text)); break;
-      default:
+      case 4:
         (void)hotpath::formats::peft_type_of(text);
         check(hotpath::formats::PrefixConfig::from_json(text));
         break;
+      default: check(hotpath::formats::AdapterConfig::from_json(text)); break;
     }
   } catch (const hotpath::Error& e) {
     if (std::string_view(e.what()).find('\n') != std::string_view::npos) fail("error message is not one line");

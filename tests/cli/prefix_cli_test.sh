@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prefix tuning from a recipe, as a user runs it: `hotpath train` with model.prefix_tokens (through the
+# Prefix tuning and bottleneck adapters from a recipe, as a user runs them: `hotpath train` with model.prefix_tokens (through the
 # reparameterisation MLP, with activation checkpointing) on the pretrained MiniLM learns a two-class task; the
 # run leaves adapter/ in PEFT's PREFIX_TUNING format, which peft.PeftModel.from_pretrained loads over the base
 # model and scores on the eval texts as hotpath's own last evaluation did; export refuses the run with one line;
@@ -97,5 +97,42 @@ refuse "width without projection" "model.prefix_hidden: expected left out withou
 refuse "prefix longer than the positions" "exceed the model's max_position_embeddings (512)" model.prefix_tokens=500
 refuse "prefix on an image recipe" "model.prefix_tokens applies to text recipes" data.kind=image model.name=cnn_small \
   data.eval=[] model.pretrained= model.gradient_checkpointing=false model.prefix_projection=false model.prefix_hidden=0
+
+# Bottleneck adapters from the same recipe (Houlsby): learns, leaves the adapters library's files, which the
+# library (its overlay from scripts/setup) loads over the base model and scores alike; export refuses the run.
+"$hp" train prefix.yaml --set "output_dir=$work/adapter-run" --set model.prefix_tokens=0 \
+  --set model.prefix_projection=false --set model.prefix_hidden=0 --set model.adapter.config=double_seq_bn \
+  --set optimizer.lr=0.002 >adapter.log 2>&1 || die "adapter training failed: $(tail -3 adapter.log)"
+grep -q "^adapter: double_seq_bn (attention and feed-forward, bottleneck 24, swish) in each of 6 layers; trainable params: " \
+  adapter.log || fail "no adapter summary line: $(grep -m1 adapter adapter.log)"
+top1=$("$python" -c 'import json,sys; print([j for j in map(json.loads, open(sys.argv[1])) if j["split"] == "eval"][-1]["top1"] / 100)' \
+  adapter-run/metrics.jsonl) || die "no eval line in the adapter run's metrics.jsonl"
+"$python" -c "import sys; sys.exit(0 if float('$top1') >= 0.9 else 1)" ||
+  fail "the adapters did not learn the task: eval top1 $top1 (< 0.9; majority class 0.55)"
+lib_top1=$("$python" - "$work" "$model" <<'PY'
+import json, os, sys
+sys.path.insert(0, os.path.join(os.environ.get("HOTPATH_CACHE") or os.path.expanduser("~/.cache/hotpath"), "adapters"))
+import adapters, torch
+from transformers import AutoTokenizer, BertForSequenceClassification
+work = sys.argv[1]
+model = BertForSequenceClassification.from_pretrained(sys.argv[2], num_labels=2)
+adapters.init(model)
+model.load_adapter(f"{work}/adapter-run/adapter", use_safetensors=True, set_active=True)
+model.eval()
+tok = AutoTokenizer.from_pretrained(f"{work}/adapter-run/adapter")
+rows = [json.loads(l) for l in open(f"{work}/eval.jsonl")]
+enc = tok([r["text"] for r in rows], padding=True, truncation=True, max_length=16, return_tensors="pt")
+with torch.no_grad():
+    pred = model(**enc).logits.argmax(-1)
+print(sum(int(p) == r["label"] for p, r in zip(pred, rows)) / len(rows))
+PY
+) || die "the adapters library could not load adapter-run/adapter"
+"$python" -c "import sys; sys.exit(0 if abs(float('$top1') - float('$lib_top1')) <= 1.5 / 200 else 1)" ||
+  fail "the adapters library scores the saved adapter $lib_top1 on the eval texts, hotpath's last eval said $top1"
+echo "adapters: hotpath eval top1 $top1, the adapters library on the saved adapter $lib_top1"
+out=$("$hp" export --model-dir adapter-run --out pkg 2>&1) && fail "export of an adapter run succeeded"
+printf '%s' "$out" | grep -q "is a bottleneck-adapter run" || fail "export of an adapter run: got: $out"
+refuse "adapters with a prefix" "model.adapter.config: expected left out with model.lora_r or model.prefix_tokens" \
+  model.adapter.config=seq_bn
 
 finish "prefix_cli_test: all passed"

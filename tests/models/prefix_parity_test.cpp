@@ -93,7 +93,7 @@ TEST_P(PrefixParity, CheckpointedTrainingStepGivesPeftsGradients) {
 }
 
 INSTANTIATE_TEST_SUITE_P(TableAndProjection, PrefixParity, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "Projection" : "Table"; });
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Projection" : "Table"; });
 
 }  // namespace
 }  // namespace hotpath::models

@@ -68,6 +68,22 @@ TEST(Recipe, UnknownKeyIsNamedWithTheSectionsAllowedKeys) {
   EXPECT_NE(e.find("epochs"), std::string::npos) << e;  // the allowed keys are listed
 }
 
+TEST(Recipe, NestedSectionsReadAndTheirUnknownKeysAreNamed) {
+  const Recipe r = parse_recipe("data: {kind: text}\nmodel: {pretrained: m, adapter: {config: seq_bn, reduction_factor: 8}}\n",
+                                {"model.adapter.non_linearity=swish"}, "r.yaml");
+  EXPECT_EQ(r.model.adapter.config, "seq_bn");
+  EXPECT_EQ(r.model.adapter.reduction_factor, 8.0);
+  EXPECT_EQ(r.model.adapter.non_linearity, "swish");
+  EXPECT_EQ(parse_recipe(to_yaml(r)).model.adapter.reduction_factor, 8.0);
+  const std::string e = error_of("model:\n  adapter:\n    confg: seq_bn\n");
+  EXPECT_NE(e.find("r.yaml:3: unknown key 'model.adapter.confg'; model.adapter accepts: config, reduction_factor, "
+                   "non_linearity"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(error_of("model: {adapter: seq_bn}\n").find("model.adapter: expected a mapping of keys (config,"),
+            std::string::npos);
+}
+
 TEST(Recipe, UnknownTopLevelKeyIsAnError) {
   const std::string e = error_of("modle: {name: x}\n");
   EXPECT_NE(e.find("unknown key 'modle'"), std::string::npos) << e;

@@ -37,6 +37,12 @@ struct ModelSection {
   std::int64_t prefix_tokens = 0;       // virtual tokens per layer, 0 = off (exclusive with lora_r)
   bool prefix_projection = false;       // train through PEFT's reparameterisation MLP
   std::int64_t prefix_hidden = 0;       // the MLP's width, 0 = the model's hidden size
+  // Bottleneck adapters (models/text/adapter.h, the adapters library's format): `model.adapter: {config: seq_bn}`.
+  struct Adapter {
+    std::string config;                 // "" = off | seq_bn (pfeiffer) | double_seq_bn (houlsby)
+    double reduction_factor = 16.0;     // bottleneck width = hidden / this
+    std::string non_linearity;          // "" = the preset's (relu | swish) | relu | swish | gelu | gelu_new | tanh
+  } adapter;
 };
 
 struct DataSection {

@@ -212,6 +212,10 @@ Source load_source(const ExportSource& src) {
                     " is a prefix-tuning run (adapter/ holds PEFT's PREFIX_TUNING files), which the engine does not "
                     "run: load adapter/ with peft.PeftModel.from_pretrained over model.pretrained, or fine-tune with "
                     "LoRA (model.lora_r) to export");
+      HOTPATH_CHECK(!type.empty(), "export: ", dir.string(),
+                    " is a bottleneck-adapter run (adapter/ holds the adapters library's files), which the engine "
+                    "does not run: load adapter/ with model.load_adapter(..., use_safetensors=True) over "
+                    "model.pretrained, or fine-tune with LoRA (model.lora_r) to export");
     }
     HOTPATH_CHECK(fs::exists(dir / "config.json"), "export: ", dir.string(),
                   " holds neither model.json (an image run), model/config.json (a text run) nor config.json "

@@ -118,6 +118,12 @@ std::string lower_encoder(TextLowering& t, const models::BertModel& model) {
   HOTPATH_CHECK(model.prefix().is_empty(),
                 "lowering: the model carries a prefix (prefix tuning), which the engine does not run; "
                 "evaluate it with hotpath.TextClassifier's eager path or PEFT, or fine-tune with LoRA to export");
+  for (std::int64_t i = 0; i < model.num_layers(); ++i) {
+    const auto layer = model.layer(static_cast<std::size_t>(i));
+    HOTPATH_CHECK(layer->attention_adapter().is_empty() && layer->output_adapter().is_empty(),
+                  "lowering: the model carries bottleneck adapters, which the engine does not run; fine-tune with "
+                  "LoRA to export");
+  }
   std::map<std::string, std::string> embed = {
       {"word", t.b.param(t.full("embeddings.word_embeddings.weight"), t.embedding("embeddings.word_embeddings"))},
       {"position",

@@ -45,6 +45,9 @@ void visit_recipe(R& r, V& v) {
   v("model.prefix_tokens", m.prefix_tokens);
   v("model.prefix_projection", m.prefix_projection);
   v("model.prefix_hidden", m.prefix_hidden);
+  v("model.adapter.config", m.adapter.config, Allowed{"", "seq_bn", "double_seq_bn", "pfeiffer", "houlsby"});
+  v("model.adapter.reduction_factor", m.adapter.reduction_factor);
+  v("model.adapter.non_linearity", m.adapter.non_linearity, Allowed{"", "relu", "swish", "gelu", "gelu_new", "tanh"});
 
   auto& d = r.data;
   v("data.kind", d.kind, Allowed{"image", "text"});
@@ -308,18 +311,25 @@ void check_unknown_keys(const YAML::Node& root, const std::string& source, const
                 root.IsSequence() ? "a list" : "a scalar");
   const std::vector<std::string> keys = recipe_keys();
   const std::set<std::string> known(keys.begin(), keys.end());
+  // Sections at any depth: every proper dotted prefix of a key ("model", "model.adapter").
   std::set<std::string> sections;
   for (const auto& k : keys) {
-    if (const auto dot = k.find('.'); dot != std::string::npos) sections.insert(k.substr(0, dot));
+    for (auto dot = k.find('.'); dot != std::string::npos; dot = k.find('.', dot + 1)) sections.insert(k.substr(0, dot));
   }
+  // The names directly inside `prefix` ("" = the top level): its keys and its sub-sections.
   const auto allowed_in = [&](const std::string& prefix) {
     std::vector<std::string> names;
+    const std::string head = prefix.empty() ? "" : prefix + ".";
     for (const auto& k : keys) {
-      if (prefix.empty() ? k.find('.') == std::string::npos : k.rfind(prefix + ".", 0) == 0) {
-        names.push_back(prefix.empty() ? k : k.substr(prefix.size() + 1));
+      if (k.rfind(head, 0) == 0) names.push_back(k.substr(head.size()));
+    }
+    if (prefix.empty()) {
+      names.erase(std::remove_if(names.begin(), names.end(), [](const std::string& n) { return n.find('.') != std::string::npos; }),
+                  names.end());
+      for (const auto& sec : sections) {
+        if (sec.find('.') == std::string::npos) names.push_back(sec);
       }
     }
-    if (prefix.empty()) names.insert(names.end(), sections.begin(), sections.end());
     return join(names, ", ");
   };
   const auto where = [&](const YAML::Node& n, const std::string& key) {
@@ -328,22 +338,23 @@ void check_unknown_keys(const YAML::Node& root, const std::string& source, const
                                                           : source + ":" + std::to_string(mark.line + 1);
   };
   if (root.IsNull()) return;
-  for (const auto& top : root) {
-    const std::string name = top.first.as<std::string>();
-    if (sections.count(name) != 0) {
-      if (top.second.IsNull()) continue;
-      HOTPATH_CHECK(top.second.IsMap(), where(top.second, name), ": ", name, ": expected a mapping of keys (",
-                    allowed_in(name), ")");
-      for (const auto& kv : top.second) {
-        const std::string key = name + "." + kv.first.as<std::string>();
-        HOTPATH_CHECK(known.count(key) != 0, where(kv.first, key), ": unknown key '", key, "'; ", name, " accepts: ",
-                      allowed_in(name));
+  // Walks a section's mapping: every key must be a known key or a known sub-section (itself a mapping).
+  const auto walk = [&](const auto& self, const YAML::Node& node, const std::string& prefix) -> void {
+    for (const auto& kv : node) {
+      const std::string key = (prefix.empty() ? "" : prefix + ".") + kv.first.as<std::string>();
+      if (known.count(key) != 0) continue;
+      if (sections.count(key) != 0) {
+        if (kv.second.IsNull()) continue;
+        HOTPATH_CHECK(kv.second.IsMap(), where(kv.second, key), ": ", key, ": expected a mapping of keys (",
+                      allowed_in(key), ")");
+        self(self, kv.second, key);
+        continue;
       }
-      continue;
+      HOTPATH_CHECK(false, where(kv.first, key), ": unknown key '", key, "'; ",
+                    prefix.empty() ? std::string("a recipe") : prefix, " accepts: ", allowed_in(prefix));
     }
-    HOTPATH_CHECK(known.count(name) != 0, where(top.first, name), ": unknown key '", name,
-                  "'; a recipe accepts: ", allowed_in(""));
-  }
+  };
+  walk(walk, root, "");
 }
 
 // Applies "a.b.c=value" to the tree (value parsed as YAML, so numbers, booleans and [lists] work);
@@ -442,6 +453,13 @@ void validate(const Recipe& r) {
   check_range(r.model.lora_dropout >= 0 && r.model.lora_dropout < 1, r, "model.lora_dropout", "in [0, 1)");
   check_range(r.model.lora_r == 0 || !r.model.lora_target_modules.empty(), r, "model.lora_target_modules",
               "at least one module name (e.g. [query, value])");
+  const bool adapter = !r.model.adapter.config.empty();
+  check_range(!adapter || (r.model.lora_r == 0 && r.model.prefix_tokens == 0), r, "model.adapter.config",
+              "left out with model.lora_r or model.prefix_tokens (one of LoRA, prefix tuning, adapters)");
+  check_range(adapter || (r.model.adapter.reduction_factor == 16.0 && r.model.adapter.non_linearity.empty()), r,
+              "model.adapter.config", "a preset (seq_bn or double_seq_bn) with the other model.adapter keys");
+  check_range(r.model.adapter.reduction_factor >= 1.0 && r.model.adapter.reduction_factor <= 65536.0, r,
+              "model.adapter.reduction_factor", "in [1, 65536]");
   check_range(r.model.prefix_tokens == 0 || r.model.lora_r == 0, r, "model.prefix_tokens",
               "0 with model.lora_r > 0 (LoRA or prefix tuning, not both)");
   check_range(r.model.prefix_tokens > 0 || (!r.model.prefix_projection && r.model.prefix_hidden == 0), r,

@@ -18,6 +18,7 @@
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/formats/bert_config.h"
 #include "hotpath/formats/lora_config.h"
+#include "hotpath/formats/adapter_config.h"
 #include "hotpath/formats/prefix_config.h"
 #include "hotpath/models/lora.h"
 #include "hotpath/models/text/bert.h"
@@ -195,6 +196,20 @@ class TextTask final : public Task {
                      << "; " << pr.summary() << "\n";
       }
     }
+    if (!m.adapter.config.empty()) {
+      adapter_ = formats::AdapterConfig::preset(m.adapter.config);
+      adapter_->reduction_factor = m.adapter.reduction_factor;
+      if (!m.adapter.non_linearity.empty()) adapter_->non_linearity = m.adapter.non_linearity;
+      HOTPATH_CHECK(config.arch == formats::BertArch::kBert, recipe.source,
+                    ": model.adapter: DistilBERT is not supported (BERT models only); use model.lora_r");
+      const models::LoraReport ar = models::apply_adapter(*model_, *adapter_);
+      if (options.out) {
+        *options.out << "adapter: " << m.adapter.config << " (" << (adapter_->mh_adapter ? "attention and " : "")
+                     << "feed-forward, bottleneck " << adapter_->bottleneck(config.hidden_size) << ", "
+                     << adapter_->non_linearity << ") in each of " << config.num_hidden_layers << " layers; "
+                     << ar.summary() << "\n";
+      }
+    }
     freeze_prefixes(*model_, recipe);
     model_->to(device_);
     trainable_ = trainable_parameters(*model_, recipe);
@@ -203,7 +218,8 @@ class TextTask final : public Task {
                 std::to_string(num_labels) + " classes, attention " + m.attention +
                 (m.gradient_checkpointing ? ", activation checkpointing" : "") +
                 (lora_ ? ", LoRA r=" + std::to_string(m.lora_r) : "") +
-                (prefix_ ? ", prefix of " + std::to_string(m.prefix_tokens) + " tokens" : "");
+                (prefix_ ? ", prefix of " + std::to_string(m.prefix_tokens) + " tokens" : "") +
+                (adapter_ ? ", " + m.adapter.config + " adapters" : "");
     if (device_.is_cuda() && m.attention == "fused") {  // the dispatch report: which SDPA kernel ATen picks
       const auto& tr = recipe.train;
       const std::optional<at::ScalarType> dtype = tr.precision == "fp16"   ? std::optional(at::kHalf)
@@ -280,7 +296,7 @@ class TextTask final : public Task {
   // With LoRA or a prefix only the trained tensors (adapters or prefix, and the head): the frozen encoder
   // is model.pretrained's and is loaded again on resume. Without, every parameter and buffer.
   [[nodiscard]] TensorMap checkpoint_tensors() override {
-    if (!lora_ && !prefix_) return models::named_state(*model_);
+    if (!lora_ && !prefix_ && !adapter_) return models::named_state(*model_);
     TensorMap out;
     for (const auto& [name, p] : trainable_) out[name] = p;
     return out;
@@ -303,6 +319,7 @@ class TextTask final : public Task {
             {"model.lora_r", recipe_.model.lora_r},
             {"model.prefix_tokens", recipe_.model.prefix_tokens},
             {"model.prefix_projection", recipe_.model.prefix_projection ? 1 : 0},
+            {"model.adapter.config", recipe_.model.adapter.config},
             {"data.max_length", d.max_length},
             {"data.pad_to_multiple_of", d.pad_to_multiple_of},
             {"data.bucket", d.bucket ? 1 : 0},
@@ -346,6 +363,11 @@ class TextTask final : public Task {
   void export_model(const fs::path& dir, ExportPlace place) override {
     const fs::path model_dir = place == ExportPlace::kRunDir ? dir / "model" : dir;
     const fs::path adapter_dir = dir / "adapter";
+    if (adapter_) {
+      models::save_adapter(*model_, *adapter_, adapter_dir);
+      copy_tokenizer_files(recipe_.model.pretrained, adapter_dir);
+      return;
+    }
     if (prefix_) {
       models::save_prefix(*model_, *prefix_, adapter_dir);
       copy_tokenizer_files(recipe_.model.pretrained, adapter_dir);
@@ -379,6 +401,7 @@ class TextTask final : public Task {
   std::shared_ptr<models::BertForSequenceClassification> model_;
   std::optional<formats::LoraConfig> lora_;
   std::optional<formats::PrefixConfig> prefix_;
+  std::optional<formats::AdapterConfig> adapter_;
   NamedParameters trainable_;
   text::PaddingStats padding_;
   std::string describe_;

@@ -30,6 +30,7 @@
 
 #include "hotpath/formats/bert_config.h"
 #include "hotpath/models/lora.h"
+#include "hotpath/models/text/adapter.h"
 #include "hotpath/models/text/prefix.h"
 #include "hotpath/models/weights.h"
 #include "hotpath/ops/attention.h"
@@ -74,10 +75,16 @@ class BertLayer : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& hidden, const at::Tensor& mask, const ops::DropoutSource& dropout = {},
                      std::uint64_t first_site = 0, const at::Tensor& prefix_kv = {});
   void set_attention(AttentionFn attention) { options_.attention = attention; }
+  // Bottleneck adapters (adapter.h) after the attention block (config.mh_adapter) and after the feed-forward
+  // block (config.output_adapter), registered as "attention.output.adapters.<name>" / "output.adapters.<name>".
+  void add_adapter(const formats::AdapterConfig& config);
+  [[nodiscard]] BottleneckAdapter attention_adapter() const { return attention_adapter_; }
+  [[nodiscard]] BottleneckAdapter output_adapter() const { return output_adapter_; }
 
  private:
   formats::BertConfig config_;
   BertOptions options_;
+  BottleneckAdapter attention_adapter_{nullptr}, output_adapter_{nullptr};
   // LoraLinear: a torch::nn::Linear that apply_lora (lora.h) can give an adapter.
   LoraLinear query_{nullptr}, key_{nullptr}, value_{nullptr}, attention_out_{nullptr};
   torch::nn::LayerNorm attention_norm_{nullptr};

@@ -224,11 +224,34 @@ at::Tensor BertLayer::forward(const at::Tensor& hidden, const at::Tensor& mask, 
                                  .transpose(1, 2)
                                  .reshape({b, l, heads * d});
   const double p = config_.hidden_dropout_prob;
-  const at::Tensor attended = attention_norm_(
-      hidden_dropout_add(project(attention_out_, context, 6), hidden, p, is_training(), dropout, first_site + 1));
+  // A sublayer: LayerNorm(dropout(dense) + input), or with an adapter in it adapter.h's placement.
+  const auto sublayer = [&](const at::Tensor& dense, const at::Tensor& input, torch::nn::LayerNorm& norm,
+                            BottleneckAdapter& adapter, std::uint64_t site) {
+    if (adapter.is_empty()) return norm(hidden_dropout_add(dense, input, p, is_training(), dropout, site));
+    return adapter->sublayer(hidden_dropout(dense, p, is_training(), dropout, site), input,
+                             [&norm](const at::Tensor& x) { return norm(x); });
+  };
+  const at::Tensor attended =
+      sublayer(project(attention_out_, context, 6), hidden, attention_norm_, attention_adapter_, first_site + 1);
   const at::Tensor inner = activation(project(intermediate_, attended, 7), config_.hidden_act);
-  return output_norm_(
-      hidden_dropout_add(project(output_, inner, 8), attended, p, is_training(), dropout, first_site + 2));
+  return sublayer(project(output_, inner, 8), attended, output_norm_, output_adapter_, first_site + 2);
+}
+
+void BertLayer::add_adapter(const formats::AdapterConfig& config) {
+  HOTPATH_CHECK(config_.arch == BertArch::kBert, "adapters: DistilBERT is not supported");
+  HOTPATH_CHECK(attention_adapter_.is_empty() && output_adapter_.is_empty(),
+                "adapters: the layer already has an adapter (one at a time)");
+  const auto add = [&](const std::string& place, BottleneckAdapter& slot) {
+    std::shared_ptr<torch::nn::Module> parent;
+    for (const auto& item : named_modules("", /*include_self=*/false)) {
+      if (item.key() == place) parent = item.value();
+    }
+    HOTPATH_CHECK(parent != nullptr, "adapters: the layer has no ", place);
+    auto adapters = parent->register_module("adapters", std::make_shared<torch::nn::Module>("Adapters"));
+    slot = adapters->register_module(config.name, BottleneckAdapter(config, config_.hidden_size));
+  };
+  if (config.mh_adapter) add("attention.output", attention_adapter_);
+  if (config.output_adapter) add("output", output_adapter_);
 }
 
 // ---- BertModel -----------------------------------------------------------------------------------
