@@ -9,10 +9,10 @@
 #include <nlohmann/json.hpp>
 #include <torch/nn/modules/activation.h>
 
-#include <fstream>
 #include <optional>
 #include <set>
 
+#include "hotpath/core/atomic_file.h"
 #include "hotpath/core/error.h"
 #include "hotpath/formats/safetensors.h"
 #include "hotpath/models/lora.h"
@@ -27,14 +27,6 @@ constexpr const char* kWeightsFile = "adapter.safetensors";
 constexpr const char* kHeadConfigFile = "head_config.json";
 constexpr const char* kHeadWeightsFile = "model_head.safetensors";
 constexpr const char* kModelClass = "BertForSequenceClassification";
-
-void write_text(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  HOTPATH_CHECK(out, path.string(), ": cannot write");
-  out << text;
-  out.close();
-  HOTPATH_CHECK(out, path.string(), ": write failed");
-}
 
 bool is_adapter_param(const std::string& name) { return name.find(".adapters.") != std::string::npos; }
 
@@ -122,14 +114,14 @@ void save_adapter(const BertForSequenceClassification& model, const formats::Ada
   const formats::BertConfig& b = model.config();
   std::filesystem::create_directories(dir);
   write_tensors((dir / kWeightsFile).string(), adapter_state_dict(model), {{"format", "pt"}});
-  write_text(dir / kConfigFile, config.to_json(b.hidden_size, kModelClass));
+  write_file_atomic((dir / kConfigFile).string(), config.to_json(b.hidden_size, kModelClass));
   write_tensors((dir / kHeadWeightsFile).string(), adapter_head_state_dict(model), {{"format", "pt"}});
   nlohmann::json labels = nlohmann::json::object();
   for (std::size_t i = 0; i < b.id2label.size(); ++i) labels[b.id2label[i]] = i;
   const nlohmann::json head = {{"config", nullptr},       {"hidden_size", b.hidden_size}, {"label2id", labels},
                                {"model_class", kModelClass}, {"model_name", ""},           {"model_type", "bert"},
                                {"name", nullptr},         {"num_labels", b.num_labels},    {"version", "adapters.1.3.0"}};
-  write_text(dir / kHeadConfigFile, head.dump(2) + "\n");
+  write_file_atomic((dir / kHeadConfigFile).string(), head.dump(2) + "\n");
 }
 
 formats::AdapterConfig load_adapter(BertForSequenceClassification& model, const std::filesystem::path& dir) {

@@ -6,9 +6,9 @@
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/linear.h>
 
-#include <fstream>
 #include <set>
 
+#include "hotpath/core/atomic_file.h"
 #include "hotpath/core/error.h"
 #include "hotpath/formats/safetensors.h"
 #include "hotpath/models/lora.h"
@@ -27,14 +27,6 @@ constexpr const char* kHeadPrefix = "base_model.classifier.";
 
 std::string describe(const formats::BertConfig& c) {
   return std::to_string(c.num_hidden_layers) + "-layer, " + std::to_string(c.hidden_size) + "-wide BERT";
-}
-
-void write_config(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  HOTPATH_CHECK(out, path.string(), ": cannot write");
-  out << text;
-  out.close();
-  HOTPATH_CHECK(out, path.string(), ": write failed");
 }
 
 }  // namespace
@@ -130,7 +122,7 @@ void save_prefix(BertForSequenceClassification& model, const formats::PrefixConf
   write_tensors((dir / kWeightsFile).string(), tensors, {{"format", "pt"}});
   formats::PrefixConfig saved = config;
   saved.inference_mode = true;  // as save_pretrained: the file holds the table, not the MLP
-  write_config(dir / kConfigFile, saved.to_json());
+  write_file_atomic((dir / kConfigFile).string(), saved.to_json());
 }
 
 formats::PrefixConfig load_prefix(BertForSequenceClassification& model, const std::filesystem::path& dir) {
