@@ -135,7 +135,21 @@ void Int8Gemm(benchmark::State& s) {
   set_items(s);
 }
 
-// Int8Linear::forward with hotpath's int8_gemm forced (8-bit weights): the whole op where _int_mm is scalar.
+// The same with 7-bit weights (|b| ≤ 63): on AVX2 the u8·s8 product that Int8Linear's kAuto picks there.
+void Int8Gemm7(benchmark::State& s) {
+  const LinearFixture f(s);
+  const at::Tensor q = at::randint(-127, 128, f.x.sizes(), at::kChar);
+  const hotpath::ops::Int8PackedB w = hotpath::ops::int8_gemm_pack(at::randint(-63, 64, {s.range(1), s.range(2)}, at::kChar));
+  at::Tensor c = at::empty({s.range(0), s.range(2)}, at::kInt);
+  for (auto _ : s) {
+    hotpath::ops::int8_gemm_out(q, w, c);
+    benchmark::DoNotOptimize(c.data_ptr());
+  }
+  set_items(s);
+}
+
+// Int8Linear::forward with hotpath's int8_gemm forced (kAuto: 7-bit weights where its AVX2 kernel runs): the
+// whole op where _int_mm is scalar.
 void LinearInt8HotpathGemm(benchmark::State& s) {
   const LinearFixture f(s);
   const auto [w8, scale] = Int8Linear::quantize_weight(f.w);
@@ -224,6 +238,7 @@ BENCHMARK(IntMmKN)->Apply(linear_shapes);
 BENCHMARK(IntMmNKView)->Apply(linear_shapes);
 BENCHMARK(IntMmScalarLoop)->Args({128, 768, 768})->Args({128, 768, 3072})->ArgNames({"M", "K", "N"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(Int8Gemm)->Apply(linear_shapes);
+BENCHMARK(Int8Gemm7)->Apply(linear_shapes);
 BENCHMARK(LinearInt8HotpathGemm)->Apply(linear_shapes);
 BENCHMARK(QuantizeRows)->Apply(linear_shapes);
 BENCHMARK(Epilogue)->Apply(linear_shapes);

@@ -55,6 +55,33 @@ TEST(Int8Gemm, EqualsTheExactProductForOddShapesAtEveryIsa) {
   }
 }
 
+// 7-bit weights (|b| ≤ 63) take the AVX2 kernel's u8·s8 product, a + 128 against b with −128·Σb preloaded: the
+// same exact sums for odd shapes (the K tail outside the correction), A at -128 and 127, b at ±63.
+TEST(Int8Gemm, SevenBitWeightsTakeTheU8ProductWithTheSameExactSumsAtEveryIsa) {
+  for (const auto& [m, k, n] : {std::tuple{1, 1, 1}, {3, 5, 17}, {13, 768, 40}, {67, 130, 33}, {9, 3, 100},
+                                {200, 64, 16}, {6, 3071, 50}}) {
+    at::manual_seed(m * 7 + k + n);
+    at::Tensor a = at::randint(-128, 128, {m, k}, at::kChar);
+    a[0].fill_(-128);
+    if (m > 1) a[1].fill_(127);
+    at::Tensor b = at::randint(-63, 64, {k, n}, at::kChar);
+    b.select(1, 0).fill_(k % 2 == 0 ? 63 : -63);
+    const Int8PackedB packed = int8_gemm_pack(b);
+    EXPECT_TRUE(packed.seven_bit);
+    const at::Tensor want = exact(a, b);
+    for (const Isa isa : levels()) {
+      const cpu::ScopedMaxIsa cap(isa);
+      SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " " + std::to_string(m) + "x" + std::to_string(k) + "x" +
+                   std::to_string(n));
+      EXPECT_TRUE(at::equal(run(a, packed), want));
+    }
+  }
+  EXPECT_FALSE(int8_gemm_pack(at::full({4, 4}, 64, at::kChar)).seven_bit);
+  EXPECT_FALSE(int8_gemm_pack(at::full({4, 4}, -64, at::kChar)).seven_bit);
+  const cpu::ScopedMaxIsa avx2(Isa::kAvx2);
+  EXPECT_EQ(int8_gemm_prefers_seven_bit_weights(), cpu::allows(Isa::kAvx2));
+}
+
 // The largest products at every position: |a| = 128 and 127 against b = ±127 over K = 4096. A pair of
 // products is 2·128·127 = 32512 < 2^15: the int16 step of vpmaddubsw never saturates.
 TEST(Int8Gemm, ExtremeValuesNeverSaturate) {

@@ -172,24 +172,29 @@ TEST(Int8Linear, SevenBitWeightsStayExactAndCloseToFp32) {
   EXPECT_EQ(exact(eight.op.weight_kn()), !saturates);
   EXPECT_TRUE(at::equal(seven.op.forward(x, "relu"), seven.op.forward_reference(x, "relu")));
   EXPECT_EQ(seven.op.uses_int8_gemm(), int8_gemm_by_default());
-  // kAuto picks by the CPU: 7-bit weights only where oneDNN runs without VNNI.
+  // kAuto picks by the CPU: 7-bit weights where oneDNN runs without VNNI, and where int8_gemm's AVX2 kernel runs
+  // (its u8·s8 product is faster at 7 bits).
   const Layer autod = make_layer(768, 256, true, 3, Int8MatmulMode::kAuto);
-  EXPECT_EQ(autod.op.weight_bits(), saturates ? 7 : 8);
+  EXPECT_EQ(autod.op.weight_bits(),
+            saturates || (int8_gemm_by_default() && int8_gemm_prefers_seven_bit_weights()) ? 7 : 8);
   EXPECT_EQ(autod.op.uses_int8_gemm(), int8_gemm_by_default());
   EXPECT_TRUE(at::equal(autod.op.forward(x, "relu"), autod.op.forward_reference(x, "relu")));
 }
 
-// hotpath's int8_gemm forced where at::_int_mm would run (any CPU): 8-bit weights, the twin's bits at every
-// ISA, bf16 and residual included, odd shapes and a row-blocked batch.
-TEST(Int8Linear, HotpathGemmGivesTheTwinsBitsWithEightBitWeightsAtEveryIsa) {
-  for (const auto& [in, out, rows] : {std::tuple{768, 256, 16}, {13, 5, 3}, {130, 33, 67}, {64, 3072, 1400}}) {
+// hotpath's int8_gemm forced where at::_int_mm would run (any CPU): 8-bit and 7-bit weights (the AVX2 kernel's
+// two products), the twin's bits at every ISA, bf16 and residual included, odd shapes and a row-blocked batch.
+TEST(Int8Linear, HotpathGemmGivesTheTwinsBitsWithEightAndSevenBitWeightsAtEveryIsa) {
+  for (const auto& [in, out, rows, mode] :
+       {std::tuple{768, 256, 16, Int8MatmulMode::kEightBit}, {13, 5, 3, Int8MatmulMode::kEightBit},
+        {130, 33, 67, Int8MatmulMode::kEightBit}, {64, 3072, 1400, Int8MatmulMode::kEightBit},
+        {768, 256, 16, Int8MatmulMode::kSevenBitWeights}, {130, 33, 67, Int8MatmulMode::kSevenBitWeights}}) {
     at::manual_seed(in + out);
     const at::Tensor w = at::randn({out, in}) * (1.0 / std::sqrt(static_cast<double>(in)));
     const at::Tensor b = at::randn({out}) * 0.1;
     auto [w8, scale] = Int8Linear::quantize_weight(w);
-    const Int8Linear op = Int8Linear::prepare(w8, scale, b, Int8MatmulMode::kAuto, Int8MatmulKernel::kHotpathGemm);
+    const Int8Linear op = Int8Linear::prepare(w8, scale, b, mode, Int8MatmulKernel::kHotpathGemm);
     EXPECT_TRUE(op.uses_int8_gemm());
-    EXPECT_EQ(op.weight_bits(), 8);
+    EXPECT_EQ(op.weight_bits(), mode == Int8MatmulMode::kEightBit ? 8 : 7);
     const at::Tensor x = at::randn({rows, in});
     const at::Tensor residual = at::randn({rows, out});
     for (const Isa isa : levels()) {
@@ -283,7 +288,10 @@ TEST(Int8Linear, DispatchReportSaysWhatRan) {
       EXPECT_EQ(c.variant, isa == Isa::kScalar ? "portable" : cpu::isa_name(isa));
       EXPECT_NE(c.note.find(int8_gemm_by_default() ? "hotpath int8_gemm" : "at::_int_mm"), std::string::npos) << c.note;
       const bool saturates = !int8_gemm_by_default() && !int8_matmul_has_vnni();
-      EXPECT_NE(c.note.find(saturates ? "7-bit weights" : "8-bit weights"), std::string::npos) << c.note;
+      const char* weights = int8_gemm_by_default() ? "7-bit weights where its AVX2 kernel runs"
+                            : saturates            ? "7-bit weights"
+                                                   : "8-bit weights";
+      EXPECT_NE(c.note.find(weights), std::string::npos) << c.note;
       EXPECT_EQ(c.note.find("hotpath int8_gemm") != std::string::npos, int8_gemm_by_default()) << c.note;
     }
     EXPECT_TRUE(found);

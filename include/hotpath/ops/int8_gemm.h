@@ -12,6 +12,9 @@
 // The kernels multiply with vpmaddubsw on |a| and b·sign(a) (vpsignb; AVX-512: a masked negate), then
 // vpmaddwd into int32: a pair of products is at most 2·128·127 = 32512, so the int16 step never
 // saturates and the sums are exact for any a and b in [-127, 127] (8-bit weights, no 7-bit requantization).
+// Where every weight fits 7 bits (|b| ≤ 63, Int8Linear's 7-bit weights) the AVX2 kernel multiplies u8·s8 as
+// MLAS does, vpmaddubsw(a + 128, b) with −128·Σb preloaded: exact too (a pair is at most 2·255·63 < 2^15) and
+// about 1.35× faster on Zen 3, as it drops the vpabsb/vpsignb per row.
 // B is packed once into panels of 16 columns × 4 k (K and N zero-padded). Variants: AVX-512BW, AVX2 and a
 // portable loop over the same packing, chosen by the CPU dispatch (op "int8_gemm", core/cpu.h); all give
 // the same int32 sums, equal to at::_int_mm's.
@@ -29,6 +32,8 @@ struct Int8PackedB {
   at::Tensor data;  // int8, ceil(N/16) · ceil(K/4) · 64 bytes
   std::int64_t k = 0;
   std::int64_t n = 0;
+  bool seven_bit = false;    // every |b| ≤ 63: the AVX2 kernel takes its u8·s8 product
+  at::Tensor column_offset;  // seven_bit: int32 [ceil(N/16) · 16], −128 · Σ b[k][n] over k < 4·⌊K/4⌋
 };
 
 // Packs b (int8 [K, N], any strides, values in [-127, 127]: -128 is refused, its negation overflows).
@@ -36,6 +41,10 @@ Int8PackedB int8_gemm_pack(const at::Tensor& b);
 
 // c [M, N] (int32, contiguous rows: stride(1) == 1) = a [M, K] (int8, contiguous) · B. Exact.
 void int8_gemm_out(const at::Tensor& a, const Int8PackedB& b, const at::Tensor& c);
+
+// Whether the variant the CPU dispatch picks now (HOTPATH_MAX_ISA included) multiplies 7-bit weights faster
+// than 8-bit ones: the AVX2 kernel (u8·s8, 1.35×). Int8Linear::prepare(kAuto) requantizes to 7 bits there.
+bool int8_gemm_prefers_seven_bit_weights();
 
 // Whether LibTorch's at::_int_mm takes its scalar loop here (no oneDNN int8 matmul: the CPU lacks
 // AVX512_VNNI, or oneDNN is disabled): where Int8Linear runs int8_gemm_out instead. Asked of LibTorch

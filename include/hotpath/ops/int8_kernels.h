@@ -22,8 +22,8 @@ namespace hotpath::ops {
 
 // The int8 weights a matmul or convolution runs with (oneDNN's u8·s8 pairs saturate int16 without VNNI).
 enum class Int8MatmulMode {
-  kAuto,          // 8-bit weights, except 7-bit where oneDNN runs the product without VNNI
-  kEightBit,      // keep the 8-bit weights (wrong sums on non-VNNI CPUs: tests and benchmarks only)
+  kAuto,          // 8-bit weights, except 7-bit where oneDNN runs the product without VNNI or int8_gemm runs on AVX2
+  kEightBit,      // keep the 8-bit weights (int8_gemm: exact and slower on AVX2; oneDNN without VNNI: wrong sums)
   kSevenBitWeights  // requantize the weights to [-63, 63] (twice the scale)
 };
 

@@ -15,7 +15,8 @@
 //
 // LibTorch runs _int_mm through oneDNN only on CPUs with AVX512_VNNI; elsewhere its scalar loop would
 // make INT8 13× slower than fp32, so prepare() packs the weight for hotpath's own int8_gemm there
-// (int8_gemm.h: AVX-512BW/AVX2 vpmaddubsw with exact sums, 8-bit weights). Where oneDNN runs without
+// (int8_gemm.h: AVX-512BW/AVX2 vpmaddubsw with exact sums; on AVX2, kAuto requantizes to 7-bit weights for
+// its u8·s8 product, 1.35× faster than its exact 8-bit one). Where oneDNN runs without
 // VNNI (ONEDNN_MAX_CPU_ISA capped below it) it multiplies u8·s8 pairs into saturating int16 (its "int8
 // computation nuances"): 8-bit weights then give wrong sums, 7-bit weights ([-63, 63]) exact ones, so
 // prepare() requantizes the weight to 7 bits there (Int8MatmulMode::kAuto). int8_linear_matmul_note() says

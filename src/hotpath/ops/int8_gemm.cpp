@@ -35,6 +35,8 @@ struct GemmArgs {
   std::int64_t k = 0;
   std::int64_t n = 0;
   std::int64_t groups = 0;  // ceil(K / 4)
+  const std::int32_t* column_offset = nullptr;  // packed B's −128·Σ b over the full groups (seven_bit only)
+  bool seven_bit = false;                       // every |b| ≤ 63: the u8·s8 kernel's sums are exact
 };
 
 // The 4 bytes of row `a` at group g as one int32 (zero past K: the packed B is zero there too).
@@ -85,43 +87,94 @@ void panel_portable(const GemmArgs& g, std::int64_t row0, std::int64_t rows, std
 }
 
 #ifdef HOTPATH_X86_KERNELS
-// ---- AVX2: 4 rows × 16 columns per step, 8 accumulators ---------------------------------------------
+// Adds the products of the last, partial group (K % 4 k) to one row's 16 sums of panel p: the vector kernels run
+// over the full groups only, so that one loop body keeps every accumulator in a register.
+inline void add_tail(std::int32_t* sums, const GemmArgs& g, std::int64_t row, std::int64_t p) {
+  const std::int64_t full = g.k / 4;
+  if (full == g.groups) return;
+  const std::int8_t* bg = g.b + (p * g.groups + full) * kGroupBytes;
+  const std::int8_t* a = g.a + row * g.lda + full * 4;
+  for (std::int64_t j = 0; j < g.k - full * 4; ++j) {
+    for (std::int64_t c = 0; c < kPanel; ++c) sums[c] += std::int32_t{a[j]} * bg[c * 4 + j];
+  }
+}
+
+// ---- AVX2: 4 rows × 16 columns per step, 8 accumulators in registers -------------------------------
+// Two products, chosen by the packed B:
+//  - any 8-bit B: vpmaddubsw(|a|, b·sign(a)) — exact for any a (|a| ≤ 128 unsigned) and |b| ≤ 127, at the
+//    cost of a vpabsb and two vpsignb per row and group;
+//  - 7-bit B (|b| ≤ 63): vpmaddubsw(a + 128, b) — u8·s8 as MLAS runs it, a pair at most 2·255·63 = 32130, so
+//    exact too, with the −128·Σb correction preloaded into the accumulators. About 1.35× the first on Zen 3.
 // (Target pragmas, not attributes: the lambdas inside inherit them.)
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
-template <int MR>
+template <int MR, bool kSevenBit>
 void rows_avx2(const GemmArgs& g, std::int64_t row0, std::int64_t p) {
-  const std::int8_t* panel = g.b + p * g.groups * kGroupBytes;
+  static_assert(MR >= 1 && MR <= 4);
+  const std::int8_t* bp = g.b + p * g.groups * kGroupBytes;
+  const std::int8_t* a0 = g.a + row0 * g.lda;
+  const std::int64_t lda = g.lda;
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256i acc[MR][2];
-  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_si256();
-  const auto step = [&](std::int64_t grp, const std::int32_t* av) {
-    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + grp * kGroupBytes));
-    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(panel + grp * kGroupBytes + 32));
-    for (int r = 0; r < MR; ++r) {
-      const __m256i a4 = _mm256_set1_epi32(av[r]);
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m256i init0 = _mm256_setzero_si256();
+  __m256i init1 = init0;
+  if constexpr (kSevenBit) {
+    init0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g.column_offset + p * kPanel));
+    init1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g.column_offset + p * kPanel + 8));
+  }
+  __m256i c00 = init0, c01 = init1, c10 = init0, c11 = init1, c20 = init0, c21 = init1, c30 = init0, c31 = init1;
+  const auto row = [&](const std::int8_t* ap, __m256i b0, __m256i b1, __m256i& x0, __m256i& x1)
+                       __attribute__((always_inline)) {
+    std::int32_t v = 0;
+    std::memcpy(&v, ap, 4);
+    const __m256i a4 = _mm256_set1_epi32(v);
+    if constexpr (kSevenBit) {
+      const __m256i au = _mm256_xor_si256(a4, flip);  // a + 128 as u8
+      x0 = _mm256_add_epi32(x0, _mm256_madd_epi16(_mm256_maddubs_epi16(au, b0), ones));
+      x1 = _mm256_add_epi32(x1, _mm256_madd_epi16(_mm256_maddubs_epi16(au, b1), ones));
+    } else {
       const __m256i aa = _mm256_abs_epi8(a4);
-      acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(aa, _mm256_sign_epi8(b0, a4)), ones));
-      acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(aa, _mm256_sign_epi8(b1, a4)), ones));
+      x0 = _mm256_add_epi32(x0, _mm256_madd_epi16(_mm256_maddubs_epi16(aa, _mm256_sign_epi8(b0, a4)), ones));
+      x1 = _mm256_add_epi32(x1, _mm256_madd_epi16(_mm256_maddubs_epi16(aa, _mm256_sign_epi8(b1, a4)), ones));
     }
   };
-  for_each_group<MR>(g, row0, step);
+  const std::int64_t full = g.k / 4;
+  for (std::int64_t grp = 0; grp < full; ++grp, bp += kGroupBytes) {
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bp + 32));
+    const std::int8_t* ap = a0 + grp * 4;
+    row(ap, b0, b1, c00, c01);
+    if constexpr (MR > 1) row(ap + lda, b0, b1, c10, c11);
+    if constexpr (MR > 2) row(ap + 2 * lda, b0, b1, c20, c21);
+    if constexpr (MR > 3) row(ap + 3 * lda, b0, b1, c30, c31);
+  }
+  const __m256i out[4][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
   for (int r = 0; r < MR; ++r) {
     alignas(32) std::int32_t sums[kPanel];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(sums), acc[r][0]);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(sums + 8), acc[r][1]);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(sums), out[r][0]);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(sums + 8), out[r][1]);
+    add_tail(sums, g, row0 + r, p);
     store_row(sums, g, row0 + r, p);
   }
 }
 
-void panel_avx2(const GemmArgs& g, std::int64_t row0, std::int64_t rows, std::int64_t p) {
+template <bool kSevenBit>
+void panel_avx2_as(const GemmArgs& g, std::int64_t row0, std::int64_t rows, std::int64_t p) {
   std::int64_t r = row0;
-  for (; r + 4 <= row0 + rows; r += 4) rows_avx2<4>(g, r, p);
+  for (; r + 4 <= row0 + rows; r += 4) rows_avx2<4, kSevenBit>(g, r, p);
   switch (row0 + rows - r) {
-    case 3: rows_avx2<3>(g, r, p); break;
-    case 2: rows_avx2<2>(g, r, p); break;
-    case 1: rows_avx2<1>(g, r, p); break;
+    case 3: rows_avx2<3, kSevenBit>(g, r, p); break;
+    case 2: rows_avx2<2, kSevenBit>(g, r, p); break;
+    case 1: rows_avx2<1, kSevenBit>(g, r, p); break;
     default: break;
+  }
+}
+
+void panel_avx2(const GemmArgs& g, std::int64_t row0, std::int64_t rows, std::int64_t p) {
+  if (g.seven_bit) {
+    panel_avx2_as<true>(g, row0, rows, p);
+  } else {
+    panel_avx2_as<false>(g, row0, rows, p);
   }
 }
 #pragma GCC pop_options
@@ -205,10 +258,22 @@ Int8PackedB int8_gemm_pack(const at::Tensor& b) {
   HOTPATH_CHECK(b.min().item<int>() >= -127, "int8_gemm_pack: B holds -128; expected values in [-127, 127]");
   const std::int64_t groups = (k + 3) / 4;
   const std::int64_t panels = (n + kPanel - 1) / kPanel;
-  Int8PackedB out{at::empty({panels * groups * kGroupBytes}, b.options().dtype(at::kChar)), k, n};
+  Int8PackedB out;
+  out.data = at::empty({panels * groups * kGroupBytes}, b.options().dtype(at::kChar));
+  out.k = k;
+  out.n = n;
   const at::Tensor src = b.contiguous();
   const std::int8_t* s = src.const_data_ptr<std::int8_t>();
   std::int8_t* d = out.data.mutable_data_ptr<std::int8_t>();
+  out.seven_bit = b.max().item<int>() <= 63 && b.min().item<int>() >= -63;
+  if (out.seven_bit) {  // −128 · Σ_k b[k][n] over the full groups of 4 k (the AVX2 u8 kernel's correction)
+    out.column_offset = at::empty({panels * kPanel}, b.options().dtype(at::kInt));
+    std::int32_t* off = out.column_offset.mutable_data_ptr<std::int32_t>();
+    std::fill_n(off, panels * kPanel, 0);
+    for (std::int64_t row = 0; row < (k / 4) * 4; ++row) {
+      for (std::int64_t col = 0; col < n; ++col) off[col] -= 128 * std::int32_t{s[row * n + col]};
+    }
+  }
   for (std::int64_t p = 0; p < panels; ++p) {
     for (std::int64_t grp = 0; grp < groups; ++grp) {
       std::int8_t* dst = d + (p * groups + grp) * kGroupBytes;
@@ -246,6 +311,8 @@ void int8_gemm_out(const at::Tensor& a, const Int8PackedB& b, const at::Tensor& 
   g.k = b.k;
   g.n = b.n;
   g.groups = (b.k + 3) / 4;
+  g.seven_bit = b.seven_bit;
+  g.column_offset = b.seven_bit ? b.column_offset.const_data_ptr<std::int32_t>() : nullptr;
   const PanelFn kernel = panel_kernel();
   // Tasks: row blocks (≤ 64 rows: their A stays in L2 across the panels) × panels, a thread's range running
   // through one block's panels before the next block.
@@ -258,6 +325,10 @@ void int8_gemm_out(const at::Tensor& a, const Int8PackedB& b, const at::Tensor& 
       kernel(g, row0, std::min(kRowBlock, m - row0), t % panels);
     }
   });
+}
+
+bool int8_gemm_prefers_seven_bit_weights() {
+  return kGemmDispatch.select() == 1;  // the AVX2 variant: only it has a faster product for 7-bit weights
 }
 
 bool int8_gemm_replaces_int_mm() {

@@ -202,7 +202,8 @@ const MatmulIsa& matmul_isa() {
       const std::string reason = !int8_gemm_replaces_int_mm()                ? "forced by HOTPATH_INT8_MATMUL=int8_gemm"
                               : at::globalContext().userEnabledMkldnn() ? "at::_int_mm would run its scalar loop: this CPU lacks AVX512_VNNI"
                                                                         : "at::_int_mm would run its scalar loop: oneDNN is disabled";
-      m.note = "matmul hotpath int8_gemm (op int8_gemm; " + reason + "): 8-bit weights";
+      m.note = "matmul hotpath int8_gemm (op int8_gemm; " + reason +
+               "): 7-bit weights where its AVX2 kernel runs (u8*s8 product), 8-bit on the others";
     } else {
       m.note = m.vnni ? "matmul at::_int_mm (oneDNN, VNNI; not capped by HOTPATH_MAX_ISA): 8-bit weights"
                       : "matmul at::_int_mm (oneDNN without VNNI: " + why +
