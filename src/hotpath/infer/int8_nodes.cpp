@@ -57,7 +57,7 @@ std::shared_ptr<const Int8Node> prepare_int8_conv(const Node& node, const Graph&
 }
 
 std::string int8_kernel_description() {
-  return std::string("linear: row-quantized int8 activations × per-channel int8 weights through at::_int_mm (") +
+  return std::string("linear: row-quantized int8 activations × per-channel int8 weights (") +
          ops::int8_linear_matmul_note() + "); conv: onednn::qconv_pointwise (u8 activations, s8 weights)";
 }
 
