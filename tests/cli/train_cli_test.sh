@@ -46,6 +46,15 @@ head -c 100 /dev/urandom >bad.safetensors
 expect_error truncated-weights "bad.safetensors" train recipe.yaml --set model.weights=bad.safetensors
 printf 'model: [unclosed\n' >broken.yaml
 expect_error invalid-yaml "broken.yaml:" train broken.yaml
+expect_error other-task-key "model.lora_r applies to text recipes; this one has data.kind image" train recipe.yaml \
+  --set model.lora_r=8
+expect_error bounds "train.zero: expected an integer in [0, 2], got 3" train recipe.yaml --set train.zero=3
+
+# --help-recipe: the key table, exit 0, no recipe needed.
+"$hp" train --help-recipe >keys.md 2>keys.err || fail "--help-recipe: exit $? ($(cat keys.err))"
+grep -q '^| `model.lora_r` | integer | `0` | \[0, 65536\] | text | yes |' keys.md ||
+  fail "--help-recipe lacks the model.lora_r row: $(grep lora_r keys.md)"
+[ "$(grep -c '^| `' keys.md)" -ge 90 ] || fail "--help-recipe: $(grep -c '^| `' keys.md) rows"
 
 # SIGINT mid-epoch: checkpoint, exit 130; the checkpoint resumes; a wrong-shape resume is refused.
 "$hp" train recipe.yaml >train.out 2>train.err &

@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <set>
 #include <string>
+#include <variant>
 
 #include "hotpath/core/error.h"
 #include "support/test_support.h"
@@ -147,6 +150,102 @@ TEST(Recipe, EveryKeyIsListedOnce) {
   std::set<std::string> unique(keys.begin(), keys.end());
   EXPECT_EQ(unique.size(), keys.size());
   EXPECT_TRUE(unique.count("train.accum_steps"));
+}
+
+// Every row reads and writes its own member: no two rows alias one field.
+TEST(Recipe, EveryRowOfTheTableHasItsOwnMember) {
+  Recipe r;
+  std::set<const void*> members;
+  for (const RecipeKey& k : recipe_table()) {
+    const void* at = std::visit([&](auto field) -> const void* { return &field(r); }, k.field);
+    EXPECT_TRUE(members.insert(at).second) << k.name;
+    EXPECT_NE(std::string(k.doc), "") << k.name;
+  }
+  EXPECT_EQ(members.size(), recipe_keys().size());
+}
+
+// Issue 25's test of the table: one more row, and the key is read, bounds-checked, refused in a recipe of the
+// other task kind, part of the resume key and listed by --help-recipe (recipe_help), with nothing else written.
+// (The row stores into schedule.gamma: a test cannot add a member to Recipe.)
+TEST(Recipe, AKeyAddedInOneRowIsReadBoundedRefusedForTheOtherKindAndListed) {
+  std::vector<RecipeKey> table = recipe_table();
+  table.push_back({.name = "train.jitter",
+                   .field = +[](Recipe& r) -> double& { return r.schedule.gamma; },
+                   .doc = "a key added by the test",
+                   .lo = 0,
+                   .hi = 0.5,
+                   .kinds = TaskKinds::kText,
+                   .resume = true});
+  const std::string text = "model: {pretrained: dir}\ndata: {kind: text}\n";
+  const auto error_with = [&](const std::string& yaml) {
+    try {
+      parse_recipe_with(table, yaml, {}, "r.yaml");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_DOUBLE_EQ(parse_recipe_with(table, text + "train: {jitter: 0.25}\n", {}, "r.yaml").schedule.gamma, 0.25);
+  EXPECT_DOUBLE_EQ(parse_recipe_with(table, text, {"train.jitter=0.5"}, "r.yaml").schedule.gamma, 0.5);
+  EXPECT_NE(error_with(text + "train: {jitter: 0.7}\n").find("r.yaml: train.jitter: expected a finite number in [0, 0.5], got 0.7"),
+            std::string::npos)
+      << error_with(text + "train: {jitter: 0.7}\n");
+  EXPECT_NE(error_with("train: {jitter: 0.25}\n").find("train.jitter applies to text recipes"), std::string::npos)
+      << error_with("train: {jitter: 0.25}\n");
+  EXPECT_NE(error_of("train: {jitter: 0.25}\n").find("unknown key 'train.jitter'"), std::string::npos);  // not in the real table
+  const std::string help = recipe_help(table);
+  EXPECT_NE(help.find("| `train.jitter` | number | `0.1` | [0.0, 0.5] | text | yes | a key added by the test |"),
+            std::string::npos)
+      << help.substr(help.size() - 400);
+  const Recipe r = parse_recipe_with(table, text + "train: {jitter: 0.25}\n", {}, "r.yaml");
+  EXPECT_DOUBLE_EQ(resume_values(r, table).at("train.jitter").get<double>(), 0.25);
+  EXPECT_FALSE(resume_values(r).contains("train.jitter"));
+}
+
+TEST(Recipe, KeysOfTheOtherTaskKindAreRefusedNamingTheKey) {
+  EXPECT_NE(error_of("model: {pretrained: dir}\ndata: {kind: text, flip: 0.2}\n").find(
+                "r.yaml: data.flip applies to image recipes; this one has data.kind text (remove the key)"),
+            std::string::npos);
+  EXPECT_NE(error_of("model: {lora_r: 4}\n").find("model.lora_r applies to text recipes"), std::string::npos);
+  // A default value is not a setting: a resolved text recipe (to_yaml writes every key) reads back.
+  const Recipe text = parse_recipe("model: {pretrained: dir, lora_r: 8}\ndata: {kind: text}\n", {}, "r.yaml");
+  EXPECT_NO_THROW(parse_recipe(to_yaml(text), {}, "run/recipe.yaml"));
+}
+
+// What a resumed run must match: the table's resume rows of the recipe's kind, booleans as 0/1 as checkpoints
+// have always recorded them.
+TEST(Recipe, ResumeValuesAreTheResumeRowsOfTheRecipesKind) {
+  const Recipe image = parse_recipe("train: {seed: 7, batch_size: 64, accum_steps: 2}\n", {}, "r.yaml");
+  const auto key = resume_values(image);
+  EXPECT_EQ(key.size(), 3u) << key.dump();
+  EXPECT_EQ(key.at("train.seed").get<std::uint64_t>(), 7u);
+  EXPECT_EQ(key.at("train.batch_size").get<std::int64_t>(), 64);
+  EXPECT_EQ(key.at("train.accum_steps").get<std::int64_t>(), 2);
+  const Recipe text =
+      parse_recipe("model: {pretrained: dir, prefix_tokens: 4, prefix_projection: true}\ndata: {kind: text}\n", {}, "r.yaml");
+  const auto tkey = resume_values(text);
+  EXPECT_EQ(tkey.at("model.prefix_projection"), 1);
+  EXPECT_EQ(tkey.at("data.bucket"), 1);
+  EXPECT_EQ(tkey.at("model.adapter.config"), "");
+  for (const char* k : {"model.lora_r", "model.prefix_tokens", "data.max_length", "data.pad_to_multiple_of",
+                        "data.max_tokens", "train.seed"}) {
+    EXPECT_TRUE(tkey.contains(k)) << k;
+  }
+  EXPECT_EQ(text.train.micro_batch_size(), text.train.batch_size);  // accum_steps 1
+}
+
+// docs/training.md's key table is `hotpath train --help-recipe`'s output, as generated now.
+TEST(Recipe, TheDocsTableIsTheHelpRecipeOutput) {
+  const std::vector<std::byte> bytes = test::read_bytes(test::source_path("docs/training.md"));
+  const std::string docs(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  const std::string begin = "<!-- recipe-keys: hotpath train --help-recipe -->\n";
+  const std::string end = "<!-- /recipe-keys -->";
+  const auto b = docs.find(begin);
+  const auto e = docs.find(end);
+  ASSERT_NE(b, std::string::npos) << "docs/training.md lacks the line " << begin;
+  ASSERT_NE(e, std::string::npos);
+  EXPECT_EQ(docs.substr(b + begin.size(), e - b - begin.size()), recipe_help())
+      << "regenerate it: build/hotpath train --help-recipe";
 }
 
 TEST(Recipe, ShippedConfigsParse) {

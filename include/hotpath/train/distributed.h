@@ -75,8 +75,8 @@ struct LaunchFlags {
   bool overwrite = false;  // --overwrite
 };
 
-// Every key of the resolved recipe (to_yaml) but those that may differ between ranks without changing
-// the training (data.workers, data.prefetch, train.threads); train.dist_timeout_s, train.ddp_overlap and
+// Every key of the resolved recipe but those that may differ between ranks without changing the training
+// (the recipe table's per_rank rows: data.workers, data.prefetch, train.threads); train.dist_timeout_s, train.ddp_overlap and
 // train.ddp_bucket_mb with the values in effect (after the environment's overrides); and "--resume",
 // "--overwrite" from `flags` (a difference there is named as the command line's).
 AgreementKeys recipe_agreement_keys(const Recipe& recipe, const LaunchFlags& flags);

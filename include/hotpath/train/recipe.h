@@ -4,14 +4,24 @@
 //   std::cout << to_yaml(r);          // the resolved recipe, every key with its value
 //
 // A recipe has the sections model, data, train, optimizer, schedule, checkpoint plus the top-level
-// `name` and `output_dir`. An unknown key, a value of the wrong type or outside its allowed set is
-// an error naming the file, line, dotted key and what was expected. `--set key=value` overrides
-// are parsed as YAML scalars/flow lists and applied before validation, so they are checked alike.
-// The list of keys lives in one place (visit_recipe in recipe.cpp) for reading, checking and writing.
+// `name` and `output_dir`. An unknown key, a value of the wrong type, outside its bounds or its allowed set,
+// or set in a recipe of the other task kind is an error naming the file, line, dotted key and what was
+// expected. `--set key=value` overrides are parsed as YAML scalars/flow lists and applied before
+// validation, so they are checked alike.
+//
+// Every key is one row of recipe_table(): name, member, bounds or choices, a one-line doc, the task kinds
+// it applies to and whether a resumed run must match it. Reading, writing, the bounds, the task-kind
+// refusals, the resume key and `hotpath train --help-recipe` all come from that table; validate() in
+// recipe.cpp keeps only the checks that relate two keys or need more than a range.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
+#include <limits>
 #include <string>
+#include <utility>
+#include <variant>
 #include <vector>
 
 namespace hotpath::train {
@@ -78,8 +88,10 @@ struct DataSection {
 
 struct TrainSection {
   std::int64_t epochs = 10;
-  std::int64_t batch_size = 256;        // samples per optimizer step (all micro-batches)
+  std::int64_t batch_size = 256;        // samples per optimizer step (all micro-batches): the step's batch
   std::int64_t accum_steps = 1;         // micro-batches per optimizer step; batch_size must divide
+  // The loader's batch: samples per forward/backward pass (batch_size / accum_steps).
+  [[nodiscard]] std::int64_t micro_batch_size() const { return batch_size / accum_steps; }
   std::string precision = "fp32";       // fp32 | bf16 (autocast) | fp16 (autocast + loss scaler, CUDA)
   double label_smoothing = 0.0;
   double clip_grad_norm = 0.0;          // max global L2 norm, 0 = off
@@ -147,6 +159,32 @@ struct Recipe {
   std::string source = "<defaults>";    // the YAML file it came from (for messages)
 };
 
+// The task kinds a key applies to: set to anything but its default in a recipe of the other kind, it is refused
+// (it would be ignored).
+enum class TaskKinds { kAll, kImage, kText };
+
+// One row of the recipe's key table.
+struct RecipeKey {
+  // The member the key reads and writes (a captureless accessor: +[](Recipe& r) -> T& { ... }).
+  using Field = std::variant<std::string& (*)(Recipe&), bool& (*)(Recipe&), std::int64_t& (*)(Recipe&),
+                             std::uint64_t& (*)(Recipe&), double& (*)(Recipe&), std::vector<std::string>& (*)(Recipe&),
+                             std::vector<double>& (*)(Recipe&)>;
+  static constexpr double kNone = std::numeric_limits<double>::infinity();
+  const char* name = "";               // dotted: "train.epochs"
+  Field field{};
+  const char* doc = "";                // one line
+  double lo = -kNone;                  // numbers: closed bounds (integers too); lists of numbers: each item
+  double hi = kNone;                   // (train.threads: the bound is max_threads(), kThreadsBound)
+  std::vector<const char*> allowed{};  // strings: the allowed values (empty: any)
+  TaskKinds kinds = TaskKinds::kAll;
+  bool resume = false;                 // a resumed run must have the same value (its checkpoint's plan)
+  bool per_rank = false;               // may differ between data-parallel ranks without changing the training
+};
+inline constexpr double kThreadsBound = -1;  // RecipeKey::hi for train.threads: hotpath::max_threads()
+
+// The table: every key of a recipe, in the order of the sections above.
+const std::vector<RecipeKey>& recipe_table();
+
 // Reads a recipe file, applies `overrides` ("dotted.key=value"), validates every key.
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
 // The same from YAML text; `source` names it in messages.
@@ -156,5 +194,20 @@ Recipe parse_recipe(const std::string& yaml_text, const std::vector<std::string>
 std::string to_yaml(const Recipe& recipe);
 // The dotted names of every key a recipe accepts (for help and messages).
 std::vector<std::string> recipe_keys();
+
+// The same as parse_recipe over another table (tests: a table with one more row).
+Recipe parse_recipe_with(const std::vector<RecipeKey>& table, const std::string& yaml_text,
+                         const std::vector<std::string>& overrides, const std::string& source);
+// Keys of the other task kind set to anything but their default are refused, naming the key (parse_recipe
+// checks this; train() again, for recipes built in code).
+void check_task_keys(const Recipe& recipe, const std::vector<RecipeKey>& table = recipe_table());
+// The keys a resumed run must match, for this recipe's task kind: {"train.seed": 0, ...} (booleans as 0/1).
+nlohmann::ordered_json resume_values(const Recipe& recipe, const std::vector<RecipeKey>& table = recipe_table());
+// The keys every data-parallel rank must share (all but the per_rank rows), each with its value as text
+// ("optimizer.lr" → "0.1", strings quoted, lists in brackets).
+std::vector<std::pair<std::string, std::string>> shared_recipe_values(const Recipe& recipe);
+// `hotpath train --help-recipe`: the table as Markdown (key, type, default, range or choices, tasks, resume, doc);
+// docs/training.md holds the same text.
+std::string recipe_help(const std::vector<RecipeKey>& table = recipe_table());
 
 }  // namespace hotpath::train

@@ -107,7 +107,8 @@ class Task {
   // weights come from elsewhere (LoRA on a pretrained encoder) keeps only what training changes.
   [[nodiscard]] virtual TensorMap checkpoint_tensors() = 0;
   // Values a checkpoint must share with the recipe to resume exactly (batch layout, data plan, model
-  // shape): {"train.batch_size": 32, ...}. A difference is refused naming the key.
+  // shape): {"train.batch_size": 32, ...}: the recipe table's resume rows (resume_values) and what the task
+  // adds from its data. A difference is refused naming the key.
   [[nodiscard]] virtual nlohmann::ordered_json resume_key() const = 0;
   // Why a checkpoint of another world size (at the same global batch) would not see the same samples at each
   // step, or "" when it would (the batches are planned globally; each rank takes its rows): the trainer then
@@ -165,10 +166,6 @@ void configure_loader_device(data::LoaderOptions& o, const Recipe& recipe, const
 void freeze_prefixes(torch::nn::Module& module, const Recipe& recipe);
 // The parameters that still require gradients, by name; an error when there is none.
 NamedParameters trainable_parameters(const torch::nn::Module& module, const Recipe& recipe);
-
-// Every recipe key either works for the recipe's task or is refused: a key of the other kind of task set
-// to anything but its default is an error naming it ("model.lora_r applies to text recipes; ...").
-void check_task_keys(const Recipe& recipe);
 
 // ImageTask for data.kind image, TextTask for data.kind text. The recipe is validated for the task:
 // an option the task cannot honour is refused naming the key.

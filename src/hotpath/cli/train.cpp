@@ -228,6 +228,12 @@ void add_train(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   CLI::App* cmd = app.add_subcommand(
       "train", "Train an image classifier or fine-tune a text classifier from a YAML recipe (configs/*.yaml)");
+  // Before `config` is required: prints the recipe table (every key, its type, default, bounds, task kinds,
+  // whether resume must match it, one line of doc) and exits 0, as --help does.
+  cmd->add_flag_callback(
+         "--help-recipe", [] { throw CLI::CallForVersion(train::recipe_help(), 0); },
+         "Print every recipe key (type, default, range or choices, task, resume, what) as a Markdown table and exit")
+      ->trigger_on_parse();
   cmd->add_option("config", args->config, "Recipe file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", args->overrides, "Override a recipe key: --set train.epochs=5 (repeatable)");
   cmd->add_flag("--resume", args->resume, "Continue from the latest checkpoint in the run directory");

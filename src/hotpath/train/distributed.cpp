@@ -28,7 +28,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 #include "dist_impl.h"
@@ -208,22 +207,7 @@ std::chrono::milliseconds dist_timeout() { return dist_timeout(Recipe{}); }
 
 AgreementKeys recipe_agreement_keys(const Recipe& recipe, const LaunchFlags& flags) {
   AgreementKeys keys{{"--resume", flags.resume ? "true" : "false"}, {"--overwrite", flags.overwrite ? "true" : "false"}};
-  std::istringstream yaml(to_yaml(recipe));
-  std::string line, section;
-  while (std::getline(yaml, line)) {
-    const auto colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    const bool nested = line.starts_with("  ");
-    const std::string key = line.substr(nested ? 2 : 0, colon - (nested ? 2 : 0));
-    std::string value = colon + 1 < line.size() ? line.substr(colon + 2) : "";
-    if (!nested && value.empty()) {
-      section = key;
-      continue;
-    }
-    const std::string dotted = nested ? section + "." + key : key;
-    if (dotted == "data.workers" || dotted == "data.prefetch" || dotted == "train.threads") continue;
-    keys.emplace_back(dotted, value);
-  }
+  for (auto& kv : shared_recipe_values(recipe)) keys.push_back(std::move(kv));
   // The values in effect: an environment override on one rank only is a difference like any other.
   const GradSyncOptions sync = grad_sync_options(recipe);
   for (auto& [k, v] : keys) {

@@ -124,10 +124,9 @@ class ImageTask final : public Task {
 
   [[nodiscard]] TensorMap checkpoint_tensors() override { return models::named_state(*model_); }
   [[nodiscard]] nlohmann::ordered_json resume_key() const override {
-    return {{"train.seed", recipe_.train.seed},
-            {"train.batch_size", recipe_.train.batch_size},
-            {"train.accum_steps", recipe_.train.accum_steps},
-            {"the number of samples in data.train", samples_}};
+    nlohmann::ordered_json key = resume_values(recipe_);  // the recipe table's resume keys
+    key["the number of samples in data.train"] = samples_;
+    return key;
   }
   // The loader plans each global batch of world × train.batch_size samples from all shards whatever the world
   // size (split_batches), and augmentation and dropout are keyed by the global position.
@@ -195,7 +194,7 @@ data::LoaderOptions train_loader_options(const Recipe& recipe, int rank, int wor
   const auto& d = recipe.data;
   data::LoaderOptions o;
   o.shards = resolve_recipe_shards(d.train, "data.train", recipe);
-  o.batch_size = static_cast<int>(recipe.train.batch_size / recipe.train.accum_steps);
+  o.batch_size = static_cast<int>(recipe.train.micro_batch_size());
   o.workers = static_cast<int>(d.workers);
   o.prefetch = static_cast<int>(d.prefetch);
   o.size = static_cast<int>(d.image_size);

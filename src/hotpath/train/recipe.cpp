@@ -1,14 +1,16 @@
 #include "hotpath/train/recipe.h"
 
+#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <initializer_list>
+#include <limits>
 #include <set>
 #include <string_view>
 #include <type_traits>
+#include <variant>
 
 #include "hotpath/core/bounded.h"
 #include "hotpath/core/error.h"
@@ -17,120 +19,123 @@
 namespace hotpath::train {
 namespace {
 
-using Allowed = std::initializer_list<const char*>;
+using Allowed = std::vector<const char*>;
 
-// The one list of recipe keys. V is called as v("section.key", member) or with the allowed values
-// of a string choice; Reader, Writer and KeyLister give it meaning.
-template <class R, class V>
-void visit_recipe(R& r, V& v) {
-  v("name", r.name);
-  v("output_dir", r.output_dir);
+constexpr double kMaxCount = 1099511627776.0;  // 2^40: steps, samples, counts far above any real run
+constexpr TaskKinds kImage = TaskKinds::kImage;
+constexpr TaskKinds kText = TaskKinds::kText;
 
-  auto& m = r.model;
-  v("model.name", m.name);
-  v("model.num_classes", m.num_classes);
-  v("model.weights", m.weights);
-  v("model.allow_partial", m.allow_partial);
-  v("model.freeze", m.freeze);
-  v("model.channels_last", m.channels_last);
-  v("model.zero_init_residual", m.zero_init_residual);
-  v("model.sync_batchnorm", m.sync_batchnorm);
-  v("model.pretrained", m.pretrained);
-  v("model.attention", m.attention, Allowed{"fused", "reference"});
-  v("model.gradient_checkpointing", m.gradient_checkpointing);
-  v("model.lora_r", m.lora_r);
-  v("model.lora_alpha", m.lora_alpha);
-  v("model.lora_dropout", m.lora_dropout);
-  v("model.lora_target_modules", m.lora_target_modules);
-  v("model.prefix_tokens", m.prefix_tokens);
-  v("model.prefix_projection", m.prefix_projection);
-  v("model.prefix_hidden", m.prefix_hidden);
-  v("model.adapter.config", m.adapter.config, Allowed{"", "seq_bn", "double_seq_bn", "pfeiffer", "houlsby"});
-  v("model.adapter.reduction_factor", m.adapter.reduction_factor);
-  v("model.adapter.non_linearity", m.adapter.non_linearity, Allowed{"", "relu", "swish", "gelu", "gelu_new", "tanh"});
+// The member of a key: a captureless accessor, converted to the function pointer RecipeKey::Field holds.
+#define HOTPATH_FIELD(path) (+[](Recipe& r) -> decltype(auto) { return (r.path); })
 
-  auto& d = r.data;
-  v("data.kind", d.kind, Allowed{"image", "text"});
-  v("data.train", d.train);
-  v("data.eval", d.eval);
-  v("data.image_size", d.image_size);
-  v("data.channels", d.channels);
-  v("data.train_crop", d.train_crop, Allowed{"random_resized_crop", "resize"});
-  v("data.scale_min", d.scale_min);
-  v("data.scale_max", d.scale_max);
-  v("data.eval_crop", d.eval_crop, Allowed{"resize_center_crop", "resize"});
-  v("data.resize_shorter", d.resize_shorter);
-  v("data.flip", d.flip);
-  v("data.translate", d.translate);
-  v("data.mean", d.mean);
-  v("data.std", d.std);
-  v("data.workers", d.workers);
-  v("data.prefetch", d.prefetch);
-  v("data.shuffle_buffer", d.shuffle_buffer);
-  v("data.max_bad_samples", d.max_bad_samples);
-  v("data.decode", d.decode, Allowed{"cpu", "nvjpeg"});
-  v("data.augment", d.augment, Allowed{"auto", "cpu", "device"});
-  v("data.class_names", d.class_names);
-  v("data.tokenizer", d.tokenizer);
-  v("data.max_length", d.max_length);
-  v("data.pad_to_multiple_of", d.pad_to_multiple_of);
-  v("data.max_tokens", d.max_tokens);
-  v("data.bucket", d.bucket);
+// The one list of recipe keys. Bounds are the hard ones (far above any real run, far below an overflow or an
+// allocation that cannot succeed); validate() adds the checks that relate keys or exclude an end point.
+std::vector<RecipeKey> make_table() {
+  return {
+      {.name = "name", .field = HOTPATH_FIELD(name), .doc = "the run's name (metrics, logs)"},
+      {.name = "output_dir", .field = HOTPATH_FIELD(output_dir), .doc = "the run directory"},
 
-  auto& t = r.train;
-  v("train.epochs", t.epochs);
-  v("train.batch_size", t.batch_size);
-  v("train.accum_steps", t.accum_steps);
-  v("train.precision", t.precision, Allowed{"fp32", "bf16", "fp16"});
-  v("train.label_smoothing", t.label_smoothing);
-  v("train.clip_grad_norm", t.clip_grad_norm);
-  v("train.ema_decay", t.ema_decay);
-  v("train.seed", t.seed);
-  v("train.threads", t.threads);
-  v("train.device", t.device, Allowed{"auto", "cpu", "cuda"});
-  v("train.log_every", t.log_every);
-  v("train.eval_every", t.eval_every);
-  v("train.max_steps", t.max_steps);
-  v("train.scaler_init_scale", t.scaler_init_scale);
-  v("train.scaler_growth_interval", t.scaler_growth_interval);
-  v("train.dist_timeout_s", t.dist_timeout_s);
-  v("train.ddp_overlap", t.ddp_overlap);
-  v("train.ddp_bucket_mb", t.ddp_bucket_mb);
-  v("train.zero", t.zero);
+      {.name = "model.name", .field = HOTPATH_FIELD(model.name), .doc = "registry model (image) or bert, distilbert (text: read from config.json)"},
+      {.name = "model.num_classes", .field = HOTPATH_FIELD(model.num_classes), .doc = "classes of the head", .lo = 1, .hi = 1e6},
+      {.name = "model.weights", .field = HOTPATH_FIELD(model.weights), .doc = "safetensors to start from (\"\" = random init)", .kinds = kImage},
+      {.name = "model.allow_partial", .field = HOTPATH_FIELD(model.allow_partial), .doc = "with weights: keep missing or mismatched keys (a new head)", .kinds = kImage},
+      {.name = "model.freeze", .field = HOTPATH_FIELD(model.freeze), .doc = "parameter-name prefixes that are not trained"},
+      {.name = "model.channels_last", .field = HOTPATH_FIELD(model.channels_last), .doc = "NHWC activations (faster convolutions)"},
+      {.name = "model.zero_init_residual", .field = HOTPATH_FIELD(model.zero_init_residual), .doc = "ResNet: the last BN of each block starts at 0", .kinds = kImage},
+      {.name = "model.sync_batchnorm", .field = HOTPATH_FIELD(model.sync_batchnorm), .doc = "data parallel: BatchNorm statistics over every rank's batch", .kinds = kImage},
+      {.name = "model.pretrained", .field = HOTPATH_FIELD(model.pretrained), .doc = "Hugging Face model directory (config.json + weights)", .kinds = kText},
+      {.name = "model.attention", .field = HOTPATH_FIELD(model.attention), .doc = "attention kernel", .allowed = {"fused", "reference"}, .kinds = kText},
+      {.name = "model.gradient_checkpointing", .field = HOTPATH_FIELD(model.gradient_checkpointing), .doc = "recompute each transformer layer in backward", .kinds = kText},
+      {.name = "model.lora_r", .field = HOTPATH_FIELD(model.lora_r), .doc = "LoRA rank, 0 = full fine-tuning", .lo = 0, .hi = 65536, .kinds = kText, .resume = true},
+      {.name = "model.lora_alpha", .field = HOTPATH_FIELD(model.lora_alpha), .doc = "LoRA scale numerator (scale = alpha / r)", .kinds = kText},
+      {.name = "model.lora_dropout", .field = HOTPATH_FIELD(model.lora_dropout), .doc = "dropout on the LoRA input, in [0, 1)", .lo = 0, .hi = 1, .kinds = kText},
+      {.name = "model.lora_target_modules", .field = HOTPATH_FIELD(model.lora_target_modules), .doc = "module names LoRA wraps", .kinds = kText},
+      {.name = "model.prefix_tokens", .field = HOTPATH_FIELD(model.prefix_tokens), .doc = "prefix tuning: virtual tokens per layer, 0 = off", .lo = 0, .hi = 4096, .kinds = kText, .resume = true},
+      {.name = "model.prefix_projection", .field = HOTPATH_FIELD(model.prefix_projection), .doc = "prefix tuning through PEFT's reparameterisation MLP", .kinds = kText, .resume = true},
+      {.name = "model.prefix_hidden", .field = HOTPATH_FIELD(model.prefix_hidden), .doc = "that MLP's width, 0 = the model's hidden size", .lo = 0, .hi = 65536, .kinds = kText},
+      {.name = "model.adapter.config", .field = HOTPATH_FIELD(model.adapter.config), .doc = "bottleneck adapters: \"\" = off, seq_bn (pfeiffer) or double_seq_bn (houlsby)", .allowed = {"", "seq_bn", "double_seq_bn", "pfeiffer", "houlsby"}, .kinds = kText, .resume = true},
+      {.name = "model.adapter.reduction_factor", .field = HOTPATH_FIELD(model.adapter.reduction_factor), .doc = "bottleneck width = hidden / this", .lo = 1, .hi = 65536, .kinds = kText},
+      {.name = "model.adapter.non_linearity", .field = HOTPATH_FIELD(model.adapter.non_linearity), .doc = "\"\" = the preset's", .allowed = {"", "relu", "swish", "gelu", "gelu_new", "tanh"}, .kinds = kText},
 
-  auto& o = r.optimizer;
-  v("optimizer.name", o.name, Allowed{"sgd", "adamw"});
-  v("optimizer.lr", o.lr);
-  v("optimizer.weight_decay", o.weight_decay);
-  v("optimizer.no_decay_norm_bias", o.no_decay_norm_bias);
-  v("optimizer.momentum", o.momentum);
-  v("optimizer.dampening", o.dampening);
-  v("optimizer.nesterov", o.nesterov);
-  v("optimizer.beta1", o.beta1);
-  v("optimizer.beta2", o.beta2);
-  v("optimizer.eps", o.eps);
+      {.name = "data.kind", .field = HOTPATH_FIELD(data.kind), .doc = "the task kind: image or text shards", .allowed = {"image", "text"}},
+      {.name = "data.train", .field = HOTPATH_FIELD(data.train), .doc = "training shard patterns (brace ranges, globs)"},
+      {.name = "data.eval", .field = HOTPATH_FIELD(data.eval), .doc = "evaluation shard patterns"},
+      {.name = "data.image_size", .field = HOTPATH_FIELD(data.image_size), .doc = "input side in pixels", .lo = 8, .hi = 4096, .kinds = kImage},
+      {.name = "data.channels", .field = HOTPATH_FIELD(data.channels), .doc = "1 = gray, 3 = RGB", .lo = 1, .hi = 3, .kinds = kImage},
+      {.name = "data.train_crop", .field = HOTPATH_FIELD(data.train_crop), .doc = "training crop", .allowed = {"random_resized_crop", "resize"}, .kinds = kImage},
+      {.name = "data.scale_min", .field = HOTPATH_FIELD(data.scale_min), .doc = "RandomResizedCrop's smallest area fraction (> 0)", .lo = 0, .hi = 1, .kinds = kImage},
+      {.name = "data.scale_max", .field = HOTPATH_FIELD(data.scale_max), .doc = "RandomResizedCrop's largest area fraction", .lo = 0, .hi = 1, .kinds = kImage},
+      {.name = "data.eval_crop", .field = HOTPATH_FIELD(data.eval_crop), .doc = "evaluation crop", .allowed = {"resize_center_crop", "resize"}, .kinds = kImage},
+      {.name = "data.resize_shorter", .field = HOTPATH_FIELD(data.resize_shorter), .doc = "evaluation Resize before CenterCrop (>= image_size)", .lo = 8, .hi = 8192, .kinds = kImage},
+      {.name = "data.flip", .field = HOTPATH_FIELD(data.flip), .doc = "horizontal flip probability (training)", .lo = 0, .hi = 1, .kinds = kImage},
+      {.name = "data.translate", .field = HOTPATH_FIELD(data.translate), .doc = "RandomCrop padding in pixels (training)", .lo = 0, .hi = 4096, .kinds = kImage},
+      {.name = "data.mean", .field = HOTPATH_FIELD(data.mean), .doc = "normalisation mean, one per channel", .kinds = kImage},
+      {.name = "data.std", .field = HOTPATH_FIELD(data.std), .doc = "normalisation std, one per channel (> 0)", .kinds = kImage},
+      {.name = "data.workers", .field = HOTPATH_FIELD(data.workers), .doc = "decode threads", .lo = 1, .hi = 256, .per_rank = true},
+      {.name = "data.prefetch", .field = HOTPATH_FIELD(data.prefetch), .doc = "batches decoded ahead", .lo = 1, .hi = 64, .per_rank = true},
+      {.name = "data.shuffle_buffer", .field = HOTPATH_FIELD(data.shuffle_buffer), .doc = "samples in the shuffle buffer", .lo = 1, .hi = 16777216, .kinds = kImage},
+      {.name = "data.max_bad_samples", .field = HOTPATH_FIELD(data.max_bad_samples), .doc = "corrupt samples skipped before the run fails", .lo = 0, .hi = kMaxCount},
+      {.name = "data.decode", .field = HOTPATH_FIELD(data.decode), .doc = "JPEG decode: CPU threads or nvJPEG (train.device: cuda)", .allowed = {"cpu", "nvjpeg"}},
+      {.name = "data.augment", .field = HOTPATH_FIELD(data.augment), .doc = "where augmentation runs (auto: the device with nvjpeg)", .allowed = {"auto", "cpu", "device"}},
+      {.name = "data.class_names", .field = HOTPATH_FIELD(data.class_names), .doc = "label names (empty: the shards' pack report)"},
+      {.name = "data.tokenizer", .field = HOTPATH_FIELD(data.tokenizer), .doc = "tokenizer directory (\"\" = model.pretrained)", .kinds = kText},
+      {.name = "data.max_length", .field = HOTPATH_FIELD(data.max_length), .doc = "tokens per sample, special tokens included", .lo = 2, .hi = 65536, .kinds = kText, .resume = true},
+      {.name = "data.pad_to_multiple_of", .field = HOTPATH_FIELD(data.pad_to_multiple_of), .doc = "pad each batch's length to a multiple (0 or 1 = off)", .lo = 0, .hi = 65536, .kinds = kText, .resume = true},
+      {.name = "data.max_tokens", .field = HOTPATH_FIELD(data.max_tokens), .doc = "token-budget batches (batch x padded length <= this), 0 = fixed batches", .lo = 0, .hi = 1073741824, .kinds = kText, .resume = true},
+      {.name = "data.bucket", .field = HOTPATH_FIELD(data.bucket), .doc = "length bucketing (sort within windows, shuffle the batches)", .kinds = kText, .resume = true},
 
-  auto& s = r.schedule;
-  v("schedule.name", s.name, Allowed{"constant", "warmup_cosine", "step", "one_cycle"});
-  v("schedule.warmup_epochs", s.warmup_epochs);
-  v("schedule.warmup_start_factor", s.warmup_start_factor);
-  v("schedule.min_lr", s.min_lr);
-  v("schedule.step_epochs", s.step_epochs);
-  v("schedule.gamma", s.gamma);
-  v("schedule.pct_start", s.pct_start);
-  v("schedule.div_factor", s.div_factor);
-  v("schedule.final_div_factor", s.final_div_factor);
-  v("schedule.cycle_momentum", s.cycle_momentum);
-  v("schedule.base_momentum", s.base_momentum);
-  v("schedule.max_momentum", s.max_momentum);
+      {.name = "train.epochs", .field = HOTPATH_FIELD(train.epochs), .doc = "passes over data.train", .lo = 1, .hi = 1e6},
+      {.name = "train.batch_size", .field = HOTPATH_FIELD(train.batch_size), .doc = "samples per optimizer step, all micro-batches (the loader's batch is batch_size / accum_steps)", .lo = 1, .hi = 1048576, .resume = true},
+      {.name = "train.accum_steps", .field = HOTPATH_FIELD(train.accum_steps), .doc = "micro-batches per optimizer step (dividing batch_size)", .lo = 1, .hi = 1048576, .resume = true},
+      {.name = "train.precision", .field = HOTPATH_FIELD(train.precision), .doc = "fp32, bf16 autocast, or fp16 autocast + loss scaler (CUDA)", .allowed = {"fp32", "bf16", "fp16"}},
+      {.name = "train.label_smoothing", .field = HOTPATH_FIELD(train.label_smoothing), .doc = "in [0, 1)", .lo = 0, .hi = 1},
+      {.name = "train.clip_grad_norm", .field = HOTPATH_FIELD(train.clip_grad_norm), .doc = "max global gradient L2 norm, 0 = off", .lo = 0},
+      {.name = "train.ema_decay", .field = HOTPATH_FIELD(train.ema_decay), .doc = "EMA of the weights, in [0, 1), 0 = off", .lo = 0, .hi = 1},
+      {.name = "train.seed", .field = HOTPATH_FIELD(train.seed), .doc = "seeds the order, augmentation, dropout and init", .resume = true},
+      {.name = "train.threads", .field = HOTPATH_FIELD(train.threads), .doc = "LibTorch intra-op threads, 0 = all cores", .lo = 0, .hi = kThreadsBound, .per_rank = true},
+      {.name = "train.device", .field = HOTPATH_FIELD(train.device), .doc = "where the model trains", .allowed = {"auto", "cpu", "cuda"}},
+      {.name = "train.log_every", .field = HOTPATH_FIELD(train.log_every), .doc = "optimizer steps between metrics lines", .lo = 1, .hi = kMaxCount},
+      {.name = "train.eval_every", .field = HOTPATH_FIELD(train.eval_every), .doc = "epochs between evaluations, 0 = only at the end", .lo = 0, .hi = 1e6},
+      {.name = "train.max_steps", .field = HOTPATH_FIELD(train.max_steps), .doc = "stop after this many optimizer steps, 0 = all epochs", .lo = 0, .hi = kMaxCount},
+      {.name = "train.scaler_init_scale", .field = HOTPATH_FIELD(train.scaler_init_scale), .doc = "fp16 loss scaler's first scale", .lo = 1e-30, .hi = 1e30},
+      {.name = "train.scaler_growth_interval", .field = HOTPATH_FIELD(train.scaler_growth_interval), .doc = "fp16: steps without overflow before the scale doubles", .lo = 1, .hi = kMaxCount},
+      {.name = "train.dist_timeout_s", .field = HOTPATH_FIELD(train.dist_timeout_s), .doc = "data parallel: the store's and every collective's timeout, seconds", .lo = 0.001, .hi = 86400},
+      {.name = "train.ddp_overlap", .field = HOTPATH_FIELD(train.ddp_overlap), .doc = "all-reduce gradient buckets during backward (false: after it)"},
+      {.name = "train.ddp_bucket_mb", .field = HOTPATH_FIELD(train.ddp_bucket_mb), .doc = "gradient bucket size after the first (1 MiB) bucket, MiB", .lo = 1, .hi = 4096},
+      {.name = "train.zero", .field = HOTPATH_FIELD(train.zero), .doc = "data parallel: 0 DDP, 1 ZeRO-1 (optimizer state sharded), 2 ZeRO-2 (+ gradients)", .lo = 0, .hi = 2},
 
-  auto& c = r.checkpoint;
-  v("checkpoint.every_epochs", c.every_epochs);
-  v("checkpoint.every_steps", c.every_steps);
-  v("checkpoint.keep_last", c.keep_last);
-  v("checkpoint.keep_best", c.keep_best);
-  v("checkpoint.metric", c.metric, Allowed{"top1", "top5", "loss"});
+      {.name = "optimizer.name", .field = HOTPATH_FIELD(optimizer.name), .doc = "the optimizer", .allowed = {"sgd", "adamw"}},
+      {.name = "optimizer.lr", .field = HOTPATH_FIELD(optimizer.lr), .doc = "peak learning rate (> 0)", .lo = 1e-300, .hi = 1e30},
+      {.name = "optimizer.weight_decay", .field = HOTPATH_FIELD(optimizer.weight_decay), .doc = "decoupled (adamw) or L2 (sgd) weight decay"},
+      {.name = "optimizer.no_decay_norm_bias", .field = HOTPATH_FIELD(optimizer.no_decay_norm_bias), .doc = "no weight decay on norms and biases"},
+      {.name = "optimizer.momentum", .field = HOTPATH_FIELD(optimizer.momentum), .doc = "sgd momentum"},
+      {.name = "optimizer.dampening", .field = HOTPATH_FIELD(optimizer.dampening), .doc = "sgd dampening"},
+      {.name = "optimizer.nesterov", .field = HOTPATH_FIELD(optimizer.nesterov), .doc = "sgd Nesterov momentum"},
+      {.name = "optimizer.beta1", .field = HOTPATH_FIELD(optimizer.beta1), .doc = "adamw beta1"},
+      {.name = "optimizer.beta2", .field = HOTPATH_FIELD(optimizer.beta2), .doc = "adamw beta2"},
+      {.name = "optimizer.eps", .field = HOTPATH_FIELD(optimizer.eps), .doc = "adamw epsilon"},
+
+      {.name = "schedule.name", .field = HOTPATH_FIELD(schedule.name), .doc = "learning-rate schedule", .allowed = {"constant", "warmup_cosine", "step", "one_cycle"}},
+      {.name = "schedule.warmup_epochs", .field = HOTPATH_FIELD(schedule.warmup_epochs), .doc = "linear warmup length, epochs", .lo = 0, .hi = 1e6},
+      {.name = "schedule.warmup_start_factor", .field = HOTPATH_FIELD(schedule.warmup_start_factor), .doc = "warmup starts at lr x this"},
+      {.name = "schedule.min_lr", .field = HOTPATH_FIELD(schedule.min_lr), .doc = "warmup_cosine: the final learning rate"},
+      {.name = "schedule.step_epochs", .field = HOTPATH_FIELD(schedule.step_epochs), .doc = "step: decay every this many epochs", .lo = 1e-9, .hi = 1e6},
+      {.name = "schedule.gamma", .field = HOTPATH_FIELD(schedule.gamma), .doc = "step: decay factor"},
+      {.name = "schedule.pct_start", .field = HOTPATH_FIELD(schedule.pct_start), .doc = "one_cycle: fraction of the run spent rising"},
+      {.name = "schedule.div_factor", .field = HOTPATH_FIELD(schedule.div_factor), .doc = "one_cycle: initial lr = lr / this"},
+      {.name = "schedule.final_div_factor", .field = HOTPATH_FIELD(schedule.final_div_factor), .doc = "one_cycle: final lr = initial lr / this"},
+      {.name = "schedule.cycle_momentum", .field = HOTPATH_FIELD(schedule.cycle_momentum), .doc = "one_cycle: momentum cycles inversely to the lr"},
+      {.name = "schedule.base_momentum", .field = HOTPATH_FIELD(schedule.base_momentum), .doc = "one_cycle: lowest momentum"},
+      {.name = "schedule.max_momentum", .field = HOTPATH_FIELD(schedule.max_momentum), .doc = "one_cycle: highest momentum"},
+
+      {.name = "checkpoint.every_epochs", .field = HOTPATH_FIELD(checkpoint.every_epochs), .doc = "epochs between checkpoints, 0 = only at the end", .lo = 0, .hi = 1e6},
+      {.name = "checkpoint.every_steps", .field = HOTPATH_FIELD(checkpoint.every_steps), .doc = "also every N optimizer steps, 0 = off", .lo = 0, .hi = kMaxCount},
+      {.name = "checkpoint.keep_last", .field = HOTPATH_FIELD(checkpoint.keep_last), .doc = "checkpoints kept", .lo = 1, .hi = 1e6},
+      {.name = "checkpoint.keep_best", .field = HOTPATH_FIELD(checkpoint.keep_best), .doc = "best/ holds the weights with the best eval metric"},
+      {.name = "checkpoint.metric", .field = HOTPATH_FIELD(checkpoint.metric), .doc = "the metric best/ follows", .allowed = {"top1", "top5", "loss"}},
+  };
 }
+#undef HOTPATH_FIELD
 
 std::vector<std::string> split_dots(std::string_view key) {
   std::vector<std::string> parts;
@@ -158,21 +163,13 @@ std::string format_double(double v) {
   return s;
 }
 
-struct KeyLister {
-  std::vector<std::string> keys;
-  template <class T>
-  void operator()(const char* key, T&, Allowed = {}) {
-    keys.emplace_back(key);
-  }
-};
-
 // Reads values from a YAML tree, checking each type; records where each key came from.
 class Reader {
  public:
   Reader(YAML::Node root, std::string source, std::set<std::string> overridden)
       : root_(std::move(root)), source_(std::move(source)), overridden_(std::move(overridden)) {}
 
-  void operator()(const char* key, std::string& value, Allowed allowed = {}) {
+  void operator()(const char* key, std::string& value, const Allowed& allowed) {
     const YAML::Node n = find(key);
     if (!n) return;
     HOTPATH_CHECK(n.IsScalar(), where(n, key), ": expected a string, got a ", kind(n));
@@ -183,19 +180,19 @@ class Reader {
       HOTPATH_CHECK(ok, where(n, key), ": '", value, "' is not one of: ", join(names, ", "));
     }
   }
-  void operator()(const char* key, bool& value, Allowed = {}) { scalar(key, value, "a boolean (true/false)"); }
-  void operator()(const char* key, std::int64_t& value, Allowed = {}) { scalar(key, value, "an integer"); }
-  void operator()(const char* key, std::uint64_t& value, Allowed = {}) {
+  void operator()(const char* key, bool& value, const Allowed& /*allowed*/) { scalar(key, value, "a boolean (true/false)"); }
+  void operator()(const char* key, std::int64_t& value, const Allowed& /*allowed*/) { scalar(key, value, "an integer"); }
+  void operator()(const char* key, std::uint64_t& value, const Allowed& /*allowed*/) {
     scalar(key, value, "a non-negative integer");
   }
-  void operator()(const char* key, double& value, Allowed = {}) {
+  void operator()(const char* key, double& value, const Allowed& /*allowed*/) {
     scalar(key, value, "a number");
     if (const YAML::Node n = find(key)) {
       HOTPATH_CHECK(std::isfinite(value), where(n, key), ": expected a finite number, got '", n.Scalar(), "'");
     }
   }
-  void operator()(const char* key, std::vector<std::string>& value, Allowed = {}) { list(key, value, "strings"); }
-  void operator()(const char* key, std::vector<double>& value, Allowed = {}) {
+  void operator()(const char* key, std::vector<std::string>& value, const Allowed& /*allowed*/) { list(key, value, "strings"); }
+  void operator()(const char* key, std::vector<double>& value, const Allowed& /*allowed*/) {
     list(key, value, "numbers");
     if (const YAML::Node n = find(key)) {
       HOTPATH_CHECK(value.size() <= 64, where(n, key), ": expected at most 64 numbers, got ", value.size());
@@ -278,7 +275,7 @@ class Reader {
 class Writer {
  public:
   template <class T>
-  void operator()(const char* key, const T& value, Allowed = {}) {
+  void operator()(const char* key, const T& value) {
     const auto parts = split_dots(key);
     YAML::Node node = root_;
     for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
@@ -306,10 +303,10 @@ class Writer {
 };
 
 // Every key in the tree that no visit names: "model.nmae" → error listing the section's keys.
-void check_unknown_keys(const YAML::Node& root, const std::string& source, const std::set<std::string>& overridden) {
+void check_unknown_keys(const YAML::Node& root, const std::vector<std::string>& keys, const std::string& source,
+                        const std::set<std::string>& overridden) {
   HOTPATH_CHECK(root.IsMap() || root.IsNull(), source, ": a recipe must be a mapping of sections, got ",
                 root.IsSequence() ? "a list" : "a scalar");
-  const std::vector<std::string> keys = recipe_keys();
   const std::set<std::string> known(keys.begin(), keys.end());
   // Sections at any depth: every proper dotted prefix of a key ("model", "model.adapter").
   std::set<std::string> sections;
@@ -387,60 +384,42 @@ void check_range(bool ok, const Recipe& r, const char* key, const std::string& e
   HOTPATH_CHECK(ok, r.source, ": ", key, ": expected ", expected);
 }
 
-// Upper bounds (and the lower ones validate() leaves open) on every integer and every double that
-// becomes a count of steps, samples or threads: far above any real run, far below an overflow or an
-// allocation that cannot succeed.
-void check_bounds(const Recipe& r) {
-  constexpr std::int64_t kMaxCount = std::int64_t{1} << 40;  // steps, samples
-  const auto in = [&](std::int64_t v, std::int64_t lo, std::int64_t hi, const char* key) {
-    check_int_in(v, lo, hi, r.source + ": " + key);
-  };
-  const auto real = [&](double v, double lo, double hi, const char* key) {
-    check_double_in(v, lo, hi, r.source + ": " + key);
-  };
-  const auto& m = r.model;
-  const auto& d = r.data;
-  const auto& t = r.train;
-  in(m.num_classes, 1, 1'000'000, "model.num_classes");
-  in(m.lora_r, 0, 65536, "model.lora_r");
-  in(m.prefix_tokens, 0, 4096, "model.prefix_tokens");
-  in(m.prefix_hidden, 0, 65536, "model.prefix_hidden");
-  in(d.image_size, 8, 4096, "data.image_size");
-  in(d.resize_shorter, 8, 8192, "data.resize_shorter");
-  in(d.translate, 0, 4096, "data.translate");
-  in(d.shuffle_buffer, 1, std::int64_t{1} << 24, "data.shuffle_buffer");
-  in(d.max_bad_samples, 0, kMaxCount, "data.max_bad_samples");
-  in(d.pad_to_multiple_of, 0, 65536, "data.pad_to_multiple_of");
-  in(d.max_tokens, 0, std::int64_t{1} << 30, "data.max_tokens");
-  in(t.epochs, 1, 1'000'000, "train.epochs");
-  in(t.batch_size, 1, std::int64_t{1} << 20, "train.batch_size");
-  in(t.threads, 0, max_threads(), "train.threads");
-  in(t.log_every, 1, kMaxCount, "train.log_every");
-  in(t.eval_every, 0, 1'000'000, "train.eval_every");
-  in(t.max_steps, 0, kMaxCount, "train.max_steps");
-  in(t.scaler_growth_interval, 1, kMaxCount, "train.scaler_growth_interval");
-  in(r.checkpoint.every_epochs, 0, 1'000'000, "checkpoint.every_epochs");
-  in(r.checkpoint.every_steps, 0, kMaxCount, "checkpoint.every_steps");
-  in(r.checkpoint.keep_last, 1, 1'000'000, "checkpoint.keep_last");
-  // Epoch counts that the schedule multiplies by steps per epoch: bounded like train.epochs.
-  real(r.schedule.warmup_epochs, 0, 1e6, "schedule.warmup_epochs");
-  real(r.schedule.step_epochs, 1e-9, 1e6, "schedule.step_epochs");
-  real(r.optimizer.lr, 1e-300, 1e30, "optimizer.lr");
-  real(t.scaler_init_scale, 1e-30, 1e30, "train.scaler_init_scale");
+// Calls fn(row, member) for every row of the table, the member typed (std::int64_t&, std::string&, ...).
+template <class Fn>
+void for_each_key(const std::vector<RecipeKey>& table, Recipe& r, Fn&& fn) {
+  for (const RecipeKey& k : table) std::visit([&](auto field) { fn(k, field(r)); }, k.field);
 }
 
+std::int64_t int_bound(double b) {
+  if (b == kThreadsBound) return max_threads();
+  if (b <= -9.2e18) return std::numeric_limits<std::int64_t>::min();
+  if (b >= 9.2e18) return std::numeric_limits<std::int64_t>::max();
+  return static_cast<std::int64_t>(b);
+}
+
+// Each row's bounds: every integer and double has them where it becomes a count of steps, samples or
+// threads, a size or a probability.
+void check_bounds(const std::vector<RecipeKey>& table, Recipe& r) {
+  for_each_key(table, r, [&](const RecipeKey& k, auto& v) {
+    using T = std::decay_t<decltype(v)>;
+    if constexpr (std::is_same_v<T, std::int64_t>) {
+      check_int_in(v, int_bound(k.lo), int_bound(k.hi), r.source + ": " + k.name);
+    } else if constexpr (std::is_same_v<T, double>) {
+      if (std::isfinite(k.lo) || std::isfinite(k.hi)) check_double_in(v, k.lo, k.hi, r.source + ": " + k.name);
+    }
+  });
+}
+
+// The checks a row cannot say: relations between keys, open end points, one value inside a range.
 void validate(const Recipe& r) {
   const auto& d = r.data;
   const auto& t = r.train;
-  check_range(!r.model.name.empty(), r, "model.name", "a model name");
-  check_range(r.model.num_classes >= 1, r, "model.num_classes", ">= 1, got " + std::to_string(r.model.num_classes));
-  check_range(d.image_size >= 8 && d.image_size <= 4096, r, "data.image_size",
-              "in [8, 4096], got " + std::to_string(d.image_size));
+  const auto& m = r.model;
+  check_range(!m.name.empty(), r, "model.name", "a model name");
   check_range(d.channels == 1 || d.channels == 3, r, "data.channels", "1 or 3, got " + std::to_string(d.channels));
-  check_range(d.scale_min > 0 && d.scale_min <= d.scale_max && d.scale_max <= 1, r, "data.scale_min/scale_max",
+  check_range(d.scale_min > 0 && d.scale_min <= d.scale_max, r, "data.scale_min/scale_max",
               "0 < scale_min <= scale_max <= 1");
-  check_range(d.flip >= 0 && d.flip <= 1, r, "data.flip", "a probability in [0, 1], got " + format_double(d.flip));
-  check_range(d.translate >= 0 && d.translate < d.image_size, r, "data.translate", "in [0, image_size)");
+  check_range(d.translate < d.image_size, r, "data.translate", "in [0, image_size)");
   check_range(d.resize_shorter >= d.image_size, r, "data.resize_shorter", ">= data.image_size");
   check_range(d.mean.size() == static_cast<std::size_t>(d.channels), r, "data.mean",
               std::to_string(d.channels) + " values (one per channel)");
@@ -448,73 +427,158 @@ void validate(const Recipe& r) {
               std::to_string(d.channels) + " values (one per channel)");
   check_range(std::all_of(d.std.begin(), d.std.end(), [](double s) { return s > 0; }), r, "data.std",
               "positive values");
-  check_range(r.model.lora_r >= 0, r, "model.lora_r", ">= 0 (0 = full fine-tuning)");
-  check_range(r.model.lora_r == 0 || r.model.lora_alpha > 0, r, "model.lora_alpha", "> 0");
-  check_range(r.model.lora_dropout >= 0 && r.model.lora_dropout < 1, r, "model.lora_dropout", "in [0, 1)");
-  check_range(r.model.lora_r == 0 || !r.model.lora_target_modules.empty(), r, "model.lora_target_modules",
+  check_range(m.lora_r == 0 || m.lora_alpha > 0, r, "model.lora_alpha", "> 0");
+  check_range(m.lora_dropout < 1, r, "model.lora_dropout", "in [0, 1)");
+  check_range(m.lora_r == 0 || !m.lora_target_modules.empty(), r, "model.lora_target_modules",
               "at least one module name (e.g. [query, value])");
-  const bool adapter = !r.model.adapter.config.empty();
-  check_range(!adapter || (r.model.lora_r == 0 && r.model.prefix_tokens == 0), r, "model.adapter.config",
+  const bool adapter = !m.adapter.config.empty();
+  check_range(!adapter || (m.lora_r == 0 && m.prefix_tokens == 0), r, "model.adapter.config",
               "left out with model.lora_r or model.prefix_tokens (one of LoRA, prefix tuning, adapters)");
-  check_range(adapter || (r.model.adapter.reduction_factor == 16.0 && r.model.adapter.non_linearity.empty()), r,
+  check_range(adapter || (m.adapter.reduction_factor == 16.0 && m.adapter.non_linearity.empty()), r,
               "model.adapter.config", "a preset (seq_bn or double_seq_bn) with the other model.adapter keys");
-  check_range(r.model.adapter.reduction_factor >= 1.0 && r.model.adapter.reduction_factor <= 65536.0, r,
-              "model.adapter.reduction_factor", "in [1, 65536]");
-  check_range(r.model.prefix_tokens == 0 || r.model.lora_r == 0, r, "model.prefix_tokens",
+  check_range(m.prefix_tokens == 0 || m.lora_r == 0, r, "model.prefix_tokens",
               "0 with model.lora_r > 0 (LoRA or prefix tuning, not both)");
-  check_range(r.model.prefix_tokens > 0 || (!r.model.prefix_projection && r.model.prefix_hidden == 0), r,
-              r.model.prefix_projection ? "model.prefix_projection" : "model.prefix_hidden",
+  check_range(m.prefix_tokens > 0 || (!m.prefix_projection && m.prefix_hidden == 0), r,
+              m.prefix_projection ? "model.prefix_projection" : "model.prefix_hidden",
               "left out without model.prefix_tokens (prefix tuning is off)");
-  check_range(r.model.prefix_projection || r.model.prefix_hidden == 0, r, "model.prefix_hidden",
+  check_range(m.prefix_projection || m.prefix_hidden == 0, r, "model.prefix_hidden",
               "left out without model.prefix_projection: true (it is the reparameterisation MLP's width)");
-  check_range(d.kind != "text" || !r.model.pretrained.empty(), r, "model.pretrained",
+  check_range(d.kind != "text" || !m.pretrained.empty(), r, "model.pretrained",
               "a Hugging Face model directory (config.json + weights) for data.kind: text");
-  check_range(d.max_length >= 2 && d.max_length <= 65536, r, "data.max_length", "in [2, 65536]");
-  check_range(d.pad_to_multiple_of >= 0, r, "data.pad_to_multiple_of", ">= 0 (0 or 1 = off)");
   check_range(d.max_tokens == 0 || d.max_tokens >= d.max_length, r, "data.max_tokens",
               "0 (off) or >= data.max_length");
-  check_range(d.workers >= 1 && d.workers <= 256, r, "data.workers", "in [1, 256]");
-  check_range(d.prefetch >= 1 && d.prefetch <= 64, r, "data.prefetch", "in [1, 64]");
-  check_range(d.shuffle_buffer >= 1, r, "data.shuffle_buffer", ">= 1");
   check_range(d.decode == "cpu" || d.augment != "cpu", r, "data.augment",
               "auto or device with data.decode: nvjpeg (the images are decoded on the GPU)");
   check_range(d.kind == "image" || (d.decode == "cpu" && d.augment == "auto"), r,
               d.decode != "cpu" ? "data.decode" : "data.augment", "left out for data.kind: text (images only)");
-  check_range(t.epochs >= 1, r, "train.epochs", ">= 1, got " + std::to_string(t.epochs));
-  check_range(t.batch_size >= 1, r, "train.batch_size", ">= 1, got " + std::to_string(t.batch_size));
-  check_range(t.accum_steps >= 1 && t.batch_size % t.accum_steps == 0, r, "train.accum_steps",
+  check_range(t.batch_size % t.accum_steps == 0, r, "train.accum_steps",
               ">= 1 and dividing train.batch_size (" + std::to_string(t.batch_size) + "), got " +
                   std::to_string(t.accum_steps));
-  check_range(t.label_smoothing >= 0 && t.label_smoothing < 1, r, "train.label_smoothing", "in [0, 1)");
-  check_range(t.clip_grad_norm >= 0, r, "train.clip_grad_norm", ">= 0 (0 = off)");
-  check_range(t.ema_decay >= 0 && t.ema_decay < 1, r, "train.ema_decay", "in [0, 1) (0 = off)");
-  check_range(t.threads >= 0, r, "train.threads", ">= 0 (0 = automatic)");
-  check_range(t.log_every >= 1, r, "train.log_every", ">= 1");
-  check_range(t.eval_every >= 0, r, "train.eval_every", ">= 0");
-  check_range(t.max_steps >= 0, r, "train.max_steps", ">= 0 (0 = all epochs)");
-  check_range(t.scaler_init_scale > 0, r, "train.scaler_init_scale", "> 0");
-  check_range(t.scaler_growth_interval >= 1, r, "train.scaler_growth_interval", ">= 1");
-  check_range(t.dist_timeout_s >= 0.001 && t.dist_timeout_s <= 86400, r, "train.dist_timeout_s",
-              "seconds in [0.001, 86400] (a timeout under 1 ms would round to 0)");
-  check_range(t.ddp_bucket_mb >= 1 && t.ddp_bucket_mb <= 4096, r, "train.ddp_bucket_mb", "MiB in [1, 4096]");
-  check_range(t.zero >= 0 && t.zero <= 2, r, "train.zero", "0 (DDP), 1 (ZeRO-1) or 2 (ZeRO-2), got " + std::to_string(t.zero));
-  check_range(r.optimizer.lr > 0, r, "optimizer.lr", "> 0");
-  check_range(r.schedule.warmup_epochs >= 0, r, "schedule.warmup_epochs", ">= 0");
-  check_range(r.schedule.step_epochs > 0, r, "schedule.step_epochs", "> 0");
-  check_range(r.checkpoint.every_epochs >= 0, r, "checkpoint.every_epochs", ">= 0");
-  check_range(r.checkpoint.every_steps >= 0, r, "checkpoint.every_steps", ">= 0");
-  check_range(r.checkpoint.keep_last >= 1, r, "checkpoint.keep_last", ">= 1");
+  check_range(t.label_smoothing < 1, r, "train.label_smoothing", "in [0, 1)");
+  check_range(t.ema_decay < 1, r, "train.ema_decay", "in [0, 1) (0 = off)");
   check_range(!r.output_dir.empty(), r, "output_dir", "a directory");
-  check_bounds(r);
+}
+
+const char* kind_name(TaskKinds k) {
+  return k == TaskKinds::kImage ? "image" : k == TaskKinds::kText ? "text" : "all";
+}
+
+TaskKinds kind_of(const Recipe& r) { return r.data.kind == "text" ? TaskKinds::kText : TaskKinds::kImage; }
+
+}  // namespace
+
+const std::vector<RecipeKey>& recipe_table() {
+  static const std::vector<RecipeKey> table = make_table();
+  return table;
+}
+
+std::vector<std::string> recipe_keys() {
+  std::vector<std::string> keys;
+  for (const RecipeKey& k : recipe_table()) keys.emplace_back(k.name);
+  return keys;
+}
+
+void check_task_keys(const Recipe& recipe, const std::vector<RecipeKey>& table) {
+  const TaskKinds mine = kind_of(recipe);
+  const TaskKinds other = mine == TaskKinds::kText ? TaskKinds::kImage : TaskKinds::kText;
+  Recipe r = recipe;
+  Recipe defaults;
+  for (const RecipeKey& k : table) {
+    if (k.kinds != other) continue;
+    // Set to anything but its default: the task would ignore it, so it is refused.
+    const bool set = std::visit([&](auto field) { return field(r) != field(defaults); }, k.field);
+    HOTPATH_CHECK(!set, recipe.source, ": ", k.name, " applies to ", kind_name(other),
+                  " recipes; this one has data.kind ", recipe.data.kind, " (remove the key)");
+  }
+}
+
+nlohmann::ordered_json resume_values(const Recipe& recipe, const std::vector<RecipeKey>& table) {
+  const TaskKinds mine = kind_of(recipe);
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  Recipe r = recipe;
+  for (const RecipeKey& k : table) {
+    if (!k.resume || (k.kinds != TaskKinds::kAll && k.kinds != mine)) continue;
+    std::visit(
+        [&](auto field) {
+          const auto& v = field(r);
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, bool>) {
+            out[k.name] = v ? 1 : 0;  // as checkpoints have always recorded them
+          } else if constexpr (std::is_same_v<T, std::string> || std::is_arithmetic_v<T>) {
+            out[k.name] = v;
+          } else {
+            HOTPATH_CHECK(false, "recipe table: ", k.name, ": a list cannot be a resume key");
+          }
+        },
+        k.field);
+  }
+  return out;
+}
+
+namespace {
+
+std::string type_name(const RecipeKey::Field& f) {
+  static const char* const kNames[] = {"string", "boolean", "integer", "integer >= 0", "number", "list of strings",
+                                       "list of numbers"};
+  return kNames[f.index()];
+}
+
+std::string value_text(const std::string& v) { return "\"" + v + "\""; }
+std::string value_text(bool v) { return v ? "true" : "false"; }
+std::string value_text(std::int64_t v) { return std::to_string(v); }
+std::string value_text(std::uint64_t v) { return std::to_string(v); }
+std::string value_text(double v) { return format_double(v); }
+template <class T>
+std::string value_text(const std::vector<T>& v) {
+  std::string out;
+  for (const auto& x : v) out += (out.empty() ? "" : ", ") + value_text(x);
+  return "[" + out + "]";
+}
+
+std::string bound_text(double b, bool integer) {
+  if (b == kThreadsBound) return "max_threads (8 x cores, >= 64)";
+  if (integer) return std::to_string(int_bound(b));
+  return format_double(b);
 }
 
 }  // namespace
 
-std::vector<std::string> recipe_keys() {
-  KeyLister lister;
-  Recipe r;
-  visit_recipe(r, lister);
-  return lister.keys;
+std::vector<std::pair<std::string, std::string>> shared_recipe_values(const Recipe& recipe) {
+  std::vector<std::pair<std::string, std::string>> out;
+  Recipe r = recipe;
+  for_each_key(recipe_table(), r, [&](const RecipeKey& k, const auto& v) {
+    if (!k.per_rank) out.emplace_back(k.name, value_text(v));
+  });
+  return out;
+}
+
+std::string recipe_help(const std::vector<RecipeKey>& table) {
+  for (const RecipeKey& k : table) {  // a '|' would end a Markdown cell
+    HOTPATH_CHECK(std::string_view(k.doc).find('|') == std::string_view::npos, "recipe table: ", k.name,
+                  ": its doc holds a '|'");
+  }
+  std::string out = "| key | type | default | range or choices | task | resume | what |\n|---|---|---|---|---|---|---|\n";
+  Recipe defaults;
+  for (const RecipeKey& k : table) {
+    std::string range;
+    std::visit(
+        [&](auto field) {
+          const auto& v = field(defaults);
+          using T = std::decay_t<decltype(v)>;
+          out += std::string("| `") + k.name + "` | " + type_name(k.field) + " | `" + value_text(v) + "` | ";
+          if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, double>) {
+            const bool integer = std::is_same_v<T, std::int64_t>;
+            if (std::isfinite(k.lo) || std::isfinite(k.hi)) {
+              range = "[" + (std::isfinite(k.lo) ? bound_text(k.lo, integer) : std::string("-inf")) + ", " +
+                      (std::isfinite(k.hi) ? bound_text(k.hi, integer) : std::string("inf")) + "]";
+            }
+          }
+        },
+        k.field);
+    for (const char* a : k.allowed) range += (range.empty() ? "" : ", ") + value_text(std::string(a));
+    out += range + " | " + kind_name(k.kinds) + " | " + (k.resume ? "yes" : "") + " | " + k.doc + " |\n";
+  }
+  return out;
 }
 
 namespace {
@@ -623,18 +687,22 @@ YAML::Node load_strict_yaml(const std::string& text, const std::string& source) 
   return doc;
 }
 
-Recipe parse_recipe_unguarded(const std::string& yaml_text, const std::vector<std::string>& overrides,
-                              const std::string& source) {
+Recipe parse_recipe_unguarded(const std::vector<RecipeKey>& table, const std::string& yaml_text,
+                              const std::vector<std::string>& overrides, const std::string& source) {
   YAML::Node root = load_strict_yaml(yaml_text, source);
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
   std::set<std::string> overridden;
   for (const auto& o : overrides) overridden.insert(apply_override(root, o));
-  check_unknown_keys(root, source, overridden);
+  std::vector<std::string> keys;
+  for (const RecipeKey& k : table) keys.emplace_back(k.name);
+  check_unknown_keys(root, keys, source, overridden);
   Recipe recipe;
   recipe.source = source;
   Reader reader(root, source, overridden);
-  visit_recipe(recipe, reader);
+  for_each_key(table, recipe, [&](const RecipeKey& k, auto& value) { reader(k.name, value, k.allowed); });
+  check_bounds(table, recipe);
   validate(recipe);
+  check_task_keys(recipe, table);
   return recipe;
 }
 
@@ -642,8 +710,13 @@ Recipe parse_recipe_unguarded(const std::string& yaml_text, const std::vector<st
 
 Recipe parse_recipe(const std::string& yaml_text, const std::vector<std::string>& overrides,
                     const std::string& source) {
+  return parse_recipe_with(recipe_table(), yaml_text, overrides, source);
+}
+
+Recipe parse_recipe_with(const std::vector<RecipeKey>& table, const std::string& yaml_text,
+                         const std::vector<std::string>& overrides, const std::string& source) {
   try {
-    return parse_recipe_unguarded(yaml_text, overrides, source);
+    return parse_recipe_unguarded(table, yaml_text, overrides, source);
   } catch (const YAML::Exception& e) {
     // Whatever yaml-cpp still objects to (odd keys such as `? [a]: 1`, nesting too deep) is one line too.
     HOTPATH_CHECK(false, source, ": invalid recipe: ", e.what());
@@ -657,7 +730,8 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
 
 std::string to_yaml(const Recipe& recipe) {
   Writer writer;
-  visit_recipe(recipe, writer);
+  Recipe r = recipe;
+  for_each_key(recipe_table(), r, [&](const RecipeKey& k, const auto& value) { writer(k.name, value); });
   YAML::Emitter out;
   out << writer.root();
   return std::string(out.c_str()) + "\n";

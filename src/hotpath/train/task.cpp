@@ -71,61 +71,6 @@ NamedParameters trainable_parameters(const torch::nn::Module& module, const Reci
   return trainable;
 }
 
-void check_task_keys(const Recipe& recipe) {
-  const Recipe defaults;
-  const auto& m = recipe.model;
-  const auto& d = recipe.data;
-  const auto& dm = defaults.model;
-  const auto& dd = defaults.data;
-  struct Key {
-    const char* name;
-    bool set;  // differs from its default
-  };
-  const bool text = recipe.data.kind == "text";
-  // Keys of the other kind of task: a value other than the default would be ignored, so it is refused.
-  const std::vector<Key> other = text ? std::vector<Key>{
-      {"model.weights", m.weights != dm.weights},
-      {"model.allow_partial", m.allow_partial != dm.allow_partial},
-      {"model.zero_init_residual", m.zero_init_residual != dm.zero_init_residual},
-      {"model.sync_batchnorm", m.sync_batchnorm != dm.sync_batchnorm},
-      {"data.image_size", d.image_size != dd.image_size},
-      {"data.channels", d.channels != dd.channels},
-      {"data.train_crop", d.train_crop != dd.train_crop},
-      {"data.scale_min", d.scale_min != dd.scale_min},
-      {"data.scale_max", d.scale_max != dd.scale_max},
-      {"data.eval_crop", d.eval_crop != dd.eval_crop},
-      {"data.resize_shorter", d.resize_shorter != dd.resize_shorter},
-      {"data.flip", d.flip != dd.flip},
-      {"data.translate", d.translate != dd.translate},
-      {"data.mean", d.mean != dd.mean},
-      {"data.std", d.std != dd.std},
-      {"data.shuffle_buffer", d.shuffle_buffer != dd.shuffle_buffer},
-  } : std::vector<Key>{
-      {"model.pretrained", m.pretrained != dm.pretrained},
-      {"model.attention", m.attention != dm.attention},
-      {"model.gradient_checkpointing", m.gradient_checkpointing != dm.gradient_checkpointing},
-      {"model.lora_r", m.lora_r != dm.lora_r},
-      {"model.lora_alpha", m.lora_alpha != dm.lora_alpha},
-      {"model.lora_dropout", m.lora_dropout != dm.lora_dropout},
-      {"model.lora_target_modules", m.lora_target_modules != dm.lora_target_modules},
-      {"model.prefix_tokens", m.prefix_tokens != dm.prefix_tokens},
-      {"model.prefix_projection", m.prefix_projection != dm.prefix_projection},
-      {"model.prefix_hidden", m.prefix_hidden != dm.prefix_hidden},
-      {"model.adapter.config", m.adapter.config != dm.adapter.config},
-      {"model.adapter.reduction_factor", m.adapter.reduction_factor != dm.adapter.reduction_factor},
-      {"model.adapter.non_linearity", m.adapter.non_linearity != dm.adapter.non_linearity},
-      {"data.tokenizer", d.tokenizer != dd.tokenizer},
-      {"data.max_length", d.max_length != dd.max_length},
-      {"data.pad_to_multiple_of", d.pad_to_multiple_of != dd.pad_to_multiple_of},
-      {"data.max_tokens", d.max_tokens != dd.max_tokens},
-      {"data.bucket", d.bucket != dd.bucket},
-  };
-  for (const Key& k : other) {
-    HOTPATH_CHECK(!k.set, recipe.source, ": ", k.name, " applies to ", text ? "image" : "text",
-                  " recipes; this one has data.kind ", recipe.data.kind, " (remove the key)");
-  }
-}
-
 void configure_loader_device(data::LoaderOptions& o, const Recipe& recipe, const at::Device& device) {
   const auto& d = recipe.data;
   const bool nvjpeg = d.decode == "nvjpeg";

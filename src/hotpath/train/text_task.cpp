@@ -56,7 +56,7 @@ text::TextLoaderOptions loader_options(const Recipe& recipe, std::vector<std::st
   o.max_length = static_cast<std::size_t>(d.max_length);
   o.workers = static_cast<unsigned>(d.workers);
   // Micro-batches: an optimizer step takes train.accum_steps of them (eval uses the same size).
-  o.batching.batch_size = static_cast<int>(recipe.train.batch_size / recipe.train.accum_steps);
+  o.batching.batch_size = static_cast<int>(recipe.train.micro_batch_size());
   o.batching.max_tokens = d.max_tokens;
   o.batching.pad_to_multiple_of = static_cast<std::size_t>(d.pad_to_multiple_of);
   o.batching.bucket_batches = d.bucket ? 100 : 0;
@@ -309,21 +309,12 @@ class TextTask final : public Task {
            "buckets, token budgets and the epoch's last partial batch depend on the world size)";
   }
   [[nodiscard]] json resume_key() const override {
-    const auto& d = recipe_.data;
-    // The epoch plan (order, lengths, buckets) comes from these and the data: the same batch index
-    // under another plan would repeat or skip samples; lora_r and the prefix change the checkpoint's tensors.
-    return {{"train.seed", recipe_.train.seed},
-            {"train.batch_size", recipe_.train.batch_size},
-            {"train.accum_steps", recipe_.train.accum_steps},
-            {"data.max_tokens", d.max_tokens},
-            {"model.lora_r", recipe_.model.lora_r},
-            {"model.prefix_tokens", recipe_.model.prefix_tokens},
-            {"model.prefix_projection", recipe_.model.prefix_projection ? 1 : 0},
-            {"model.adapter.config", recipe_.model.adapter.config},
-            {"data.max_length", d.max_length},
-            {"data.pad_to_multiple_of", d.pad_to_multiple_of},
-            {"data.bucket", d.bucket ? 1 : 0},
-            {"the number of samples in data.train", train_samples()}};
+    // The epoch plan (order, lengths, buckets) comes from the recipe table's resume keys and the data: the same
+    // batch index under another plan would repeat or skip samples; lora_r, the prefix and the adapter change the
+    // checkpoint's tensors.
+    json key = resume_values(recipe_);
+    key["the number of samples in data.train"] = train_samples();
+    return key;
   }
   [[nodiscard]] json state() const override {
     return {{"padding",
