@@ -122,11 +122,13 @@ void IntMmScalarLoop(benchmark::State& s) {
   set_items(s);
 }
 
-// hotpath's int8_gemm (what Int8Linear runs instead there), the variant HOTPATH_MAX_ISA allows.
-void Int8Gemm(benchmark::State& s) {
+// hotpath's int8_gemm (what Int8Linear runs instead there), the variant HOTPATH_MAX_ISA allows, over weights
+// in [-wmax, wmax]: 127 (8 bits) or 63 (7 bits: on AVX2 the u8·s8 product that Int8Linear's kAuto picks there).
+void int8_gemm_bench(benchmark::State& s, int wmax) {
   const LinearFixture f(s);
   const at::Tensor q = at::randint(-127, 128, f.x.sizes(), at::kChar);
-  const hotpath::ops::Int8PackedB w = hotpath::ops::int8_gemm_pack(at::randint(-127, 128, {s.range(1), s.range(2)}, at::kChar));
+  const hotpath::ops::Int8PackedB w =
+      hotpath::ops::int8_gemm_pack(at::randint(-wmax, wmax + 1, {s.range(1), s.range(2)}, at::kChar));
   at::Tensor c = at::empty({s.range(0), s.range(2)}, at::kInt);
   for (auto _ : s) {
     hotpath::ops::int8_gemm_out(q, w, c);
@@ -134,19 +136,8 @@ void Int8Gemm(benchmark::State& s) {
   }
   set_items(s);
 }
-
-// The same with 7-bit weights (|b| ≤ 63): on AVX2 the u8·s8 product that Int8Linear's kAuto picks there.
-void Int8Gemm7(benchmark::State& s) {
-  const LinearFixture f(s);
-  const at::Tensor q = at::randint(-127, 128, f.x.sizes(), at::kChar);
-  const hotpath::ops::Int8PackedB w = hotpath::ops::int8_gemm_pack(at::randint(-63, 64, {s.range(1), s.range(2)}, at::kChar));
-  at::Tensor c = at::empty({s.range(0), s.range(2)}, at::kInt);
-  for (auto _ : s) {
-    hotpath::ops::int8_gemm_out(q, w, c);
-    benchmark::DoNotOptimize(c.data_ptr());
-  }
-  set_items(s);
-}
+void Int8Gemm(benchmark::State& s) { int8_gemm_bench(s, 127); }
+void Int8Gemm7(benchmark::State& s) { int8_gemm_bench(s, 63); }
 
 // Int8Linear::forward with hotpath's int8_gemm forced (kAuto: 7-bit weights where its AVX2 kernel runs): the
 // whole op where _int_mm is scalar.
