@@ -89,7 +89,7 @@ class PyLoader {
     loader_->seek({epoch, batch});
   }
 
-  [[nodiscard]] data::LoaderPosition position() const { return loader_->position(); }
+  [[nodiscard]] BatchPosition position() const { return loader_->position(); }
 
   // Batches of one epoch on this rank; the shard headers are read once.
   std::int64_t batches_per_epoch() {

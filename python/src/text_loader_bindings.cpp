@@ -87,7 +87,7 @@ class PyTextLoader {
     loader_->seek({epoch, batch});
   }
 
-  [[nodiscard]] text::TextLoaderPosition position() const { return loader_->position(); }
+  [[nodiscard]] BatchPosition position() const { return loader_->position(); }
   [[nodiscard]] std::int64_t batches_in_epoch() const { return loader_->batches_in_epoch(position().epoch); }
 
   [[nodiscard]] py::dict stats() const {

@@ -48,7 +48,7 @@ printf 'model: [unclosed\n' >broken.yaml
 expect_error invalid-yaml "broken.yaml:" train broken.yaml
 expect_error other-task-key "model.lora_r applies to text recipes; this one has data.kind image" train recipe.yaml \
   --set model.lora_r=8
-expect_error bounds "train.zero: expected an integer in [0, 2], got 3" train recipe.yaml --set train.zero=3
+expect_error bounds 'train.zero: expected an integer in \[0, 2\], got 3' train recipe.yaml --set train.zero=3
 
 # --help-recipe: the key table, exit 0, no recipe needed.
 "$hp" train --help-recipe >keys.md 2>keys.err || fail "--help-recipe: exit $? ($(cat keys.err))"

@@ -66,6 +66,31 @@ TEST_F(Cpu, DetectsOnceAndNamesTheFeatures) {
   }
 }
 
+// The int8 probes LibTorch and oneDNN make for themselves: the CPU's VNNI (never capped) and oneDNN's own cap.
+TEST_F(Cpu, VnniIsTheCpusAndOnednnsCapIsReadFromItsVariables) {
+  if (detected_features().find("avx512vnni") != std::string::npos) {
+    EXPECT_TRUE(detected_vnni());
+  }
+  {
+    const ScopedMaxIsa cap(Isa::kScalar);  // hotpath's cap does not hide the CPU's VNNI from LibTorch
+    EXPECT_EQ(detected_vnni(), detected_vnni());
+  }
+  EXPECT_EXIT(
+      {
+        unsetenv("DNNL_MAX_CPU_ISA");
+        setenv("ONEDNN_MAX_CPU_ISA", "avx2", 1);
+        const bool capped = onednn_cap_below_vnni() == "ONEDNN_MAX_CPU_ISA=avx2";
+        setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_VNNI", 1);
+        const bool vnni_level = onednn_cap_below_vnni().empty();
+        unsetenv("ONEDNN_MAX_CPU_ISA");
+        setenv("DNNL_MAX_CPU_ISA", "AVX512_CORE", 1);
+        const bool old_name = onednn_cap_below_vnni() == "DNNL_MAX_CPU_ISA=AVX512_CORE";
+        unsetenv("DNNL_MAX_CPU_ISA");
+        std::exit(capped && vnni_level && old_name && onednn_cap_below_vnni().empty() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
 TEST_F(Cpu, CapLowersTheLevelAndSaysWhy) {
   if (std::getenv("HOTPATH_MAX_ISA") != nullptr) GTEST_SKIP() << "HOTPATH_MAX_ISA is set";
   EXPECT_EQ(max_isa(), detected_isa());

@@ -187,7 +187,7 @@ TEST(Loader, ResumeFromPositionReplaysExactlyTheRemainingBatches) {
   auto b0 = first.next();
   auto b1 = first.next();
   ASSERT_TRUE(b0 && b1);
-  const LoaderPosition saved = first.position();
+  const BatchPosition saved = first.position();
   EXPECT_EQ(saved.epoch, 0);
   EXPECT_EQ(saved.batch, 2);
 

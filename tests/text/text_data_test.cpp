@@ -417,7 +417,7 @@ TEST(TextLoader, SeekResumesExactlyLikeAnUninterruptedEpoch) {
   TextLoader first(synthetic_corpus(lengths), o);
   first.seek({3, 0});
   for (int i = 0; i < 7; ++i) ASSERT_TRUE(first.next().has_value());
-  const TextLoaderPosition saved = first.position();
+  const BatchPosition saved = first.position();
   EXPECT_EQ(saved.epoch, 3);
   EXPECT_EQ(saved.batch, 7);
 

@@ -179,7 +179,7 @@ TEST(Recipe, AKeyAddedInOneRowIsReadBoundedRefusedForTheOtherKindAndListed) {
   const std::string text = "model: {pretrained: dir}\ndata: {kind: text}\n";
   const auto error_with = [&](const std::string& yaml) {
     try {
-      parse_recipe_with(table, yaml, {}, "r.yaml");
+      check_task_keys(parse_recipe_with(table, yaml, {}, "r.yaml"), table);
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -203,10 +203,17 @@ TEST(Recipe, AKeyAddedInOneRowIsReadBoundedRefusedForTheOtherKindAndListed) {
 }
 
 TEST(Recipe, KeysOfTheOtherTaskKindAreRefusedNamingTheKey) {
-  EXPECT_NE(error_of("model: {pretrained: dir}\ndata: {kind: text, flip: 0.2}\n").find(
-                "r.yaml: data.flip applies to image recipes; this one has data.kind text (remove the key)"),
-            std::string::npos);
-  EXPECT_NE(error_of("model: {lora_r: 4}\n").find("model.lora_r applies to text recipes"), std::string::npos);
+  const auto refusal = [](const std::string& yaml) {
+    try {
+      check_task_keys(parse_recipe(yaml, {}, "r.yaml"));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(refusal("model: {pretrained: dir}\ndata: {kind: text, flip: 0.2}\n"),
+            "r.yaml: data.flip applies to image recipes; this one has data.kind text (remove the key)");
+  EXPECT_NE(refusal("model: {lora_r: 4}\n").find("model.lora_r applies to text recipes"), std::string::npos);
   // A default value is not a setting: a resolved text recipe (to_yaml writes every key) reads back.
   const Recipe text = parse_recipe("model: {pretrained: dir, lora_r: 8}\ndata: {kind: text}\n", {}, "r.yaml");
   EXPECT_NO_THROW(parse_recipe(to_yaml(text), {}, "run/recipe.yaml"));

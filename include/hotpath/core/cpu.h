@@ -59,6 +59,16 @@ std::optional<Isa> parse_isa(std::string_view name);
 Isa detected_isa();
 // The CPU's feature flags hotpath looks at, e.g. "avx2 fma avx512f avx512bw avx512dq avx512vl".
 std::string detected_features();
+// Whether the CPU has an int8 dot-product instruction (AVX512_VNNI or AVX-VNNI): not capped by HOTPATH_MAX_ISA,
+// as LibTorch and oneDNN read the CPU themselves.
+bool detected_vnni();
+// "ONEDNN_MAX_CPU_ISA=AVX2" (or DNNL_MAX_CPU_ISA) when the environment caps oneDNN below its VNNI kernels, else "".
+std::string onednn_cap_below_vnni();
+// HOTPATH_MAX_ISA caps hotpath's kernels; this passes the same cap to LibTorch's own (ATen's vectorised loops:
+// ATEN_CPU_CAPABILITY, oneDNN: ONEDNN_MAX_CPU_ISA, MKL: MKL_ENABLE_INSTRUCTIONS) so a capped run behaves like a
+// machine of that level. A variable already set is left alone. They are read when first used: call this at
+// start-up (the CLI's main), before any LibTorch kernel runs. Throws hotpath::Error on a bad HOTPATH_MAX_ISA.
+void cap_libraries_isa();
 
 // min(detected_isa(), the cap): what kernels may use. Throws hotpath::Error once per call while
 // HOTPATH_MAX_ISA holds a bad value.

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "hotpath/core/position.h"
 #include "hotpath/data/kernels/image.h"
 #include "hotpath/data/transforms.h"
 
@@ -114,12 +115,6 @@ struct Batch {
   at::Tensor positions;
 };
 
-// Where the next batch comes from; save it with a checkpoint, give it to seek() to resume.
-struct LoaderPosition {
-  std::int64_t epoch = 0;
-  std::int64_t batch = 0;
-};
-
 // Cumulative counters (seconds are summed over threads).
 struct LoaderStats {
   std::int64_t samples = 0;         // decoded into batches
@@ -149,11 +144,11 @@ class Loader {
 
   // Positions the loader at `position`; the next batch is that one. Replays only the plan
   // (shard headers), no decoding. Also how a new epoch starts: seek({epoch, 0}).
-  void seek(LoaderPosition position);
+  void seek(BatchPosition position);
   // The next batch of the current epoch, or nullopt at its end (then seek to the next epoch).
   // Throws hotpath::Error when the bad-sample budget is exceeded or a shard cannot be opened.
   std::optional<Batch> next();
-  [[nodiscard]] LoaderPosition position() const;
+  [[nodiscard]] BatchPosition position() const;
   [[nodiscard]] LoaderStats stats() const;
   // "shard:offset:member: reason" of every skipped sample so far (capped at 1000 entries).
   [[nodiscard]] std::vector<std::string> bad_samples() const;

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "hotpath/core/position.h"
+
 namespace hotpath::text {
 
 // Samples as token ids, concatenated (CSR layout): sample i is ids[offsets[i], offsets[i + 1]).
@@ -99,11 +101,6 @@ struct TextLoaderOptions {
   BatchPlanOptions batching{};
 };
 
-struct TextLoaderPosition {
-  std::int64_t epoch = 0;
-  std::int64_t batch = 0;
-};
-
 class TextLoader {
  public:
   explicit TextLoader(TextLoaderOptions options);
@@ -114,10 +111,10 @@ class TextLoader {
   TextLoader& operator=(const TextLoader&) = delete;
 
   // The next batch is batch `position.batch` of epoch `position.epoch`; also how an epoch starts.
-  void seek(TextLoaderPosition position);
+  void seek(BatchPosition position);
   // The next batch of the current epoch, or nullopt at its end.
   std::optional<TextBatch> next();
-  [[nodiscard]] TextLoaderPosition position() const;
+  [[nodiscard]] BatchPosition position() const;
   [[nodiscard]] std::int64_t batches_in_epoch(std::int64_t epoch) const;
   [[nodiscard]] PaddingStats stats() const;  // batches returned so far
   [[nodiscard]] const TextCorpus& corpus() const;

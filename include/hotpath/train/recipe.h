@@ -198,8 +198,8 @@ std::vector<std::string> recipe_keys();
 // The same as parse_recipe over another table (tests: a table with one more row).
 Recipe parse_recipe_with(const std::vector<RecipeKey>& table, const std::string& yaml_text,
                          const std::vector<std::string>& overrides, const std::string& source);
-// Keys of the other task kind set to anything but their default are refused, naming the key (parse_recipe
-// checks this; train() again, for recipes built in code).
+// Keys of the other task kind set to anything but their default are refused, naming the key: train() checks
+// this (parse_recipe does not: the Python loaders read their settings through a recipe of either kind).
 void check_task_keys(const Recipe& recipe, const std::vector<RecipeKey>& table = recipe_table());
 // The keys a resumed run must match, for this recipe's task kind: {"train.seed": 0, ...} (booleans as 0/1).
 nlohmann::ordered_json resume_values(const Recipe& recipe, const std::vector<RecipeKey>& table = recipe_table());

@@ -37,12 +37,6 @@ class Module;
 
 namespace hotpath::train {
 
-// Where a task's batch stream stands: the next micro-batch is number `batch` of `epoch`.
-struct Position {
-  std::int64_t epoch = 0;
-  std::int64_t batch = 0;
-};
-
 // One micro-batch, on the task's device.
 struct MicroBatch {
   std::vector<at::Tensor> inputs;  // the model's inputs (image: images; text: ids, mask, type ids)
@@ -91,8 +85,8 @@ class Task {
   // The batch stream: planned micro-batches of an epoch, seek/position for exact resume, next() = the
   // next micro-batch of the current epoch or nullopt at its end (which may come early: bad samples).
   [[nodiscard]] virtual std::int64_t micro_batches_in_epoch(std::int64_t epoch) const = 0;
-  virtual void seek(Position position) = 0;
-  [[nodiscard]] virtual Position position() const = 0;
+  virtual void seek(BatchPosition position) = 0;
+  [[nodiscard]] virtual BatchPosition position() const = 0;
   virtual std::optional<MicroBatch> next() = 0;
 
   // Mean cross-entropy (label smoothing as given) of the model on `batch`; runs under the loop's autocast.

@@ -23,27 +23,6 @@ std::string first_line(const char* what) {
   return nl == std::string::npos ? s : s.substr(0, nl);
 }
 
-// HOTPATH_MAX_ISA caps hotpath's kernels (core/cpu.h); pass the same cap to LibTorch's own kernels
-// (ATen's vectorised loops, oneDNN, MKL) so a capped run behaves like a machine of that level. Each
-// variable is left alone when already set. Both read their variable when first used: set before then.
-void cap_libtorch_isa() {
-  const char* cap = std::getenv("HOTPATH_MAX_ISA");
-  if (cap == nullptr || *cap == '\0') return;
-  struct Caps {
-    const char *aten, *onednn, *mkl;
-  };
-  Caps caps{};
-  switch (hotpath::cpu::max_isa()) {  // throws on a bad HOTPATH_MAX_ISA: one line, exit 1
-    case hotpath::cpu::Isa::kScalar: caps = {"default", "SSE41", "SSE4_2"}; break;
-    case hotpath::cpu::Isa::kAvx2: caps = {"avx2", "AVX2", "AVX2"}; break;
-    case hotpath::cpu::Isa::kAvx512: caps = {"avx512", "AVX512_CORE", nullptr}; break;
-    case hotpath::cpu::Isa::kAvx512Bf16: return;
-  }
-  setenv("ATEN_CPU_CAPABILITY", caps.aten, 0);
-  setenv("ONEDNN_MAX_CPU_ISA", caps.onednn, 0);
-  if (caps.mkl != nullptr) setenv("MKL_ENABLE_INSTRUCTIONS", caps.mkl, 0);
-}
-
 // LibTorch's OpenMP runtime (libgomp) lets a waiting thread spin 300,000 pauses (~50 ms here) before it sleeps.
 // Sessions 9-10 measured both ways (docs/benchmarks.md): on cores shared with other work (load 8 on 2 cores)
 // GOMP_SPINCOUNT=1000 took ResNet-50 batch 1 from ~580 to ~170 ms; on a machine to itself the default is
@@ -78,7 +57,7 @@ std::string version_text() {
 int main(int argc, char** argv) {
   try {
     hotpath::apply_malloc_policy();  // before any thread: see core/malloc_policy.h
-    cap_libtorch_isa();
+    hotpath::cpu::cap_libraries_isa();
   } catch (const hotpath::Error& e) {
     std::cerr << "hotpath: error: " + std::string(e.what()) + "\n";
     return 1;

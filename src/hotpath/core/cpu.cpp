@@ -1,6 +1,7 @@
 #include "hotpath/core/cpu.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -19,6 +20,7 @@ constexpr int kNoCap = -1;
 struct Probe {
   Isa isa = Isa::kScalar;
   std::string features;
+  bool vnni = false;  // AVX512_VNNI or AVX-VNNI
 };
 
 Probe probe() {
@@ -42,6 +44,7 @@ Probe probe() {
   HOTPATH_FEATURE("avx512bf16");
 #undef HOTPATH_FEATURE
   p.isa = bf16 ? Isa::kAvx512Bf16 : avx512 ? Isa::kAvx512 : avx2 ? Isa::kAvx2 : Isa::kScalar;
+  p.vnni = __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
 #endif
   return p;
 }
@@ -145,6 +148,37 @@ std::optional<Isa> parse_isa(std::string_view name) {
 
 Isa detected_isa() { return probed().isa; }
 std::string detected_features() { return probed().features; }
+bool detected_vnni() { return probed().vnni; }
+
+void cap_libraries_isa() {
+  const char* cap = std::getenv("HOTPATH_MAX_ISA");  // NOLINT(concurrency-mt-unsafe): at start-up
+  if (cap == nullptr || *cap == '\0') return;
+  struct Caps {
+    const char *aten, *onednn, *mkl;
+  };
+  Caps caps{};
+  switch (max_isa()) {  // throws on a bad HOTPATH_MAX_ISA: one line
+    case Isa::kScalar: caps = {"default", "SSE41", "SSE4_2"}; break;
+    case Isa::kAvx2: caps = {"avx2", "AVX2", "AVX2"}; break;
+    case Isa::kAvx512: caps = {"avx512", "AVX512_CORE", nullptr}; break;
+    case Isa::kAvx512Bf16: return;
+  }
+  setenv("ATEN_CPU_CAPABILITY", caps.aten, 0);  // NOLINT(concurrency-mt-unsafe): at start-up
+  setenv("ONEDNN_MAX_CPU_ISA", caps.onednn, 0);  // NOLINT(concurrency-mt-unsafe)
+  if (caps.mkl != nullptr) setenv("MKL_ENABLE_INSTRUCTIONS", caps.mkl, 0);  // NOLINT(concurrency-mt-unsafe)
+}
+
+std::string onednn_cap_below_vnni() {
+  for (const char* name : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
+    const char* value = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): read by callers once
+    if (value == nullptr) continue;
+    std::string v(value);
+    for (char& c : v) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    if (v == "SSE41" || v == "AVX" || v == "AVX2" || v == "AVX512_CORE") return std::string(name) + "=" + value;
+    return "";
+  }
+  return "";
+}
 
 Isa max_isa() {
   const std::optional<Isa> cap = current_cap().isa;

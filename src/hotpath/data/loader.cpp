@@ -265,7 +265,7 @@ struct Loader::State {
 
   // Planner side (the EpochPlan itself is touched only by the planner thread).
   bool reset_pending = false;
-  LoaderPosition reset_to{};
+  BatchPosition reset_to{};
   bool planner_active = false;
   std::int64_t plan_epoch = 0;
   std::int64_t plan_batch = 0;
@@ -278,7 +278,7 @@ struct Loader::State {
   std::exception_ptr planner_error;
 
   // Consumer side.
-  LoaderPosition position{};
+  BatchPosition position{};
   std::uint64_t consume_seq = 0;
   std::deque<std::size_t> held;  // slots handed out, released two calls later
 
@@ -371,7 +371,7 @@ void Loader::State::planner_loop() {
     planner_busy = true;
     if (reset_pending) {
       reset_pending = false;
-      const LoaderPosition to = reset_to;
+      const BatchPosition to = reset_to;
       lk.unlock();
       std::vector<std::string> bad;
       std::unique_ptr<EpochPlan> fresh;
@@ -664,7 +664,7 @@ void Loader::State::stage_loop() {
     // The split follows whichever side is slower: a batch already decoded when this thread comes for it means
     // nvJPEG (this thread) is the bottleneck, so the decode threads take more rows; waiting for it, fewer.
     if (adapt && !stop && planner_active) {
-      cpu_rows_target = std::clamp(cpu_rows_target + (ready() ? step : -step), 0.0, double{options.batch_size});
+      cpu_rows_target = std::clamp(cpu_rows_target + (ready() ? step : -step), 0.0, static_cast<double>(options.batch_size));
     }
     done_cv.wait(lk, [&] { return stop || ready(); });
     if (stop) return;
@@ -753,7 +753,7 @@ Loader::~Loader() {
   if (state_->stage_thread.joinable()) state_->stage_thread.join();
 }
 
-void Loader::seek(LoaderPosition position) {
+void Loader::seek(BatchPosition position) {
   HOTPATH_CHECK(position.epoch >= 0 && position.batch >= 0, "loader: cannot seek to epoch ", position.epoch,
                 " batch ", position.batch);
   State& s = *state_;
@@ -860,7 +860,7 @@ std::optional<Batch> Loader::next() {
   }
 }
 
-LoaderPosition Loader::position() const {
+BatchPosition Loader::position() const {
   std::lock_guard lk(state_->mu);
   return state_->position;
 }
@@ -893,7 +893,7 @@ std::string Loader::describe() const {
 }
 
 Loader::EpochRange Loader::epoch(std::int64_t epoch) {
-  const LoaderPosition p = position();
+  const BatchPosition p = position();
   if (p.epoch != epoch) seek({epoch, 0});
   return EpochRange(this);
 }

@@ -149,7 +149,14 @@ void rows_avx2(const GemmArgs& g, std::int64_t row0, std::int64_t p) {
     if constexpr (MR > 3) row(ap + 3 * lda, b0, b1, c30, c31);
   }
   const __m256i out[4][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31}};
+  const bool direct = full == g.groups && (p + 1) * kPanel <= g.n;  // no K tail, all 16 columns inside N
   for (int r = 0; r < MR; ++r) {
+    if (direct) {
+      std::int32_t* dst = g.c + (row0 + r) * g.ldc + p * kPanel;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), out[r][0]);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 8), out[r][1]);
+      continue;
+    }
     alignas(32) std::int32_t sums[kPanel];
     _mm256_store_si256(reinterpret_cast<__m256i*>(sums), out[r][0]);
     _mm256_store_si256(reinterpret_cast<__m256i*>(sums + 8), out[r][1]);

@@ -6,7 +6,6 @@
 #include <c10/util/BFloat16.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstdint>
@@ -167,20 +166,6 @@ std::int64_t row_grain(std::int64_t row_len) { return std::max<std::int64_t>(1, 
 
 namespace {
 
-// The oneDNN ISA cap from the environment (ONEDNN_MAX_CPU_ISA, or its old name DNNL_MAX_CPU_ISA) when it
-// names a level without VNNI (SSE41, AVX, AVX2, AVX512_CORE), else "".
-std::string onednn_cap_without_vnni() {
-  for (const char* name : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
-    const char* value = std::getenv(name);  // NOLINT(concurrency-mt-unsafe): read once, at the first call
-    if (value == nullptr) continue;
-    std::string v(value);
-    for (char& c : v) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    if (v == "SSE41" || v == "AVX" || v == "AVX2" || v == "AVX512_CORE") return std::string(name) + "=" + value;
-    return "";
-  }
-  return "";
-}
-
 struct MatmulIsa {
   bool vnni = false;
   std::string note;
@@ -190,12 +175,8 @@ struct MatmulIsa {
 const MatmulIsa& matmul_isa() {
   static const MatmulIsa isa = [] {
     MatmulIsa m;
-    bool cpu_vnni = false;
-#ifdef HOTPATH_X86_KERNELS
-    __builtin_cpu_init();
-    cpu_vnni = __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
-#endif
-    const std::string cap = onednn_cap_without_vnni();
+    const bool cpu_vnni = cpu::detected_vnni();
+    const std::string cap = cpu::onednn_cap_below_vnni();
     m.vnni = cpu_vnni && cap.empty();
     const std::string why = !cpu_vnni ? "this CPU lacks VNNI" : cap;
     if (int8_gemm_by_default()) {

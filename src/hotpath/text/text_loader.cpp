@@ -288,7 +288,7 @@ struct TextLoader::State {
   TextCorpus corpus;
   std::vector<std::uint32_t> lengths;
   std::int32_t pad_id = 0;
-  TextLoaderPosition position{};
+  BatchPosition position{};
   std::int64_t planned_epoch = -1;
   std::vector<std::vector<std::uint32_t>> plan;
   PaddingStats stats;
@@ -325,7 +325,7 @@ TextLoader::TextLoader(TextLoaderOptions options)
 
 TextLoader::~TextLoader() = default;
 
-void TextLoader::seek(TextLoaderPosition position) {
+void TextLoader::seek(BatchPosition position) {
   HOTPATH_CHECK(position.epoch >= 0 && position.batch >= 0, "text loader: bad position (epoch ", position.epoch,
                 ", batch ", position.batch, ")");
   const auto& plan = state_->plan_for(position.epoch);
@@ -349,7 +349,7 @@ std::optional<TextBatch> TextLoader::next() {
   return batch;
 }
 
-TextLoaderPosition TextLoader::position() const { return state_->position; }
+BatchPosition TextLoader::position() const { return state_->position; }
 std::int64_t TextLoader::batches_in_epoch(std::int64_t epoch) const {
   return static_cast<std::int64_t>(plan_batches(state_->lengths, state_->options.batching, epoch).size());
 }

@@ -82,11 +82,11 @@ class ImageTask final : public Task {
   [[nodiscard]] const char* sample_unit() const override { return "img/s"; }
 
   [[nodiscard]] std::int64_t micro_batches_in_epoch(std::int64_t /*epoch*/) const override { return micro_per_epoch_; }
-  void seek(Position p) override {
-    loader_->seek({p.epoch, p.batch});
+  void seek(BatchPosition p) override {
+    loader_->seek(p);
     position_ = p;
   }
-  [[nodiscard]] Position position() const override { return position_; }
+  [[nodiscard]] BatchPosition position() const override { return position_; }
   std::optional<MicroBatch> next() override {
     std::optional<data::Batch> batch = loader_->next();
     if (!batch) return std::nullopt;
@@ -172,7 +172,7 @@ class ImageTask final : public Task {
   NamedParameters trainable_;
   std::unique_ptr<data::Loader> loader_;
   std::unique_ptr<data::Loader> eval_loader_;
-  Position position_;
+  BatchPosition position_;
 };
 
 }  // namespace

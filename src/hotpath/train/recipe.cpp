@@ -702,7 +702,6 @@ Recipe parse_recipe_unguarded(const std::vector<RecipeKey>& table, const std::st
   for_each_key(table, recipe, [&](const RecipeKey& k, auto& value) { reader(k.name, value, k.allowed); });
   check_bounds(table, recipe);
   validate(recipe);
-  check_task_keys(recipe, table);
   return recipe;
 }
 

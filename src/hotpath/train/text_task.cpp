@@ -242,11 +242,8 @@ class TextTask final : public Task {
   [[nodiscard]] std::int64_t micro_batches_in_epoch(std::int64_t epoch) const override {
     return loader_->batches_in_epoch(epoch);
   }
-  void seek(Position p) override { loader_->seek({p.epoch, p.batch}); }
-  [[nodiscard]] Position position() const override {
-    const auto p = loader_->position();
-    return {p.epoch, p.batch};
-  }
+  void seek(BatchPosition p) override { loader_->seek(p); }
+  [[nodiscard]] BatchPosition position() const override { return loader_->position(); }
   std::optional<MicroBatch> next() override {
     std::optional<text::TextBatch> batch = loader_->next();
     if (!batch) return std::nullopt;

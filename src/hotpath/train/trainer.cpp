@@ -164,7 +164,7 @@ void restore_tensors(const TensorMap& expected, const TensorMap& saved, const st
 // before they became one: image without "kind", text with its keys at the top level) still resumes.
 struct TrainerState {
   std::int64_t step = 0;
-  Position position;  // of the next micro-batch
+  BatchPosition position;  // of the next micro-batch
   std::optional<double> best_metric;
   std::int64_t best_step = -1;
   double loss_window = 0;  // summed step losses since the last metrics line
@@ -787,9 +787,9 @@ TrainResult train(const Recipe& recipe, const TrainOptions& options) {
       ++step_in_epoch;
       samples_done += step_samples;
       epoch_samples += step_samples;
-      const Position next = task->position();
+      const BatchPosition next = task->position();
       epoch_done = next.batch >= micro_in_epoch || static_cast<std::int64_t>(micro.size()) < wanted;
-      state.position = epoch_done ? Position{epoch + 1, 0} : next;
+      state.position = epoch_done ? BatchPosition{epoch + 1, 0} : next;
       const double rate = static_cast<double>(epoch_samples) / std::max(seconds(epoch_start, Clock::now()), 1e-9);
       if (benchmark && state.step == steady_from) {
         steady_start = Clock::now();
