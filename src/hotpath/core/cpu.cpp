@@ -44,7 +44,9 @@ Probe probe() {
   HOTPATH_FEATURE("avx512bf16");
 #undef HOTPATH_FEATURE
   p.isa = bf16 ? Isa::kAvx512Bf16 : avx512 ? Isa::kAvx512 : avx2 ? Isa::kAvx2 : Isa::kScalar;
+#ifdef HOTPATH_X86_KERNELS  // GCC builds: clang 14 (the fuzz build) does not know "avxvnni"; no int8 kernels there
   p.vnni = __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
+#endif
 #endif
   return p;
 }
