@@ -35,6 +35,17 @@ at::Tensor run(const at::Tensor& a, const Int8PackedB& b) {
   return c;
 }
 
+// a · b from the packed b equals the exact product at every ISA level this machine allows.
+void expect_exact_at_every_isa(const at::Tensor& a, const at::Tensor& b, const Int8PackedB& packed) {
+  const at::Tensor want = exact(a, b);
+  for (const Isa isa : levels()) {
+    const cpu::ScopedMaxIsa cap(isa);
+    SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " " + std::to_string(a.size(0)) + "x" + std::to_string(a.size(1)) +
+                 "x" + std::to_string(b.size(1)));
+    EXPECT_TRUE(at::equal(run(a, packed), want));
+  }
+}
+
 // K and N not multiples of the 4 × 16 packing, M not of the 4/8-row micro-kernels; A holds -128.
 TEST(Int8Gemm, EqualsTheExactProductForOddShapesAtEveryIsa) {
   for (const auto& [m, k, n] : {std::tuple{1, 1, 1}, {3, 5, 17}, {13, 768, 40}, {67, 130, 33}, {129, 768, 768},
@@ -45,13 +56,7 @@ TEST(Int8Gemm, EqualsTheExactProductForOddShapesAtEveryIsa) {
     const Int8PackedB packed = int8_gemm_pack(b);
     EXPECT_EQ(packed.k, k);
     EXPECT_EQ(packed.n, n);
-    const at::Tensor want = exact(a, b);
-    for (const Isa isa : levels()) {
-      const cpu::ScopedMaxIsa cap(isa);
-      SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " " + std::to_string(m) + "x" + std::to_string(k) + "x" +
-                   std::to_string(n));
-      EXPECT_TRUE(at::equal(run(a, packed), want));
-    }
+    expect_exact_at_every_isa(a, b, packed);
   }
 }
 
@@ -68,13 +73,7 @@ TEST(Int8Gemm, SevenBitWeightsTakeTheU8ProductWithTheSameExactSumsAtEveryIsa) {
     b.select(1, 0).fill_(k % 2 == 0 ? 63 : -63);
     const Int8PackedB packed = int8_gemm_pack(b);
     EXPECT_TRUE(packed.seven_bit);
-    const at::Tensor want = exact(a, b);
-    for (const Isa isa : levels()) {
-      const cpu::ScopedMaxIsa cap(isa);
-      SCOPED_TRACE(std::string(cpu::isa_name(isa)) + " " + std::to_string(m) + "x" + std::to_string(k) + "x" +
-                   std::to_string(n));
-      EXPECT_TRUE(at::equal(run(a, packed), want));
-    }
+    expect_exact_at_every_isa(a, b, packed);
   }
   EXPECT_FALSE(int8_gemm_pack(at::full({4, 4}, 64, at::kChar)).seven_bit);
   EXPECT_FALSE(int8_gemm_pack(at::full({4, 4}, -64, at::kChar)).seven_bit);
