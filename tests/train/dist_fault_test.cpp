@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "hotpath/train/distributed.h"
+#include "hotpath/train/from_recipe.h"
 
 namespace hotpath::train {
 namespace {

@@ -5,6 +5,7 @@
 // with DDP + a whole optimizer (AdamW and SGD momentum, clipping, no-sync accumulation), the loss scaler's
 // agreed inf check, sharded checkpoints assembled and resumed (same stage, another stage, DDP).
 #include "hotpath/train/distributed.h"
+#include "hotpath/train/from_recipe.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -195,13 +196,13 @@ TEST(DistEnv, ReadsTorchrunAndRefusesMalformedVariables) {
 TEST(DistEnv, TimeoutIsAtLeastOneMillisecondAndRoundsToTheNearest) {
   Recipe r;
   r.train.dist_timeout_s = 0.0025;
-  EXPECT_EQ(dist_timeout(r), std::chrono::milliseconds(3));
+  EXPECT_EQ(dist_timeout_for(r), std::chrono::milliseconds(3));
   setenv("HOTPATH_DIST_TIMEOUT_S", "0.001", 1);
-  EXPECT_EQ(dist_timeout(r), std::chrono::milliseconds(1));
+  EXPECT_EQ(dist_timeout_for(r), std::chrono::milliseconds(1));
   for (const char* bad : {"1e-6", "0", "-1", "86401", "5s"}) {
     setenv("HOTPATH_DIST_TIMEOUT_S", bad, 1);
     try {
-      (void)dist_timeout(r);
+      (void)dist_timeout_for(r);
       ADD_FAILURE() << bad << " was accepted";
     } catch (const hotpath::Error& err) {
       EXPECT_NE(std::string(err.what()).find("expected seconds in [0.001, 86400]"), std::string::npos) << err.what();

@@ -3,7 +3,7 @@
 // DDP gradient synchroniser the one training loop (trainer.cpp) runs between backward and the step.
 //
 //   const DistEnv env = dist_env_from_environment();          // torchrun --nproc-per-node 2 --no-python hotpath ...
-//   auto dist = DistContext::connect(env, dist_timeout(), {{"train.batch_size", "32"}});
+//   auto dist = DistContext::connect(env, dist_timeout(), {{"train.batch_size", "32"}});  // typed values: no recipe
 //   GradSync sync(*dist, trainable);  /* backward */  sync.finish();  optimizer.step();  sync.zero_grad();
 //
 // Start-up: the store is torchrun's (TORCHELASTIC_USE_AGENT_STORE: every rank a client) or rank 0's own
@@ -28,7 +28,6 @@
 
 #include "hotpath/models/batch_norm.h"
 #include "hotpath/train/checkpoint.h"
-#include "hotpath/train/recipe.h"
 
 namespace hotpath::train {
 
@@ -50,10 +49,10 @@ struct DistEnv {
 
 // Reads the environment; a malformed or inconsistent variable is one error naming it.
 DistEnv dist_env_from_environment();
-// The store's and every collective's timeout: train.dist_timeout_s, overridden by $HOTPATH_DIST_TIMEOUT_S
-// (seconds in (0, 86400]). The zero-argument form: the default (300 s) or the variable.
-std::chrono::milliseconds dist_timeout(const Recipe& recipe);
-std::chrono::milliseconds dist_timeout();
+// The store's and every collective's timeout: `seconds` (the recipe's train.dist_timeout_s), overridden by
+// $HOTPATH_DIST_TIMEOUT_S (seconds in [0.001, 86400]). Without an argument: the default, 300 s.
+inline constexpr double kDefaultDistTimeoutS = 300.0;
+std::chrono::milliseconds dist_timeout(double seconds = kDefaultDistTimeoutS);
 
 // A rank that stops on an error of its own (a bad recipe or shard) publishes `message` in the job's store (a
 // bounded, best-effort connection of its own), so the others stop at once with one line naming it instead of
@@ -65,21 +64,9 @@ void report_rank_error(const DistEnv& env, std::chrono::milliseconds timeout, co
 // with the environment's DistEnv and dist_timeout(). A malformed environment is ignored (the error says enough).
 void report_this_rank_error(const std::exception& error) noexcept;
 
-// Recipe keys and values every rank must share ("optimizer.lr" → "0.1").
+// The values every rank must share, by name ("optimizer.lr" → "0.1", "--resume" → "true"): the start-up check
+// compares them with rank 0's (train/from_recipe.h builds them from a recipe and the command line).
 using AgreementKeys = std::vector<std::pair<std::string, std::string>>;
-
-// `hotpath train` options every rank must share as well: a rank resuming alone would restore a checkpoint
-// the others do not (and wait for them at its first collective until the timeout).
-struct LaunchFlags {
-  bool resume = false;     // --resume
-  bool overwrite = false;  // --overwrite
-};
-
-// Every key of the resolved recipe but those that may differ between ranks without changing the training
-// (the recipe table's per_rank rows: data.workers, data.prefetch, train.threads); train.dist_timeout_s, train.ddp_overlap and
-// train.ddp_bucket_mb with the values in effect (after the environment's overrides); and "--resume",
-// "--overwrite" from `flags` (a difference there is named as the command line's).
-AgreementKeys recipe_agreement_keys(const Recipe& recipe, const LaunchFlags& flags);
 
 // The process group of one job. Collectives are on CPU tensors (Gloo). Not copyable.
 class DistContext {
@@ -133,12 +120,9 @@ struct GradSyncOptions {
   bool overlap = true;
 };
 
-// train.ddp_overlap (false: the reference twin, for measuring how much of the all-reduce backward hides) and
-// train.ddp_bucket_mb (the bucket size after the first), each overridden by $HOTPATH_DDP_OVERLAP (0|1) and
-// $HOTPATH_DDP_BUCKET_MB when set. A bad value is one error naming the variable. The zero-argument form:
-// the defaults with the variables' overrides.
-GradSyncOptions grad_sync_options(const Recipe& recipe);
-GradSyncOptions grad_sync_options_from_environment();
+// `options` (the recipe's train.ddp_overlap and train.ddp_bucket_mb) with $HOTPATH_DDP_OVERLAP (0|1) and
+// $HOTPATH_DDP_BUCKET_MB applied when set. A bad value is one error naming the variable.
+GradSyncOptions grad_sync_options_with_environment(GradSyncOptions options);
 
 // model.sync_batchnorm: the group a synchronised BatchNorm's statistics span (every rank of `dist`, through
 // its backend). `dist` must outlive the model that holds it.

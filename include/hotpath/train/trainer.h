@@ -26,9 +26,7 @@
 #include <vector>
 
 #include "hotpath/infer/evaluate.h"
-#include "hotpath/train/optimizer.h"
 #include "hotpath/train/recipe.h"
-#include "hotpath/train/schedule.h"
 #include "hotpath/train/task.h"
 
 namespace hotpath::train {
@@ -83,9 +81,5 @@ struct TrainResult {
 
 // Runs the recipe's task through the loop (see the top of this file).
 TrainResult train(const Recipe& recipe, const TrainOptions& options = {});
-
-// The optimizer and schedule settings a recipe implies (every task).
-OptimizerConfig optimizer_config_for(const Recipe& recipe);
-ScheduleConfig schedule_config_for(const Recipe& recipe, std::int64_t steps_per_epoch, std::int64_t total_steps);
 
 }  // namespace hotpath::train

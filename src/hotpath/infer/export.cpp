@@ -465,7 +465,7 @@ std::vector<at::Tensor> run_all(const Engine& e, const ReportData& d, StageProgr
 
 // ---- the package directory: checked before any work, then written whole or not at all ------------
 
-// What `hotpath train` leaves in its output_dir (train/run_util.cpp run_outputs, plus the recipe copy and the
+// What `hotpath train` leaves in its output_dir (train/run_dir.cpp run_outputs, plus the recipe copy and the
 // lock) and what export reads as a run (model.json, model/). infer cannot see train, hence the list here.
 constexpr const char* kRunMarkers[] = {"metrics.jsonl", "checkpoints", "best",        "model.json",
                                        "model",         "adapter",     "config.yaml", ".lock"};

@@ -192,8 +192,8 @@ DistEnv dist_env_from_environment() {
   return e;
 }
 
-std::chrono::milliseconds dist_timeout(const Recipe& recipe) {
-  double s = recipe.train.dist_timeout_s;
+std::chrono::milliseconds dist_timeout(double seconds) {
+  double s = seconds;
   if (const char* v = env("HOTPATH_DIST_TIMEOUT_S")) {
     const std::string t = v;
     const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), s);
@@ -203,25 +203,7 @@ std::chrono::milliseconds dist_timeout(const Recipe& recipe) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(std::llround(s * 1000)));
 }
 
-std::chrono::milliseconds dist_timeout() { return dist_timeout(Recipe{}); }
-
-AgreementKeys recipe_agreement_keys(const Recipe& recipe, const LaunchFlags& flags) {
-  AgreementKeys keys{{"--resume", flags.resume ? "true" : "false"}, {"--overwrite", flags.overwrite ? "true" : "false"}};
-  for (auto& kv : shared_recipe_values(recipe)) keys.push_back(std::move(kv));
-  // The values in effect: an environment override on one rank only is a difference like any other.
-  const GradSyncOptions sync = grad_sync_options(recipe);
-  for (auto& [k, v] : keys) {
-    if (k == "train.dist_timeout_s") v = std::to_string(static_cast<double>(dist_timeout(recipe).count()) / 1000.0);
-    if (k == "train.ddp_overlap") v = sync.overlap ? "true" : "false";
-    if (k == "train.ddp_bucket_mb") v = std::to_string(sync.bucket_bytes >> 20);
-  }
-  return keys;
-}
-
-GradSyncOptions grad_sync_options(const Recipe& recipe) {
-  GradSyncOptions o;
-  o.overlap = recipe.train.ddp_overlap;
-  o.bucket_bytes = recipe.train.ddp_bucket_mb << 20;
+GradSyncOptions grad_sync_options_with_environment(GradSyncOptions o) {
   if (const char* v = env("HOTPATH_DDP_OVERLAP")) {
     const std::string s = v;
     HOTPATH_CHECK(s == "0" || s == "1", "distributed: $HOTPATH_DDP_OVERLAP='", s, "': expected 0 or 1");
@@ -232,8 +214,6 @@ GradSyncOptions grad_sync_options(const Recipe& recipe) {
   }
   return o;
 }
-
-GradSyncOptions grad_sync_options_from_environment() { return grad_sync_options(Recipe{}); }
 
 namespace {
 

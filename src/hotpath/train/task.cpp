@@ -12,6 +12,7 @@
 #include "hotpath/data/shard_list.h"
 #include "hotpath/core/input_file.h"
 #include "hotpath/core/json.h"
+#include "tasks.h"
 
 namespace hotpath::train {
 namespace fs = std::filesystem;
@@ -79,6 +80,14 @@ void configure_loader_device(data::LoaderOptions& o, const Recipe& recipe, const
                 " needs train.device: cuda (this run is on ", device.str(), ")");
   o.device = device;
   o.decode = nvjpeg ? data::DecodeBackend::kNvjpeg : data::DecodeBackend::kCpu;
+}
+
+std::unique_ptr<Task> make_task(const Recipe& recipe, const TaskOptions& options) {
+  check_task_keys(recipe);
+  if (recipe.data.kind == "text") return make_text_task(recipe, options);
+  HOTPATH_CHECK(recipe.data.kind == "image", recipe.source, ": data.kind: expected image or text, got '",
+                recipe.data.kind, "'");
+  return make_image_task(recipe, options);
 }
 
 }  // namespace hotpath::train

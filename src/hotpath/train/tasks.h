@@ -1,5 +1,5 @@
 // tasks.h (private to hotpath_train) — the factories of the two Task implementations (make_task in
-// trainer.cpp picks one by data.kind).
+// task.cpp picks one by data.kind).
 #pragma once
 
 #include <memory>

@@ -1,9 +1,10 @@
-// run_util.h (private to hotpath_train) — the run-directory pieces of the training loop (trainer.cpp):
-// checkpoints, metrics.jsonl, TensorBoard scalars, generator states.
+// run_dir.h (private to hotpath_train) — the training loop's run directory (trainer.cpp): claiming it (a lock,
+// no mixing with another run, the checkpoint to resume), metrics.jsonl and TensorBoard (RunLog), checkpoints,
+// best/, generator states.
 //
-//   std::ofstream metrics = open_metrics(run_dir / "metrics.jsonl", resumed_step);  // rewound on resume
-//   write_metrics_line(metrics, {{"split", "train"}, {"step", 10}, {"loss", 0.5}});
-//   add_eval_scalars(tb, eval_result, step);
+//   RunDirClaim claim = claim_run_dir(run_dir, {.resume = true, .is_main = rank == 0});
+//   RunLog log(run_dir, is_main, resumed_step, rewind, on_metrics);   // metrics.jsonl rewound on resume
+//   log.line({{"split", "train"}, {"step", 10}, {"loss", 0.5}});
 //   save_checkpoint_and_prune(run_dir / "checkpoints", step, data, recipe.checkpoint.keep_last);
 #pragma once
 
@@ -13,6 +14,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -75,5 +78,41 @@ std::vector<std::string> run_outputs(const std::filesystem::path& run_dir);
 // Removes every file and directory a run writes (run_outputs() plus config.yaml, tensorboard/,
 // profile.json, leftovers of an interrupted swap); anything else in the directory is kept.
 void clear_run_outputs(const std::filesystem::path& run_dir);
+
+// The start of a run on its directory. The directory is this run's alone: locked (by the main rank) for the
+// whole run; one holding another run is only continued (--resume) or cleared (--overwrite), never mixed into.
+struct RunDirFlags {
+  bool resume = false;
+  bool overwrite = false;
+  bool benchmark = false;  // benchmark mode writes no run: nothing to refuse
+  bool is_main = true;     // data parallel: rank 0 alone locks and writes the directory
+};
+struct RunDirClaim {
+  std::unique_ptr<RunDirLock> lock;        // the main rank's
+  bool clear_first = false;                // --overwrite over another run: clear it once the new one is built
+  std::optional<std::string> latest;       // --resume: this rank's newest checkpoint (data parallel: rank 0's counts)
+};
+RunDirClaim claim_run_dir(const std::filesystem::path& run_dir, const RunDirFlags& flags);
+
+// best/ replaced as a whole: `write` fills best.tmp, the old one steps aside (best.old) until the new one is
+// in, so there is never a moment without a best/.
+void swap_in_best(const std::filesystem::path& run_dir, const std::function<void(const std::filesystem::path&)>& write);
+
+// metrics.jsonl, TensorBoard and the caller's metrics callback, on the main rank; nothing on the others.
+class RunLog {
+ public:
+  RunLog(const std::filesystem::path& run_dir, bool is_main, std::optional<std::int64_t> resume_step,
+         MetricsRewind rewind, std::function<void(const std::string&)> on_metrics);
+  // A metrics.jsonl line (then the callback with it, compact).
+  void line(const nlohmann::ordered_json& line);
+  void train_scalars(double loss, double lr, double samples_per_s, std::int64_t step);
+  void eval_scalars(const infer::EvalResult& eval, std::int64_t step);
+  void flush();
+
+ private:
+  std::ofstream metrics_;
+  std::optional<TensorBoardWriter> tb_;
+  std::function<void(const std::string&)> on_metrics_;
+};
 
 }  // namespace hotpath::train

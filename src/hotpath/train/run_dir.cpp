@@ -1,4 +1,4 @@
-#include "run_util.h"
+#include "run_dir.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
@@ -12,6 +12,8 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <system_error>
+#include <utility>
 
 #include "hotpath/core/atomic_file.h"
 #include "hotpath/core/error.h"
@@ -169,6 +171,63 @@ void clear_run_outputs(const fs::path& run_dir) {
     HOTPATH_CHECK(!ec, (run_dir / name).string(), ": cannot remove it (--overwrite): ", ec.message());
   }
   sync_directory(run_dir.string());
+}
+
+RunDirClaim claim_run_dir(const fs::path& run_dir, const RunDirFlags& flags) {
+  HOTPATH_CHECK(!(flags.resume && flags.overwrite), "--resume and --overwrite exclude each other");
+  RunDirClaim claim;
+  if (flags.is_main) claim.lock = std::make_unique<RunDirLock>(run_dir);
+  if (!flags.resume && !flags.benchmark && flags.is_main) {
+    std::string held;
+    for (const auto& name : run_outputs(run_dir)) held += (held.empty() ? "" : ", ") + name;
+    HOTPATH_CHECK(held.empty() || flags.overwrite, run_dir.string(), ": holds another run (", held,
+                  "); pass --resume to continue it or --overwrite to clear it, or choose another output_dir");
+    claim.clear_first = !held.empty();
+  }
+  if (flags.resume) claim.latest = latest_checkpoint((run_dir / "checkpoints").string());
+  return claim;
+}
+
+void swap_in_best(const fs::path& run_dir, const std::function<void(const fs::path&)>& write) {
+  const fs::path best = run_dir / "best", tmp = run_dir / "best.tmp", old_best = run_dir / "best.old";
+  hotpath::remove_tree(tmp);
+  write(tmp);
+  std::error_code ec;
+  hotpath::remove_tree(old_best);
+  if (fs::exists(best)) fs::rename(best, old_best, ec);
+  HOTPATH_CHECK(!ec, best.string(), ": cannot rename it to ", old_best.string(), ": ", ec.message());
+  fs::rename(tmp, best, ec);
+  HOTPATH_CHECK(!ec, best.string(), ": cannot rename ", tmp.string(), " to it: ", ec.message());
+  sync_directory(run_dir.string());
+  hotpath::remove_tree(old_best);
+}
+
+RunLog::RunLog(const fs::path& run_dir, bool is_main, std::optional<std::int64_t> resume_step, MetricsRewind rewind,
+               std::function<void(const std::string&)> on_metrics)
+    : on_metrics_(std::move(on_metrics)) {
+  if (!is_main) return;
+  metrics_ = open_metrics(run_dir / "metrics.jsonl", resume_step, rewind);
+  tb_.emplace((run_dir / "tensorboard").string());
+}
+
+void RunLog::line(const nlohmann::ordered_json& line) {
+  if (!tb_) return;
+  write_metrics_line(metrics_, line);
+  if (on_metrics_) on_metrics_(line.dump());
+}
+
+void RunLog::train_scalars(double loss, double lr, double samples_per_s, std::int64_t step) {
+  if (tb_) add_train_scalars(*tb_, loss, lr, samples_per_s, step);
+}
+
+void RunLog::eval_scalars(const infer::EvalResult& eval, std::int64_t step) {
+  if (!tb_) return;
+  add_eval_scalars(*tb_, eval, step);
+  tb_->flush();
+}
+
+void RunLog::flush() {
+  if (tb_) tb_->flush();
 }
 
 }  // namespace hotpath::train
