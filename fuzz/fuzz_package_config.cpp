@@ -1,6 +1,6 @@
 // libFuzzer target: a model package's configuration as `predict`, `eval`, `embed` and `serve` load it:
 // config.json (kind, precision, the graph: inputs, nodes, attributes) and preprocess.json, read by
-// read_package_dir and then load_package_graph against a fixed model.safetensors and labels.txt.
+// read_package's model-package reader and then load_package_graph against a fixed model.safetensors and labels.txt.
 // Input: config.json's bytes, then optionally "\n--preprocess--\n" and preprocess.json's bytes (without it, the
 // seed's preprocess.json is used).
 // Bad input must end in hotpath::Error (never a crash, a hang, or another exception). A package that loads must
@@ -25,14 +25,15 @@
 #include "hotpath/core/error.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/infer/graph.h"
-#include "hotpath/infer/package_dir.h"
+#include "hotpath/infer/package.h"
 #include "hotpath/infer/preprocess.h"
 #include "hotpath/models/weights.h"
+#include "internal/package_layouts.h"
 
 namespace fs = std::filesystem;
 using hotpath::infer::Graph;
 using hotpath::infer::Node;
-using hotpath::infer::PackageDir;
+using hotpath::infer::Package;
 using hotpath::infer::PackageKind;
 
 namespace {
@@ -103,8 +104,8 @@ Graph text_graph() {
   return g;
 }
 
-PackageDir package(PackageKind kind) {
-  PackageDir p;
+Package package(PackageKind kind) {
+  Package p;
   p.kind = kind;
   p.architecture = kind == PackageKind::kImageClassifier ? "fuzz_cnn" : "fuzz_bert";
   p.labels = {"a", "b"};
@@ -189,7 +190,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   hotpath::write_file_atomic((fixture.dir / "config.json").string(), config);
   hotpath::write_file_atomic((fixture.dir / "preprocess.json").string(), pre);
   try {
-    const PackageDir p = hotpath::infer::read_package_dir(fixture.dir);
+    const Package p = hotpath::infer::internal::read_model_package(fixture.dir);
     const Graph g = hotpath::infer::load_package_graph(p);
     // Loaded: what the engine relies on holds. A second validation must not find anything the first missed.
     g.validate_attrs();

@@ -5,11 +5,11 @@
 #include <cstdint>
 #include <span>
 
-#include "hotpath/data/tar.h"
+#include "hotpath/formats/tar.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(data), size);
-  const hotpath::data::ShardIndex index = hotpath::data::ShardReader::index_bytes("fuzz.tar", bytes);
+  const hotpath::formats::ShardIndex index = hotpath::formats::ShardReader::index_bytes("fuzz.tar", bytes);
   unsigned checksum = 0;
   for (const auto& sample : index.samples) {
     if (sample.key.empty() || sample.members.empty()) __builtin_trap();

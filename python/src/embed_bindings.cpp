@@ -11,7 +11,7 @@
 
 #include "bindings.h"
 #include "hotpath/core/error.h"
-#include "hotpath/infer/package_dir.h"
+#include "hotpath/infer/package.h"
 #include "hotpath/infer/sentence_embed.h"
 
 namespace py = pybind11;
@@ -25,10 +25,7 @@ void bind_embed(py::module_& m) {
           "from_dir",
           [](const std::string& dir, std::size_t max_length) {
             py::gil_scoped_release release;
-            // As `hotpath embed --model DIR|PKG` (cli/embed.cpp) chooses.
-            return infer::is_package_dir(dir)
-                       ? infer::SentenceEncoder::from_package(infer::read_package_dir(dir), {.max_length = max_length})
-                       : infer::SentenceEncoder::from_directory(dir, {.max_length = max_length});
+            return infer::SentenceEncoder::from_dir(dir, {.max_length = max_length});  // as `hotpath embed --model`
           },
           py::arg("dir"), py::arg("max_length") = 0)
       .def(

@@ -22,7 +22,7 @@ TXT
 
 "$hp" embed --model "$model" --batch-size 4 < sentences.txt > out.jsonl || fail "embed jsonl: exit $?"
 "$hp" embed --model "$model" --batch-size 1 --output out.npy --input sentences.txt || fail "embed npy: exit $?"
-"$py" "$src/tools/bert_ref.py" embed --model "$model" --sentences sentences.txt --out ref.safetensors || fail "reference"
+"$py" "$src/tests/oracles/bert_ref.py" embed --model "$model" --sentences sentences.txt --out ref.safetensors || fail "reference"
 "$py" - <<'PY' || fail "embeddings differ from sentence-transformers"
 import json
 import numpy as np

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `hotpath tokenize` as a user runs it: the JSON lines equal Hugging Face `tokenizers` on real text
-# (the fortune files tools/tokenizer_ref.py names, never a listing of the folder) for singles and
+# (the fortune files tests/oracles/tokenizer_ref.py names, never a listing of the folder) for singles and
 # pairs with truncation + padding, overflowing windows with a stride (+ special_tokens_mask), any
 # thread count gives the same output, and bad input — including what HF itself refuses — is exit
 # code 1 with ONE line on stderr naming the line.
@@ -58,12 +58,12 @@ PY
 }
 
 "$hp" tokenize --tokenizer "$model" --char-offsets < lines.txt > singles.jsonl || fail "tokenize singles: exit $?"
-"$py" "$src/tools/tokenizer_ref.py" encode --tokenizer-json "$model/tokenizer.json" lines.json > singles.ref.json
+"$py" "$src/tests/oracles/tokenizer_ref.py" encode --tokenizer-json "$model/tokenizer.json" lines.json > singles.ref.json
 same singles.jsonl singles.ref.json
 
 "$hp" tokenize --tokenizer "$model" --pair --max-length 40 --padding longest --pad-to-multiple-of 8 --threads 2 \
   --input pairs.tsv > pairs.jsonl || fail "tokenize pairs: exit $?"
-"$py" "$src/tools/tokenizer_ref.py" encode --tokenizer-json "$model/tokenizer.json" --max-length 40 --padding longest \
+"$py" "$src/tests/oracles/tokenizer_ref.py" encode --tokenizer-json "$model/tokenizer.json" --max-length 40 --padding longest \
   --pad-to-multiple-of 8 pairs.json > pairs.ref.json
 same pairs.jsonl pairs.ref.json
 
@@ -72,7 +72,7 @@ same pairs.jsonl pairs.ref.json
 "$hp" tokenize --tokenizer "$model" --pair --max-length 32 --truncation only_second --stride 6 \
   --return-overflowing-tokens --special-tokens-mask --return-length --padding max_length --batch-size 50 \
   --input qa.tsv > windows.jsonl || fail "tokenize windows: exit $?"
-"$py" "$src/tools/tokenizer_ref.py" encode --tokenizer-json "$model/tokenizer.json" --max-length 32 \
+"$py" "$src/tests/oracles/tokenizer_ref.py" encode --tokenizer-json "$model/tokenizer.json" --max-length 32 \
   --truncation only_second --stride 6 --overflow --padding max_length --pad-length 32 qa.json > windows.ref.json
 same windows.jsonl windows.ref.json
 "$py" - windows.jsonl <<'PY' || fail "--return-length or the window count is wrong"
@@ -114,7 +114,7 @@ input=short_second.tsv expect_error only-second-too-short "tokenize: stdin:1: tr
 printf 'one two three four five six seven eight\tcontext words that go on and on for a while here\n' > long_question.tsv
 "$py" -c 'import json, sys; a, b = open(sys.argv[1]).read().rstrip("\n").split("\t"); json.dump({"pairs": [[a, b]]}, sys.stdout)' \
   long_question.tsv > long_question.json
-"$py" "$src/tools/tokenizer_ref.py" encode --tokenizer-json "$model/tokenizer.json" --max-length 16 \
+"$py" "$src/tests/oracles/tokenizer_ref.py" encode --tokenizer-json "$model/tokenizer.json" --max-length 16 \
   --truncation only_second --stride 6 --overflow long_question.json > long_question.ref.json
 "$py" -c 'import json, sys; rows = json.load(open(sys.argv[1]))["encodings"]; assert "PanicException" in rows[0]["refused"], rows' \
   long_question.ref.json || fail "the reference does not record HF's refusal of a stride >= the kept tokens"

@@ -88,7 +88,7 @@ img=$(ls ./*.png | head -n 1)
 "$hp" predict --model-dir run2 "$img" --json -k 3 >pred.json 2>pred.err || fail "predict failed: $(cat pred.err)"
 python3 -c 'import json,sys; d=json.loads(open(sys.argv[1]).readline()); assert len(d["top"])==3 and "label" in d["top"][0] and "prob" in d["top"][0], d' pred.json ||
   fail "predict: bad JSON $(cat pred.json)"
-expect_error predict-missing-model-dir "model.json: not found" predict --model-dir "$work/nothing" "$img"
+expect_error predict-missing-model-dir "nothing: not a directory" predict --model-dir "$work/nothing" "$img"
 echo "not an image" >fake.png
 expect_error predict-bad-image "fake.png" predict --model-dir run2 fake.png
 

@@ -1,4 +1,4 @@
-// TensorBoardWriter's files read back by tensorboard's EventAccumulator (tools/tb_read.py, in the venv).
+// TensorBoardWriter's files read back by tensorboard's EventAccumulator (tests/oracles/tb_read.py, in the venv).
 #include "hotpath/core/tensorboard.h"
 
 #include <gtest/gtest.h>
@@ -18,7 +18,7 @@ namespace {
 using test::TempDir;
 
 nlohmann::json read_with_tensorboard(const std::string& dir) {
-  return nlohmann::json::parse(test::run_python(test::source_path("tools/tb_read.py"), {dir}));
+  return nlohmann::json::parse(test::run_python(test::source_path("tests/oracles/tb_read.py"), {dir}));
 }
 
 TEST(TensorBoardParity, EventAccumulatorReadsEveryScalarExactly) {

@@ -13,7 +13,7 @@
 #include "data/jpeg_fixture.h"
 #include "hotpath/core/error.h"
 #include "hotpath/data/loader.h"
-#include "hotpath/data/tar_writer.h"
+#include "hotpath/formats/tar_writer.h"
 #include "hotpath/train/recipe.h"
 #include "hotpath/train/trainer.h"
 #include "support/cuda_test_support.h"
@@ -217,7 +217,7 @@ TEST(CudaLoader, DecodeThroughputBothPathsSideBySide) {
 
 // 4 classes told apart by colour (red, green, blue, grey on noise): any crop or flip keeps the class. 64×48 JPEGs.
 std::string write_colour_shards(const TempDir& dir, int count) {
-  ShardWriter writer(dir.file("k-%06d.tar"), {.max_samples = 32});
+  formats::ShardWriter writer(dir.file("k-%06d.tar"), {.max_samples = 32});
   std::uint32_t noise = 99;
   for (int i = 0; i < count; ++i) {
     const int label = i % 4;

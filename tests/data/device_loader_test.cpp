@@ -16,7 +16,7 @@
 #include "hotpath/data/kernels/image.h"
 #include "hotpath/data/loader.h"
 #include "hotpath/data/nvjpeg_library.h"
-#include "hotpath/data/tar_writer.h"
+#include "hotpath/formats/tar_writer.h"
 #include "hotpath/train/recipe.h"
 #include "hotpath/train/task.h"
 #include "data/jpeg_fixture.h"

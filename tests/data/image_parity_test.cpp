@@ -1,7 +1,7 @@
 // Parity of the image kernels with the python peers: JPEG/PNG decode vs PIL, resampling vs PIL's
 // resize(box=...), the eval transform vs torchvision (Resize 256 + CenterCrop 224), the train crop
 // vs PIL crop + resize, and RandomResizedCrop's box distribution vs torchvision's get_params.
-// Photos come from Debian's wallpaper packages, cut down by tools/ref_image.py so the test stays fast.
+// Photos come from Debian's wallpaper packages, cut down by tests/oracles/ref_image.py so the test stays fast.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,7 +31,7 @@ struct Photo {
   int height;
 };
 
-std::string ref_script() { return test::source_path("tools/ref_image.py"); }
+std::string ref_script() { return test::source_path("tests/oracles/ref_image.py"); }
 
 std::vector<Photo> make_photos(const TempDir& dir) {
   const json manifest = json::parse(test::run_python(ref_script(), {"photos", dir.path().string()}));

@@ -10,7 +10,7 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/data/kernels/image.h"
-#include "hotpath/data/tar_writer.h"
+#include "hotpath/formats/tar_writer.h"
 #include "support/test_support.h"
 
 namespace hotpath::data {
@@ -46,7 +46,7 @@ TEST(Inspect, DescribesGoodSamples) {
   const auto png = small_png(1);
   const auto jpg = small_jpeg();
   {
-    TarWriter tar(dir.file("good.tar"));
+    formats::TarWriter tar(dir.file("good.tar"));
     tar.add("00000000.png", png);
     tar.add("00000000.cls", as_bytes("3\n"));
     tar.add("00000001.jpg", jpg);
@@ -76,7 +76,7 @@ TEST(Inspect, CountsEachBadSampleWithItsReason) {
   auto corrupt = small_jpeg();
   corrupt[2] = std::byte{0x00};  // SOI kept, first marker destroyed
   {
-    TarWriter tar(dir.file("bad.tar"));
+    formats::TarWriter tar(dir.file("bad.tar"));
     tar.add("a.png", png);  // no .cls
     tar.add("b.png", png);
     tar.add("b.cls", as_bytes("abc"));
@@ -108,7 +108,7 @@ TEST(Inspect, CountsEachBadSampleWithItsReason) {
 TEST(Inspect, NonNumericLabelsAreShownEscaped) {
   TempDir dir;
   {
-    TarWriter tar(dir.file("x.tar"));
+    formats::TarWriter tar(dir.file("x.tar"));
     tar.add("k.png", small_png(3));
     tar.add("k.cls", as_bytes("1.5\x01"));
     tar.add("m.png", small_png(3));
@@ -125,7 +125,7 @@ TEST(Inspect, NonNumericLabelsAreShownEscaped) {
 TEST(Inspect, TruncatedTarIsCountedBad) {
   TempDir dir;
   {
-    TarWriter tar(dir.file("t.tar"));
+    formats::TarWriter tar(dir.file("t.tar"));
     for (int i = 0; i < 4; ++i) {
       tar.add("s" + std::to_string(i) + ".png", small_png(i));
       tar.add("s" + std::to_string(i) + ".cls", as_bytes("0"));
@@ -148,7 +148,7 @@ TEST(Inspect, TruncatedTarIsCountedBad) {
 TEST(Inspect, VisitsShardsInOrderAndThrowsOnAMissingOne) {
   TempDir dir;
   for (const char* name : {"a.tar", "b.tar"}) {
-    TarWriter tar(dir.file(name));
+    formats::TarWriter tar(dir.file(name));
     tar.add("k.png", small_png(0));
     tar.add("k.cls", as_bytes("0"));
     tar.close();

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "hotpath/data/kernels/image.h"
-#include "hotpath/data/tar_writer.h"
+#include "hotpath/formats/tar_writer.h"
 #include "support/test_support.h"
 
 namespace hotpath::data::fixture {
@@ -43,7 +43,7 @@ struct Fixture {
 // `n` samples, label = id, over shards of 16.
 inline Fixture make_jpeg_shards(const hotpath::test::TempDir& dir, int n) {
   Fixture f;
-  ShardWriter writer(dir.file("j-%06d.tar"), {.max_samples = 16});
+  formats::ShardWriter writer(dir.file("j-%06d.tar"), {.max_samples = 16});
   for (int i = 0; i < n; ++i) {
     int w = 0, h = 0;
     f.jpegs[i] = textured_jpeg(i, w, h);
@@ -64,7 +64,7 @@ struct CorruptFixture {
 
 inline CorruptFixture make_corrupt_jpeg_shards(const hotpath::test::TempDir& dir, int n) {
   CorruptFixture f;
-  ShardWriter writer(dir.file("c-%06d.tar"), {.max_samples = 16});
+  formats::ShardWriter writer(dir.file("c-%06d.tar"), {.max_samples = 16});
   for (int i = 0; i < n; ++i) {
     int w = 0, h = 0;
     std::vector<std::byte> jpeg = textured_jpeg(i, w, h);

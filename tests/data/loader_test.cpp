@@ -11,7 +11,7 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/data/kernels/image.h"
-#include "hotpath/data/tar_writer.h"
+#include "hotpath/formats/tar_writer.h"
 #include "support/test_support.h"
 
 namespace hotpath::data {
@@ -39,7 +39,7 @@ int sample_id(const at::Tensor& images_u8_nchw, std::int64_t row) {
 
 // Writes `shards` shards of `per_shard` samples; labels are id % 10.
 std::vector<std::string> make_shards(const TempDir& dir, int shards, int per_shard) {
-  ShardWriter writer(dir.file("s-%06d.tar"), {.max_samples = static_cast<std::uint64_t>(per_shard)});
+  formats::ShardWriter writer(dir.file("s-%06d.tar"), {.max_samples = static_cast<std::uint64_t>(per_shard)});
   for (int i = 0; i < shards * per_shard; ++i) {
     const auto png = solid_png(i);
     const std::string label = std::to_string(i % 10);
@@ -248,7 +248,7 @@ TEST(Loader, SplitsShardsByRankWithoutOverlap) {
 
 // A shard with one corrupt image, one sample without .cls and one with a non-numeric label.
 std::vector<std::string> make_shard_with_bad_samples(const TempDir& dir) {
-  ShardWriter writer(dir.file("bad-%06d.tar"), {});
+  formats::ShardWriter writer(dir.file("bad-%06d.tar"), {});
   std::vector<std::vector<std::byte>> keep;
   for (int i = 0; i < 16; ++i) {
     keep.push_back(solid_png(i));

@@ -1,4 +1,4 @@
-// pack_dataset and the IDX reader: every source kind packed and read back with ShardReader,
+// pack_dataset and the IDX reader: every source kind packed and read back with formats::ShardReader,
 // shard rolling, determinism, re-encoding, metadata and the errors for bad inputs.
 #include "hotpath/data/pack.h"
 
@@ -16,7 +16,7 @@
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/data/idx.h"
 #include "hotpath/data/kernels/image.h"
-#include "hotpath/data/tar.h"
+#include "hotpath/formats/tar.h"
 #include "support/test_support.h"
 
 namespace hotpath::data {
@@ -56,7 +56,7 @@ using Members = std::map<std::string, std::vector<std::byte>>;
 std::vector<std::pair<std::string, Members>> read_all(const std::vector<std::string>& shards) {
   std::vector<std::pair<std::string, Members>> out;
   for (const auto& path : shards) {
-    const ShardReader reader(path);
+    const formats::ShardReader reader(path);
     EXPECT_TRUE(reader.bad().empty()) << path;
     for (const auto& s : reader.samples()) {
       Members m;
@@ -477,8 +477,8 @@ TEST(Pack, RollsShardsBySampleCount) {
   const PackReport report = pack_dataset(root.string(), {.output_prefix = dir.file("out/s"), .max_samples_per_shard = 4});
   ASSERT_EQ(report.shards.size(), 3u);
   EXPECT_EQ(report.shards[2], dir.file("out/s-000002.tar"));
-  EXPECT_EQ(ShardReader(report.shards[0]).samples().size(), 4u);
-  EXPECT_EQ(ShardReader(report.shards[2]).samples().size(), 2u);
+  EXPECT_EQ(formats::ShardReader(report.shards[0]).samples().size(), 4u);
+  EXPECT_EQ(formats::ShardReader(report.shards[2]).samples().size(), 2u);
   EXPECT_EQ(read_all(report.shards).size(), 10u);
   std::uint64_t total = 0;
   for (const auto& s : report.shards) total += fs::file_size(s);

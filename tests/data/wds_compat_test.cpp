@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "hotpath/data/shard_list.h"
-#include "hotpath/data/tar.h"
-#include "hotpath/data/tar_writer.h"
+#include "hotpath/formats/tar.h"
+#include "hotpath/formats/tar_writer.h"
 #include "support/test_support.h"
 
 namespace hotpath::data {
@@ -18,7 +18,7 @@ namespace {
 using nlohmann::json;
 using test::TempDir;
 
-std::string tool() { return test::source_path("tools/write_wds_fixture.py"); }
+std::string tool() { return test::source_path("tests/oracles/write_wds_fixture.py"); }
 
 std::string base64_decode(const std::string& in) {
   static const std::string kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -67,11 +67,11 @@ std::vector<Seen> from_manifest(const std::string& text, const char* field = "sa
 std::vector<Seen> read_with_hotpath(const std::vector<std::string>& shards, std::vector<std::string>& bad) {
   std::vector<Seen> out;
   for (const std::string& path : shards) {
-    const ShardReader reader(path);
-    for (const BadRecord& r : reader.bad()) bad.push_back(r.to_string());
-    for (const TarSample& s : reader.samples()) {
+    const formats::ShardReader reader(path);
+    for (const formats::BadRecord& r : reader.bad()) bad.push_back(r.to_string());
+    for (const formats::TarSample& s : reader.samples()) {
       Seen seen{path, s.key, {}};
-      for (const SampleMember& m : s.members) {
+      for (const formats::SampleMember& m : s.members) {
         const auto b = reader.bytes(m);
         seen.members[m.ext] = std::string(reinterpret_cast<const char*>(b.data()), b.size());
       }
@@ -86,7 +86,7 @@ TEST(ShardReader, ReadsShardsWrittenByPythonWebdataset) {
   const std::string manifest = test::run_python(tool(), {"write", dir.path().string()});
   const std::vector<Seen> expected = from_manifest(manifest);
   ASSERT_EQ(expected.size(), 20U);
-  // ustar shards from ShardWriter (by brace pattern, as users name them), then pax and GNU ones.
+  // ustar shards from formats::ShardWriter (by brace pattern, as users name them), then pax and GNU ones.
   std::vector<std::string> shards = resolve_shards({dir.file("wds-{000000..000003}.tar")});
   shards.push_back(dir.file("wds-pax.tar"));
   shards.push_back(dir.file("wds-gnu.tar"));
@@ -111,10 +111,10 @@ TEST(TarWriter, ShardsAreReadByPythonWebdataset) {
   samples.push_back({std::string(130, 'u') + "/" + std::string(80, 'v'), {{"jpg", "ustar prefix"}}});
   samples.push_back({std::string(250, 'w'), {{"jpg", "pax path"}, {"cls", "9"}}});
 
-  ShardWriter writer(dir.file("ours-%06d.tar"), {.max_samples = 3});
+  formats::ShardWriter writer(dir.file("ours-%06d.tar"), {.max_samples = 3});
   std::vector<Seen> expected;
   for (std::size_t i = 0; i < samples.size(); ++i) {
-    SampleToWrite s{samples[i].first, {}};
+    formats::SampleToWrite s{samples[i].first, {}};
     Seen seen{dir.file("ours-00000" + std::to_string(i / 3) + ".tar"), samples[i].first, {}};
     for (const auto& [ext, data] : samples[i].second) {
       s.members.emplace_back(ext, test::as_bytes(data));
@@ -152,7 +152,7 @@ TEST(SplitKey, MatchesWebdatasetBasePlusExt) {
   ASSERT_EQ(expected.size(), names.size());
   int mismatches = 0;
   for (std::size_t i = 0; i < names.size() && mismatches < 10; ++i) {
-    const KeyExt got = split_key(names[i]);
+    const formats::KeyExt got = formats::split_key(names[i]);
     const bool ok = !expected[i].is_null();
     const bool same = got.ok == ok && (!ok || (got.key == expected[i].at("key").get<std::string>() &&
                                                got.ext == expected[i].at("ext").get<std::string>()));

@@ -89,7 +89,7 @@ std::string hex(std::span<const std::byte> bytes) {
   return out;
 }
 
-// Writes the spec tools/safetensors_ref.py's `write` command reads.
+// Writes the spec tests/oracles/safetensors_ref.py's `write` command reads.
 std::string write_spec(const TempDir& dir, const std::vector<Owned>& tensors, const Json& metadata,
                        const std::string& name = "spec.json") {
   Json spec{{"tensors", Json::array()}, {"metadata", metadata}};
@@ -102,7 +102,7 @@ std::string write_spec(const TempDir& dir, const std::vector<Owned>& tensors, co
   return path;
 }
 
-std::string ref_script() { return test::source_path("tools/safetensors_ref.py"); }
+std::string ref_script() { return test::source_path("tests/oracles/safetensors_ref.py"); }
 
 // A raw file: length prefix, `header` verbatim, `data_bytes` zero bytes.
 std::vector<std::byte> raw_file(const std::string& header, std::size_t data_bytes) {

@@ -450,7 +450,7 @@ bad predict-image-directory "adir" predict --model-dir run adir
 bad predict-image-garbage "binary.json" predict --model-dir run binary.json
 bad predict-image-missing "nothere.png" predict --model-dir run nothere.png
 bad eval-shard-fifo "fifo" eval --model-dir run fifo
-bad eval-model-dir-missing "nodir/model.json" eval --model-dir nodir good-000000.tar
+bad eval-model-dir-missing "nodir: not a directory" eval --model-dir nodir good-000000.tar
 skipped eval-label-out-of-range "top-1" eval --model-dir run label7-000000.tar
 
 # ---- tokenizer and text-model files ---------------------------------------------------------------------

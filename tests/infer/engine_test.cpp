@@ -17,7 +17,7 @@
 #include "hotpath/core/error.h"
 #include "hotpath/infer/int8_chain.h"
 #include "hotpath/infer/lower.h"
-#include "hotpath/infer/package_dir.h"
+#include "hotpath/infer/package.h"
 #include "hotpath/models/lora.h"
 #include "hotpath/models/registry.h"
 #include "hotpath/models/text/bert.h"
@@ -397,8 +397,8 @@ TEST(EngineText, SplitBatchEqualsTheUnsplitRun) {
 
 // ---- packages -------------------------------------------------------------------------------------
 
-PackageDir image_package(const std::string& arch, std::int64_t channels, std::int64_t size, std::int64_t classes) {
-  PackageDir p;
+Package image_package(const std::string& arch, std::int64_t channels, std::int64_t size, std::int64_t classes) {
+  Package p;
   p.kind = PackageKind::kImageClassifier;
   p.architecture = arch;
   p.image.channels = channels;
@@ -448,7 +448,7 @@ TEST(EngineBf16, EmulatedBf16RunsTheBf16PathWithinBf16Tolerance) {
   }
   const TempDir dir;
   const fs::path pkg = dir.path() / "bf16";
-  PackageDir bf16_package = image_package("resnet18_small", 3, 16, 3);
+  Package bf16_package = image_package("resnet18_small", 3, 16, 3);
   bf16_package.precision = Precision::kBf16;
   write_package_dir(pkg, bf16_package, stored, {}, {}, false);
   const at::Tensor x = at::randn({2, 3, 16, 16});
@@ -469,7 +469,7 @@ TEST(Package, RoundTripsAndReloadsBitIdentical) {
     EXPECT_TRUE(fs::is_regular_file(pkg / f)) << f;
   }
   EXPECT_TRUE(is_package_dir(pkg));
-  const PackageDir back = read_package_dir(pkg);
+  const Package back = read_package(pkg);
   EXPECT_EQ(back.labels, std::vector<std::string>({"class 0", "class 1", "class 2"}));
   EXPECT_EQ(back.image.image_size, 12);
   const at::Tensor x = at::randn({2, 1, 12, 12});

@@ -19,7 +19,7 @@
 #include "hotpath/core/error.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/data/kernels/image.h"
-#include "hotpath/data/tar_writer.h"
+#include "hotpath/formats/tar_writer.h"
 #include "hotpath/infer/classifier.h"
 #include "hotpath/infer/lower.h"
 #include "hotpath/infer/package.h"
@@ -42,24 +42,24 @@ fs::path write_image_run(const TempDir& dir, models::ModelHandle& model) {
   model->eval();
   const fs::path run = dir.path() / "run";
   fs::create_directories(run);
-  ModelPackage p;
-  p.model = "cnn_small";
+  Package p;
+  p.architecture = "cnn_small";
   p.num_classes = 3;
-  p.preprocess.channels = 1;
-  p.preprocess.image_size = 12;
-  p.preprocess.crop = EvalCrop::kResize;
-  p.preprocess.resize_shorter = 12;
-  p.preprocess.mean = {0.5};
-  p.preprocess.std = {0.25};
-  p.class_names = {"circle", "square", "line"};
-  test::write_file((run / "model.json").string(), package_to_json(p));
+  p.image.channels = 1;
+  p.image.image_size = 12;
+  p.image.crop = EvalCrop::kResize;
+  p.image.resize_shorter = 12;
+  p.image.mean = {0.5};
+  p.image.std = {0.25};
+  p.labels = {"circle", "square", "line"};
+  test::write_file((run / "model.json").string(), run_directory_json(p));
   models::save_safetensors(*model, (run / "model.safetensors").string());
   return run;
 }
 
 // `good` 12×12 gray PNG samples with labels 0..2, then `corrupt` samples whose PNG is cut short.
 std::string write_calibration_shard(const TempDir& dir, int good, int corrupt) {
-  data::ShardWriter writer(dir.file("calib-%06d.tar"), {});
+  formats::ShardWriter writer(dir.file("calib-%06d.tar"), {});
   for (int i = 0; i < good + corrupt; ++i) {
     std::vector<std::uint8_t> px(144);
     for (std::size_t j = 0; j < px.size(); ++j) px[j] = static_cast<std::uint8_t>((j * 7 + static_cast<std::size_t>(i) * 13) % 256);
@@ -85,13 +85,56 @@ TEST(Export, ImageRunToInt8PackageCountsCorruptCalibrationSamples) {
   EXPECT_EQ(r.json["data"]["bad_samples"].get<std::int64_t>(), 3);
   EXPECT_NE(r.summary.find("(3 bad samples skipped)"), std::string::npos) << r.summary;
   EXPECT_TRUE(r.json.contains("quantization"));
-  const PackageDir p = read_package_dir(pkg);
+  const Package p = read_package(pkg);
   EXPECT_EQ(p.precision, Precision::kInt8);
   EXPECT_EQ(p.labels, std::vector<std::string>({"circle", "square", "line"}));
   // The package predicts through the engine with the run's own preprocessing.
   const Classifier c = Classifier::from_dir(pkg.string());
   EXPECT_EQ(c.preprocess().image_size, 12);
   EXPECT_EQ(c.logits(at::randn({2, 1, 12, 12})).sizes(), (std::vector<std::int64_t>{2, 3}));
+}
+
+// A run directory and the model package exported from it read into one Package with the same facts under the same
+// names; each layout runs its own way (the run's training model eagerly, the package in the engine), and the
+// functions of the other layout refuse it with one line.
+TEST(Package, BothLayoutsReadIntoOnePackageWithTheSameFields) {
+  const TempDir dir;
+  models::ModelHandle model;
+  const fs::path run = write_image_run(dir, model);
+  const fs::path pkg = dir.path() / "pkg";
+  (void)export_package({.model_dir = run.string()}, {.out = pkg, .precision = Precision::kFp32});
+  const Package from_run = read_package(run);
+  const Package from_pkg = read_package(pkg);
+  EXPECT_EQ(from_run.layout, PackageLayout::kRunDirectory);
+  EXPECT_EQ(from_pkg.layout, PackageLayout::kModelPackage);
+  for (const Package* p : {&from_run, &from_pkg}) {
+    EXPECT_EQ(p->kind, PackageKind::kImageClassifier);
+    EXPECT_EQ(p->architecture, "cnn_small");
+    EXPECT_EQ(p->num_classes, 3);
+    EXPECT_EQ(p->labels, std::vector<std::string>({"circle", "square", "line"}));
+    EXPECT_EQ(p->precision, Precision::kFp32);
+    EXPECT_EQ(p->image.channels, 1);
+    EXPECT_EQ(p->image.image_size, 12);
+    EXPECT_EQ(p->image.mean, std::vector<double>{0.5});
+  }
+  const at::Tensor batch = at::randn({2, 1, 12, 12});
+  const at::Tensor eager = Classifier::from_package(from_run).logits(batch);
+  const at::Tensor engine = Classifier::from_package(from_pkg).logits(batch);
+  EXPECT_TRUE(at::allclose(eager, engine, 1e-4, 1e-5)) << (eager - engine).abs().max().item<double>();
+  const auto message = [](const auto& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([&] { (void)load_package_graph(from_run); }).find("a training run directory (model.json), not a "
+                                                                       "model package; export it first"),
+            std::string::npos);
+  EXPECT_NE(message([&] { (void)load_package_model(from_pkg); }).find("a model package runs in the engine"),
+            std::string::npos);
+  EXPECT_NE(message([&] { (void)read_package(dir.path()); }).find("neither a model package"), std::string::npos);
 }
 
 // Agreement measured on random inputs means nothing for real data: an int8 export without --calibration is written
@@ -112,7 +155,7 @@ TEST(Export, Int8OnRandomInputsSaysItsAccuracyIsUnknownAndPrintsNoAgreement) {
   EXPECT_NE(r.summary.find("random inputs; accuracy on real data not measured"), std::string::npos) << r.summary;
   const auto written = nlohmann::json::parse(read_file((pkg / "quantization_report.json").string()));
   EXPECT_EQ(written["status"], "accuracy-unknown");
-  EXPECT_EQ(read_package_dir(pkg).precision, Precision::kInt8);
+  EXPECT_EQ(read_package(pkg).precision, Precision::kInt8);
 }
 
 // Each stage's seconds in the report; a progress line per stage on the given stream (here from the first
@@ -188,7 +231,7 @@ TEST(Export, OverwriteReplacesThePackageAsAWhole) {
   test::write_file((pkg / "vocab.txt").string(), "[PAD]\n");
   (void)export_package({.model_dir = run.string()}, {.out = pkg, .overwrite = true});
   EXPECT_EQ(tree(pkg), written);
-  EXPECT_EQ(read_package_dir(pkg).labels, std::vector<std::string>({"circle", "square", "line"}));
+  EXPECT_EQ(read_package(pkg).labels, std::vector<std::string>({"circle", "square", "line"}));
   // Nothing beside it: the temp dir was renamed in, the old package removed.
   std::vector<std::string> top;
   for (const auto& e : fs::directory_iterator(dir.path())) top.push_back(e.path().filename().string());
@@ -205,14 +248,14 @@ TEST(Export, AFailureWhileWritingLeavesTheOldPackageAsItWas) {
   const auto config = test::read_bytes((pkg / "config.json").string());
   const auto weights = test::read_bytes((pkg / "model.safetensors").string());
   // A class name labels.txt cannot hold fails after config.json and preprocess.json are written.
-  ModelPackage bad = read_package(run.string());
-  bad.class_names[1] = "squ\nare";
-  test::write_file((run / "model.json").string(), package_to_json(bad));
+  Package bad = read_package(run.string());
+  bad.labels[1] = "squ\nare";
+  test::write_file((run / "model.json").string(), run_directory_json(bad));
   const std::string error = export_error({.model_dir = run.string()}, {.out = pkg, .overwrite = true});
   EXPECT_NE(error.find("line break"), std::string::npos) << error;
   EXPECT_EQ(test::read_bytes((pkg / "config.json").string()), config);
   EXPECT_EQ(test::read_bytes((pkg / "model.safetensors").string()), weights);
-  EXPECT_EQ(read_package_dir(pkg).labels, std::vector<std::string>({"circle", "square", "line"}));
+  EXPECT_EQ(read_package(pkg).labels, std::vector<std::string>({"circle", "square", "line"}));
   for (const auto& e : fs::directory_iterator(dir.path())) {
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
   }
@@ -344,7 +387,7 @@ TEST(Export, HuggingFaceClassifierAndEmbedderDirectories) {
                                            .allow_accuracy_loss = true});
     EXPECT_EQ(r.json["data"]["source"], "text lines");
     EXPECT_EQ(r.json["data"]["samples"].get<std::int64_t>(), 2);  // the empty line is not a sample
-    const PackageDir p = read_package_dir(pkg);
+    const Package p = read_package(pkg);
     EXPECT_EQ(p.kind, PackageKind::kTextClassifier);
     EXPECT_EQ(p.labels.size(), 2U);
     EXPECT_TRUE(fs::exists(pkg / "vocab.txt"));
@@ -353,7 +396,7 @@ TEST(Export, HuggingFaceClassifierAndEmbedderDirectories) {
     const fs::path hf = write_hf_dir(dir, false);
     const fs::path pkg = dir.path() / "emb-pkg";
     (void)export_package({.model_dir = hf.string()}, {.out = pkg});
-    const PackageDir p = read_package_dir(pkg);
+    const Package p = read_package(pkg);
     EXPECT_EQ(p.kind, PackageKind::kSentenceEmbedder);
     // The package encoder gives the directory encoder's embeddings.
     const std::vector<std::string_view> lines = {"the cat sat on the mat", "a dog", "far away"};

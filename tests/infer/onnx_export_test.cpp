@@ -1,6 +1,6 @@
 // ONNX export (infer/onnx_export.h) against hotpath's own engine: graphs built by hand (every op and
 // activation, random weights) and real models lowered by lower.h are exported, run in ONNX Runtime (and
-// OpenVINO) through tools/onnx_run.py, and must give the engine's fp32 outputs within 1e-4 (relative to
+// OpenVINO) through tests/oracles/onnx_run.py, and must give the engine's fp32 outputs within 1e-4 (relative to
 // the outputs' scale, at least 1) at batch 1 and 7 and two sequence lengths, the dynamic axes named in
 // the file. python's onnx 1.23 checker (full_check) validates every file too. Bad graphs get one line
 // naming the node.
@@ -256,7 +256,7 @@ Report expect_runtime_matches_engine(const std::vector<Case>& cases, const std::
     manifest["cases"].push_back({{"model", model}, {"runs", runs}});
   }
   test::write_file(dir.file("manifest.json"), manifest.dump());
-  const std::string stdout_text = test::run_python(test::source_path("tools/onnx_run.py"), {dir.file("manifest.json")});
+  const std::string stdout_text = test::run_python(test::source_path("tests/oracles/onnx_run.py"), {dir.file("manifest.json")});
 
   Report report;
   std::istringstream lines(stdout_text);

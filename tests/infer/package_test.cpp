@@ -42,38 +42,38 @@ constexpr const char* kModelJson = R"({
 }
 )";
 
-TEST(ModelPackage, ModelJsonKeepsItsFormat) {
+TEST(Package, ModelJsonKeepsItsFormat) {
   TempDir dir;
   test::write_file(dir.file("model.json"), kModelJson);
-  const ModelPackage p = read_package(dir.path().string());
+  const Package p = read_package(dir.path().string());
   EXPECT_EQ(p.dir, dir.path().string());
-  EXPECT_EQ(p.model, "cnn_small");
+  EXPECT_EQ(p.architecture, "cnn_small");
   EXPECT_EQ(p.num_classes, 3);
-  EXPECT_EQ(p.preprocess.channels, 1);
-  EXPECT_EQ(p.preprocess.image_size, 24);
-  EXPECT_EQ(p.preprocess.crop, EvalCrop::kResize);
-  EXPECT_EQ(p.preprocess.resize_shorter, 32);
-  EXPECT_EQ(p.preprocess.mean, std::vector<double>{0.286});
-  EXPECT_EQ(p.preprocess.std, std::vector<double>{0.353});
-  EXPECT_TRUE(p.preprocess.channels_last);
-  EXPECT_EQ(p.class_names, (std::vector<std::string>{"shirt", "shoe", "bag"}));
-  EXPECT_EQ(package_to_json(p), kModelJson);
+  EXPECT_EQ(p.image.channels, 1);
+  EXPECT_EQ(p.image.image_size, 24);
+  EXPECT_EQ(p.image.crop, EvalCrop::kResize);
+  EXPECT_EQ(p.image.resize_shorter, 32);
+  EXPECT_EQ(p.image.mean, std::vector<double>{0.286});
+  EXPECT_EQ(p.image.std, std::vector<double>{0.353});
+  EXPECT_TRUE(p.image.channels_last);
+  EXPECT_EQ(p.labels, (std::vector<std::string>{"shirt", "shoe", "bag"}));
+  EXPECT_EQ(run_directory_json(p), kModelJson);
 }
 
-TEST(ModelPackage, OptionalFieldsDefault) {
+TEST(Package, OptionalFieldsDefault) {
   TempDir dir;
   test::write_file(dir.file("model.json"),
                    R"({"model": "cnn_small", "num_classes": 2, "in_channels": 3, "image_size": 224,
                        "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]})");
-  const ModelPackage p = read_package(dir.path().string());
-  EXPECT_EQ(p.preprocess.crop, EvalCrop::kResizeCenterCrop);
-  EXPECT_EQ(p.preprocess.resize_shorter, 256);
-  EXPECT_FALSE(p.preprocess.channels_last);
-  EXPECT_TRUE(p.class_names.empty());
+  const Package p = read_package(dir.path().string());
+  EXPECT_EQ(p.image.crop, EvalCrop::kResizeCenterCrop);
+  EXPECT_EQ(p.image.resize_shorter, 256);
+  EXPECT_FALSE(p.image.channels_last);
+  EXPECT_TRUE(p.labels.empty());
   EXPECT_EQ(p.weights, "model.safetensors");
 }
 
-TEST(ModelPackage, ErrorsNameTheFileAndField) {
+TEST(Package, ErrorsNameTheFileAndField) {
   TempDir dir;
   const std::string path = dir.file("model.json");
   const auto error = [&](const std::string& from, const std::string& to) {
@@ -110,7 +110,7 @@ TEST(Classifier, TopKOfAPackage) {
   const models::ModelHandle trained = models::create_model("cnn_small", {.num_classes = 3, .in_channels = 1});
   models::save_safetensors(*trained, dir.file("model.safetensors"));
   test::write_file(dir.file("model.json"), kModelJson);
-  const ModelPackage package = read_package(dir.path().string());
+  const Package package = read_package(dir.path().string());
   const Classifier classifier = Classifier::from_package(package);
   for (const auto& p : classifier.model()->parameters()) {
     if (p.dim() == 4) {
@@ -137,7 +137,7 @@ TEST(Classifier, TopKOfAPackage) {
     }
   }
   // Without class names the label is the index.
-  const Classifier unnamed(classifier.model(), package.preprocess, {});
+  const Classifier unnamed(classifier.model(), package.image, {});
   const TopK first = unnamed.classify(batch, 1).front().front();
   EXPECT_EQ(first.label, std::to_string(first.index));
   EXPECT_THROW((void)unnamed.classify(batch, 0), Error);

@@ -16,7 +16,7 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/infer/engine.h"
-#include "hotpath/infer/package_dir.h"
+#include "hotpath/infer/package.h"
 #include "hotpath/models/weights.h"
 #include "support/test_support.h"
 
@@ -64,7 +64,7 @@ Graph text_graph() {
 }
 
 void write_image_package(const fs::path& dir, const Graph& graph, Precision precision = Precision::kFp32) {
-  PackageDir p;
+  Package p;
   p.kind = PackageKind::kImageClassifier;
   p.architecture = "tiny";
   p.precision = precision;
@@ -79,7 +79,7 @@ void write_image_package(const fs::path& dir, const Graph& graph, Precision prec
 }
 
 void write_text_package(const fs::path& dir) {
-  PackageDir p;
+  Package p;
   p.kind = PackageKind::kSentenceEmbedder;
   p.architecture = "tiny";
   p.text.max_length = 8;
@@ -107,7 +107,7 @@ Json& node(Json& config, const std::string& name) {
 // What loading the package says: "" when it loads, else the one error line.
 std::string load_error(const fs::path& dir) {
   try {
-    const Graph g = load_package_graph(read_package_dir(dir));
+    const Graph g = load_package_graph(read_package(dir));
     (void)Engine::from_graph(g, {.threads = 1});
   } catch (const Error& e) {
     return e.what();
@@ -132,7 +132,7 @@ TEST(PackageValidation, TheReferencePackagesLoadAndRun) {
   write_text_package(tmp.path() / "text");
   EXPECT_EQ(load_error(tmp.path() / "image"), "");
   EXPECT_EQ(load_error(tmp.path() / "text"), "");
-  const Engine engine = Engine::from_graph(load_package_graph(read_package_dir(tmp.path() / "image")), {.threads = 1});
+  const Engine engine = Engine::from_graph(load_package_graph(read_package(tmp.path() / "image")), {.threads = 1});
   EXPECT_EQ(engine.run({at::rand({3, 1, 4, 4})}).front().sizes(), (at::IntArrayRef{3, 2}));
 }
 
@@ -143,7 +143,7 @@ TEST(PackageValidation, ConvStrideZeroIsOneLineNamingFileNodeAndAttribute) {
   expect_refused(message, "config.json: graph: node conv (conv2d) attribute 'stride' is [0, 0], expected 2 integers, "
                           "each from 1 to 65536");
   // Refused when config.json is read, before the weights are.
-  EXPECT_THROW((void)read_package_dir(tmp.path()), Error);
+  EXPECT_THROW((void)read_package(tmp.path()), Error);
 }
 
 TEST(PackageValidation, ConvAttributesOutOfBounds) {

@@ -9,7 +9,7 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/data/kernels/image.h"
-#include "hotpath/data/tar_writer.h"
+#include "hotpath/formats/tar_writer.h"
 #include "support/test_support.h"
 
 namespace hotpath::infer {
@@ -66,7 +66,7 @@ TEST(EvalPreprocess, ApplyEqualsTheLoadersRow) {
   TempDir dir;
   const Images images = make_images();
   const std::vector<const std::vector<std::byte>*> files{&images.jpeg, &images.png, &images.gray_png};
-  data::ShardWriter writer(dir.file("s-%06d.tar"), {});
+  formats::ShardWriter writer(dir.file("s-%06d.tar"), {});
   for (std::size_t i = 0; i < files.size(); ++i) {
     const std::string ext = i == 0 ? "jpg" : "png";
     writer.write({"sample" + std::to_string(i), {{ext, *files[i]}, {"cls", test::as_bytes("1")}}});

@@ -1,4 +1,4 @@
-// Bottleneck adapters both ways with the adapters library (tools/adapters_ref.py, its overlay from
+// Bottleneck adapters both ways with the adapters library (tests/oracles/adapters_ref.py, its overlay from
 // scripts/setup): its save_adapter(..., use_safetensors=True) output loaded by hotpath and hotpath's saved
 // adapter loaded by its load_adapter give the same logits (1e-5), for Pfeiffer (seq_bn) and Houlsby
 // (double_seq_bn), the head included.
@@ -27,7 +27,7 @@ class AdapterParity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(AdapterParity, LibraryAdapterLoadsInHotpathAndHotpathAdapterLoadsInTheLibrary) {
   test::TempDir dir;
-  test::run_python(test::source_path("tools/adapters_ref.py"), {"make", "--dir", dir.path().string(), "--config", GetParam()});
+  test::run_python(test::source_path("tests/oracles/adapters_ref.py"), {"make", "--dir", dir.path().string(), "--config", GetParam()});
   const auto io = read_tensors(dir.file("io.safetensors"));
   auto model = load_bert_classifier(dir.path());
   const formats::AdapterConfig config = load_adapter(*model, dir.path() / "adapter");
@@ -57,7 +57,7 @@ TEST_P(AdapterParity, LibraryAdapterLoadsInHotpathAndHotpathAdapterLoadsInTheLib
   write_tensors(dir.file("in.safetensors"), {{"input_ids", io.at("input_ids")},
                                              {"attention_mask", io.at("attention_mask")},
                                              {"token_type_ids", io.at("token_type_ids")}});
-  test::run_python(test::source_path("tools/adapters_ref.py"),
+  test::run_python(test::source_path("tests/oracles/adapters_ref.py"),
                    {"load", "--base", dir.path().string(), "--adapter", dir.file("ours"), "--input",
                     dir.file("in.safetensors"), "--out", dir.file("out.safetensors")});
   const at::NoGradGuard no_grad;

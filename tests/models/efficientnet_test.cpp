@@ -62,7 +62,7 @@ TEST(EfficientNet, B0KeysAreTorchvisions) {
 
 TEST(EfficientNet, ParameterCountsMatchTheReferences) {
   EXPECT_EQ(parameter_count(*create_model("efficientnet_b0")), 5'288'548);  // torchvision efficientnet_b0
-  // The package's state_dict: 4,652,008 parameters (tools/efficientnet_ref.py lite0-params; the parity
+  // The package's state_dict: 4,652,008 parameters (tests/oracles/efficientnet_ref.py lite0-params; the parity
   // test checks the python count too).
   EXPECT_EQ(parameter_count(*create_model("efficientnet_lite0")), 4'652'008);
 }

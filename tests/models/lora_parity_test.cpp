@@ -1,4 +1,4 @@
-// LoRA adapters both ways with peft (tools/lora_ref.py): hotpath's saved adapter loaded by
+// LoRA adapters both ways with peft (tests/oracles/lora_ref.py): hotpath's saved adapter loaded by
 // peft.PeftModel.from_pretrained, and a peft get_peft_model adapter loaded by hotpath; outputs within 1e-5.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -54,7 +54,7 @@ TEST(LoraParity, HotpathAdapterLoadsInPeft) {
     c10::NoGradGuard no_grad;
     ours = model.forward(x);
   }
-  test::run_python(test::source_path("tools/lora_ref.py"),
+  test::run_python(test::source_path("tests/oracles/lora_ref.py"),
                    {"tree-load", "--base", dir.file("base.safetensors"), "--adapter", dir.file("adapter"), "--input",
                     dir.file("in.safetensors"), "--out", dir.file("out.safetensors")});
   const at::Tensor theirs = read_tensors(dir.file("out.safetensors")).at("logits");
@@ -68,7 +68,7 @@ TEST(LoraParity, HotpathAdapterLoadsInPeft) {
 
 TEST(LoraParity, PeftAdapterLoadsInHotpathAndMerges) {
   test::TempDir dir;
-  test::run_python(test::source_path("tools/lora_ref.py"), {"tree-make", "--dir", dir.path().string()});
+  test::run_python(test::source_path("tests/oracles/lora_ref.py"), {"tree-make", "--dir", dir.path().string()});
   TinyClassifier model;
   load_safetensors(model, dir.file("base.safetensors"));
   const LoraConfig config = load_lora(model, dir.path() / "adapter");
@@ -90,7 +90,7 @@ TEST(LoraParity, PeftAdapterLoadsInHotpathAndMerges) {
 // classifier beside the adapters) and hotpath's BERT with the same weights.
 TEST(LoraParity, BertAdaptersBothWaysWithPeft) {
   test::TempDir dir;
-  test::run_python(test::source_path("tools/lora_ref.py"), {"bert-make", "--dir", dir.path().string()});
+  test::run_python(test::source_path("tests/oracles/lora_ref.py"), {"bert-make", "--dir", dir.path().string()});
   const auto io = read_tensors(dir.file("io.safetensors"));
   const at::Tensor ids = io.at("input_ids");
   const at::Tensor mask = io.at("attention_mask");
@@ -127,7 +127,7 @@ TEST(LoraParity, BertAdaptersBothWaysWithPeft) {
   save_lora(*ours_model, mine, dir.path() / "ours");
   ours_model->eval();
   write_tensors(dir.file("in.safetensors"), {{"input_ids", ids}, {"attention_mask", mask}});
-  test::run_python(test::source_path("tools/lora_ref.py"),
+  test::run_python(test::source_path("tests/oracles/lora_ref.py"),
                    {"bert-load", "--base", dir.path().string(), "--adapter", dir.file("ours"), "--input",
                     dir.file("in.safetensors"), "--out", dir.file("out.safetensors")});
   c10::NoGradGuard no_grad;

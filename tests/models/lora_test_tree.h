@@ -1,5 +1,5 @@
 // A tiny encoder whose module paths are BERT's (encoder.layer.N.attention.self.query, ...,
-// classifier), for the LoRA tests; tools/lora_ref.py builds the same tree in python.
+// classifier), for the LoRA tests; tests/oracles/lora_ref.py builds the same tree in python.
 #pragma once
 
 #include <ATen/ATen.h>

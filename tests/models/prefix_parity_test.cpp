@@ -1,4 +1,4 @@
-// Prefix tuning both ways with peft (tools/prefix_ref.py): a PeftModel's saved prefix loaded by hotpath and
+// Prefix tuning both ways with peft (tests/oracles/prefix_ref.py): a PeftModel's saved prefix loaded by hotpath and
 // hotpath's saved prefix loaded by peft.PeftModel.from_pretrained give the same logits (1e-5), with the table
 // and with the reparameterisation MLP; and hotpath's training step under activation checkpointing gives the
 // prefix and the head PEFT's gradients (transformers' own checkpointing drops the prefix: see prefix_ref.py).
@@ -31,7 +31,7 @@ TEST_P(PrefixParity, PeftPrefixLoadsInHotpathAndHotpathPrefixLoadsInPeft) {
   test::TempDir dir;
   std::vector<std::string> args = {"make", "--dir", dir.path().string()};
   if (GetParam()) args.push_back("--projection");
-  test::run_python(test::source_path("tools/prefix_ref.py"), args);
+  test::run_python(test::source_path("tests/oracles/prefix_ref.py"), args);
   const auto io = read_tensors(dir.file("io.safetensors"));
 
   // peft → hotpath.
@@ -62,7 +62,7 @@ TEST_P(PrefixParity, PeftPrefixLoadsInHotpathAndHotpathPrefixLoadsInPeft) {
   write_tensors(dir.file("in.safetensors"), {{"input_ids", io.at("input_ids")},
                                              {"attention_mask", io.at("attention_mask")},
                                              {"token_type_ids", io.at("token_type_ids")}});
-  test::run_python(test::source_path("tools/prefix_ref.py"),
+  test::run_python(test::source_path("tests/oracles/prefix_ref.py"),
                    {"load", "--base", dir.path().string(), "--adapter", dir.file("ours"), "--input",
                     dir.file("in.safetensors"), "--out", dir.file("out.safetensors")});
   const at::NoGradGuard no_grad;
@@ -75,7 +75,7 @@ TEST_P(PrefixParity, CheckpointedTrainingStepGivesPeftsGradients) {
   test::TempDir dir;
   std::vector<std::string> args = {"make", "--dir", dir.path().string(), "--grads"};
   if (GetParam()) args.push_back("--projection");
-  test::run_python(test::source_path("tools/prefix_ref.py"), args);
+  test::run_python(test::source_path("tests/oracles/prefix_ref.py"), args);
   const auto io = read_tensors(dir.file("io.safetensors"));
   for (const bool checkpointing : {true, false}) {
     SCOPED_TRACE(checkpointing ? "checkpointing" : "plain");

@@ -32,7 +32,7 @@ struct Case {
 // One python run makes every case (its start-up dominates); each case is checked in turn.
 TEST(ResNetParity, ForwardMatchesTorchvision) {
   TempDir dir;
-  const std::string summary = test::run_python(test::source_path("tools/models_ref.py"), {"make", dir.path()});
+  const std::string summary = test::run_python(test::source_path("tests/oracles/models_ref.py"), {"make", dir.path()});
   const Case cases[] = {
       {"resnet18", {}},
       {"resnet50", {}},
@@ -74,7 +74,7 @@ TEST(ResNetParity, SavedStateLoadsIntoTorchvision) {
   const at::Tensor x = at::randn({2, 1, 28, 28});
   save_safetensors(*model, dir.file("model.safetensors"));
   write_tensors(dir.file("input.safetensors"), {{"input", x}});
-  test::run_python(test::source_path("tools/models_ref.py"),
+  test::run_python(test::source_path("tests/oracles/models_ref.py"),
                    {"forward", "resnet18_small", dir.file("model.safetensors"), dir.file("input.safetensors"),
                     dir.file("output.safetensors")});
   const at::Tensor expected = read_tensors(dir.file("output.safetensors")).at("output");

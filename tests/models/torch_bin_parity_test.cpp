@@ -1,4 +1,4 @@
-// pytorch_model.bin parity: files written by the venv's torch.save (tools/torch_save_fixture.py) read
+// pytorch_model.bin parity: files written by the venv's torch.save (tests/oracles/torch_save_fixture.py) read
 // by hotpath's torch-free zip reader + unpickler equal, tensor for tensor, what torch itself saved
 // (the script writes the expected tensors beside each file as safetensors).
 #include <ATen/ops/equal.h>
@@ -30,7 +30,7 @@ namespace {
 class TorchBinParity : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string script = test::source_path("tools/torch_save_fixture.py");
+    const std::string script = test::source_path("tests/oracles/torch_save_fixture.py");
     std::error_code ec;
     const std::filesystem::path venv = std::filesystem::canonical(std::filesystem::path(test::python()).parent_path(), ec);
     const std::size_t key = std::hash<std::string>{}(read_file(script) + "\n" + (ec ? test::python() : venv.string()));

@@ -37,7 +37,7 @@ ModelHandle small_p8() {
 // One python run makes both cases (its start-up dominates); each case is checked in turn.
 TEST(ViTParity, ForwardMatchesTorchvision) {
   TempDir dir;
-  const std::string summary = test::run_python(test::source_path("tools/models_ref.py"), {"make-vit", dir.path()});
+  const std::string summary = test::run_python(test::source_path("tests/oracles/models_ref.py"), {"make-vit", dir.path()});
   const std::map<std::string, ModelHandle> cases = {
       {"vit_small_p8", small_p8()},
       {"vit_tiny", create_model("vit_tiny", {.num_classes = 10})},  // 224×224, 12 layers
@@ -81,7 +81,7 @@ TEST(ViTParity, SavedStateLoadsIntoTorchvision) {
   const at::Tensor x = at::randn({2, 3, 32, 32});
   save_safetensors(*model, dir.file("model.safetensors"));
   write_tensors(dir.file("input.safetensors"), {{"input", x}});
-  test::run_python(test::source_path("tools/models_ref.py"),
+  test::run_python(test::source_path("tests/oracles/models_ref.py"),
                    {"forward", "vit_small_p8", dir.file("model.safetensors"), dir.file("input.safetensors"),
                     dir.file("output.safetensors")});
   const at::Tensor expected = read_tensors(dir.file("output.safetensors")).at("output");

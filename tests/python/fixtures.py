@@ -1,5 +1,5 @@
 """Fixtures shared by the Python API tests: tiny WebDataset shards made here, the MiniLM tokenizer directory and
-the tokenizer parity corpus of tools/tokenizer_ref.py (the C++ parity test's), and the paths CMake passes in."""
+the tokenizer parity corpus of tests/oracles/tokenizer_ref.py (the C++ parity test's), and the paths CMake passes in."""
 
 import io
 import os
@@ -9,9 +9,9 @@ import tarfile
 import warnings
 
 SOURCE_DIR = os.environ.get("HOTPATH_SOURCE_DIR", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-sys.path.insert(0, os.path.join(SOURCE_DIR, "tools"))
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "oracles"))
 
-import tokenizer_ref  # noqa: E402  (tools/: the parity corpus and the MiniLM directory)
+import tokenizer_ref  # noqa: E402  (tests/oracles/: the parity corpus and the MiniLM directory)
 
 
 def minilm_dir():
@@ -20,7 +20,7 @@ def minilm_dir():
 
 def parity_lines(count=None):
     """The C++ parity test's corpus (fortunes, Reuters, generated non-ASCII lines), in its order."""
-    with warnings.catch_warnings():  # tools/tokenizer_ref.py leaves files to the garbage collector
+    with warnings.catch_warnings():  # tests/oracles/tokenizer_ref.py leaves files to the garbage collector
         warnings.simplefilter("ignore", ResourceWarning)
         lines, _ = tokenizer_ref.corpus()
     return lines if count is None else lines[:count]

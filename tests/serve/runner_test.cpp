@@ -462,7 +462,7 @@ TEST(ModelRunner, SentenceEmbedderAnswersTheEncodersEmbeddings) {
   const Answer a = p.get_future().get();
   ASSERT_FALSE(a.error);
   const std::vector<std::string_view> views(texts.begin(), texts.end());
-  const at::Tensor want = infer::SentenceEncoder::from_package(infer::read_package_dir(pkg)).encode(views);
+  const at::Tensor want = infer::SentenceEncoder::from_package(infer::read_package(pkg)).encode(views);
   EXPECT_LT(max_diff(a.result.outputs[0].tensor, want), 1e-5);
 }
 

@@ -26,7 +26,7 @@ class TempDir {
 
 // The venv python: $HOTPATH_PYTHON, else the one CMake was configured with.
 std::string python();
-// $HOTPATH_SOURCE_DIR/<relative>, e.g. source_path("tools/ref_image.py").
+// $HOTPATH_SOURCE_DIR/<relative>, e.g. source_path("tests/oracles/ref_image.py").
 std::string source_path(std::string_view relative);
 // Runs `python script args...`; returns its stdout; fails the test (throws) on non-zero exit.
 std::string run_python(const std::string& script, const std::vector<std::string>& args);

@@ -14,7 +14,7 @@
 #include "hotpath/core/error.h"
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/core/random.h"
-#include "hotpath/data/tar.h"
+#include "hotpath/formats/tar.h"
 #include "hotpath/text/text_data.h"
 #include "hotpath/text/text_loader.h"
 #include "hotpath/text/tokenizer.h"
@@ -193,11 +193,11 @@ TEST(TextPack, RoundTripsTextPairsLabelsAndReport) {
                                                            .max_samples_per_shard = 2});
   ASSERT_EQ(r.shards.size(), 2U);
   EXPECT_EQ(r.class_counts, (std::vector<std::uint64_t>{1, 2}));
-  const data::ShardReader shard(r.shards[0]);
+  const formats::ShardReader shard(r.shards[0]);
   ASSERT_EQ(shard.samples().size(), 2U);
   const auto& s0 = shard.samples()[0];
   EXPECT_EQ(s0.key, "00000000");
-  const auto text = [&](const data::SampleMember* m) {
+  const auto text = [&](const formats::SampleMember* m) {
     const auto b = shard.bytes(*m);
     return std::string(reinterpret_cast<const char*>(b.data()), b.size());
   };
@@ -226,7 +226,7 @@ TEST(TextPack, TokenizedSamplesAreLittleEndianInt32Ids) {
   const TextPackReport r = pack_text(dir.file("d.jsonl"), {.source = {.format = TextFormat::kJsonl},
                                                            .output_prefix = dir.file("ids"),
                                                            .tokenizer_dir = tok_dir});
-  const data::ShardReader shard(r.shards.at(0));
+  const formats::ShardReader shard(r.shards.at(0));
   const auto bytes = shard.bytes(*shard.samples()[0].find("ids"));
   // [CLS] the cat sat [SEP] on a mat [SEP] = 2 5 6 7 3 8 13 9 3
   const std::vector<unsigned char> expected_head = {2, 0, 0, 0, 5, 0, 0, 0, 6, 0, 0, 0};

@@ -1,4 +1,4 @@
-// Parity with Hugging Face `tokenizers` (tools/tokenizer_ref.py, run once for the whole binary):
+// Parity with Hugging Face `tokenizers` (tests/oracles/tokenizer_ref.py, run once for the whole binary):
 // token ids, type ids, attention masks and character offsets on > 10,000 real lines (Debian
 // fortunes, Weka's Reuters ARFF, generated non-ASCII text), pairs, every truncation strategy,
 // padding, the MiniLM tokenizer.json and vocab.txt under four normalizer settings; added tokens in
@@ -59,7 +59,7 @@ class LockFile {
 // others (ctest -j) wait on the lock.
 const json& reference() {
   static const std::unique_ptr<json> ref = [] {
-    const std::string script = test::source_path("tools/tokenizer_ref.py");
+    const std::string script = test::source_path("tests/oracles/tokenizer_ref.py");
     std::error_code ec;
     // The bin/ folder, not python itself: a venv's python links to the base interpreter.
     const std::filesystem::path venv = std::filesystem::canonical(std::filesystem::path(test::python()).parent_path(), ec);

@@ -19,7 +19,7 @@
 
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/data/kernels/image.h"
-#include "hotpath/data/tar_writer.h"
+#include "hotpath/formats/tar_writer.h"
 #include "hotpath/models/text/bert.h"
 #include "hotpath/models/weights.h"
 #include "hotpath/text/text_data.h"
@@ -36,7 +36,7 @@ namespace fs = std::filesystem;
 
 // Gray size×size images of 4 classes: a bright 4×4 square in a class-specific corner on noise.
 std::string write_image_shards(const test::TempDir& dir, int count, int size) {
-  data::ShardWriter writer(dir.file("d-%06d.tar"), {.max_samples = 32});
+  formats::ShardWriter writer(dir.file("d-%06d.tar"), {.max_samples = 32});
   std::uint32_t noise = 12345;
   for (int i = 0; i < count; ++i) {
     const int label = i % 4;

@@ -1,5 +1,5 @@
 // GradScaler: the scale / skip sequence of an injected-overflow run against torch.amp.GradScaler
-// on CPU (tools/train_ref.py scaler), the stage machine, state save/load.
+// on CPU (tests/oracles/train_ref.py scaler), the stage machine, state save/load.
 #include "hotpath/train/grad_scaler.h"
 
 #include <ATen/ATen.h>
@@ -98,7 +98,7 @@ TEST(GradScaler, MatchesTorchOnInjectedOverflowRun) {
   test::TempDir dir;
   test::write_file(dir.file("scaler.json"), fx.dump());
   const nlohmann::json ref = nlohmann::json::parse(
-      test::run_python(test::source_path("tools/train_ref.py"), {"scaler", dir.file("scaler.json")}));
+      test::run_python(test::source_path("tests/oracles/train_ref.py"), {"scaler", dir.file("scaler.json")}));
 
   const Trace got = run_hotpath(s, init, grads);
   EXPECT_EQ(got.scale, ref["scale"].get<std::vector<double>>());

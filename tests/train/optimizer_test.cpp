@@ -1,4 +1,4 @@
-// Optimizers: SGD / AdamW steps against torch.optim (tools/train_ref.py optim), the no-decay
+// Optimizers: SGD / AdamW steps against torch.optim (tests/oracles/train_ref.py optim), the no-decay
 // groups, lr/momentum setters through Schedule::apply, clip_grad_norm against torch's.
 #include "hotpath/train/optimizer.h"
 
@@ -63,7 +63,7 @@ double expect_matches_torch(const OptimizerConfig& config) {
   test::TempDir dir;
   test::write_file(dir.file("optim.json"), fx.dump());
   const nlohmann::json ref = nlohmann::json::parse(
-      test::run_python(test::source_path("tools/train_ref.py"), {"optim", dir.file("optim.json")}));
+      test::run_python(test::source_path("tests/oracles/train_ref.py"), {"optim", dir.file("optim.json")}));
 
   auto opt = make_optimizer(config, named);
   for (int step = 0; step < kSteps; ++step) {
@@ -294,7 +294,7 @@ void expect_clip_matches_torch(double max_norm, double norm_type, double grad_sc
   test::TempDir dir;
   test::write_file(dir.file("clip.json"), fx.dump());
   const nlohmann::json ref = nlohmann::json::parse(
-      test::run_python(test::source_path("tools/train_ref.py"), {"clip", dir.file("clip.json")}));
+      test::run_python(test::source_path("tests/oracles/train_ref.py"), {"clip", dir.file("clip.json")}));
   const double total = clip_grad_norm(params, max_norm, norm_type);
   EXPECT_NEAR(total, ref["total_norm"].get<double>(), 1e-6);
   for (const auto& [name, p] : named) {

@@ -1,4 +1,4 @@
-// Schedules: lr sequences against torch.optim.lr_scheduler (tools/train_ref.py), validation.
+// Schedules: lr sequences against torch.optim.lr_scheduler (tests/oracles/train_ref.py), validation.
 #include "hotpath/train/schedule.h"
 
 #include <gtest/gtest.h>
@@ -25,7 +25,7 @@ constexpr int64_t kSteps = 100;
 nlohmann::json torch_schedule(nlohmann::json config) {
   config["steps"] = kSteps;
   return nlohmann::json::parse(
-      test::run_python(test::source_path("tools/train_ref.py"), {"schedule", config.dump()}));
+      test::run_python(test::source_path("tests/oracles/train_ref.py"), {"schedule", config.dump()}));
 }
 
 void expect_lrs_match(const Schedule& schedule, const nlohmann::json& ref) {

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "hotpath/data/kernels/image.h"
-#include "hotpath/data/tar_writer.h"
+#include "hotpath/formats/tar_writer.h"
 #include "hotpath/train/recipe.h"
 #include "support/test_support.h"
 
@@ -136,7 +136,7 @@ TEST(StepClock, AStepThatNeverFinishedCarriesOn) {
 
 // `count` gray size×size images of 4 classes (noise; what is learnt does not matter here).
 std::string write_shards(const test::TempDir& dir, int count, int size) {
-  data::ShardWriter writer(dir.file("s-%06d.tar"), {.max_samples = 32});
+  formats::ShardWriter writer(dir.file("s-%06d.tar"), {.max_samples = 32});
   std::uint32_t noise = 777;
   for (int i = 0; i < count; ++i) {
     std::vector<std::uint8_t> px(static_cast<std::size_t>(size) * size);

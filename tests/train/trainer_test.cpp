@@ -19,7 +19,7 @@
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/data/kernels/image.h"
 #include "hotpath/data/shard_list.h"
-#include "hotpath/data/tar_writer.h"
+#include "hotpath/formats/tar_writer.h"
 #include "hotpath/models/weights.h"
 #include "hotpath/train/checkpoint.h"
 #include "hotpath/infer/evaluate.h"
@@ -37,7 +37,7 @@ using test::TempDir;
 // `count` gray images of size×size: class k (of 4) is a bright 4×4 square at a class-specific
 // corner on noise, so a small CNN learns it in a few steps.
 std::string write_shards(const TempDir& dir, int count, int size, int per_shard = 32) {
-  data::ShardWriter writer(dir.file("d-%06d.tar"), {.max_samples = static_cast<std::uint64_t>(per_shard)});
+  formats::ShardWriter writer(dir.file("d-%06d.tar"), {.max_samples = static_cast<std::uint64_t>(per_shard)});
   std::uint32_t noise = 12345;
   for (int i = 0; i < count; ++i) {
     const int label = i % 4;
@@ -225,9 +225,9 @@ TEST_F(Trainer, LearnsAndWritesTheRunDirectory) {
   EXPECT_EQ(r.breakdown.steps, 32);  // 128 / 16 × 4 epochs
   EXPECT_NE(r.breakdown.summary().find("bottleneck"), std::string::npos);
   // The package evaluates to the same numbers through `eval`'s path.
-  const infer::ModelPackage pkg = infer::read_package(out);
+  const infer::Package pkg = infer::read_package(out);
   auto model = infer::load_package_model(pkg);
-  data::LoaderOptions lo = pkg.preprocess.loader_options(data::resolve_shards({shards}));
+  data::LoaderOptions lo = pkg.image.loader_options(data::resolve_shards({shards}));
   lo.batch_size = 16;
   data::Loader loader(lo);
   const infer::EvalResult again = infer::evaluate(*model, loader);
@@ -277,7 +277,7 @@ TEST_F(Trainer, Bf16AutocastTrainsCloseToFp32ButNotIdentically) {
 TEST_F(Trainer, SkippedLabelsAreNamedOnTheConsoleLikeCorruptImages) {
   const std::string shards = write_shards(dir_, 32, 16);
   {  // Two samples whose labels the loss would silently ignore (-100) or index past its 4 classes (7).
-    data::ShardWriter bad(dir_.file("d-9%05d.tar"), {});
+    formats::ShardWriter bad(dir_.file("d-9%05d.tar"), {});
     const std::vector<std::uint8_t> px(16 * 16, 128);
     const auto png = data::encode_png(px.data(), 16, 16, 1);
     bad.write({"bad-ignore", {{"png", png}, {"cls", test::as_bytes(std::string("-100"))}}});

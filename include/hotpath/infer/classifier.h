@@ -1,6 +1,6 @@
 // hotpath/infer/classifier.h — an image classifier ready to answer: model + eval preprocessing + labels.
 //
-//   Classifier c = Classifier::from_package(read_package("runs/fashion_mnist"));
+//   Classifier c = Classifier::from_dir("runs/fashion_mnist");        // a run directory or a model package
 //   at::Tensor x = c.preprocess().load_image("shoe.png").unsqueeze(0);   // [1, C, H, W]
 //   for (const TopK& t : c.classify(x, 5).front()) std::cout << t.label << " " << t.prob << "\n";
 //
@@ -19,7 +19,7 @@
 #include "hotpath/infer/engine.h"
 #include "hotpath/infer/evaluate.h"
 #include "hotpath/infer/package.h"
-#include "hotpath/infer/package_dir.h"
+#include "hotpath/infer/package.h"
 #include "hotpath/infer/preprocess.h"
 #include "hotpath/models/registry.h"
 
@@ -39,14 +39,13 @@ class Classifier {
  public:
   // `model` in eval mode; class_names may be empty.
   Classifier(models::ModelHandle model, EvalPreprocess preprocess, std::vector<std::string> class_names);
-  // The package's model (load_package_model), preprocessing and class names.
-  static Classifier from_package(const ModelPackage& package);
+  // An image classifier package (package.h), in the one place that decides how it runs: a model package in the
+  // engine at its precision (`threads`: 0 = all cores), a run directory's training model eagerly.
+  static Classifier from_package(const Package& package, int threads = 0);
   // A registry model with its pretrained weights (models/vision/pretrained.h): its ImageNet
   // preprocessing and class names. Throws for a model without pretrained weights.
   static Classifier from_pretrained(const std::string& model);
-  // An image_classifier model package (package_dir.h) run by the engine at the package's precision.
-  static Classifier from_package_dir(const PackageDir& package, int threads = 0);
-  // A run directory (model.json) or a model package, whichever `dir` holds.
+  // from_package(read_package(dir)).
   static Classifier from_dir(const std::string& dir, int threads = 0);
 
   [[nodiscard]] const EvalPreprocess& preprocess() const { return preprocess_; }

@@ -18,7 +18,7 @@
 
 #include "hotpath/infer/engine.h"
 #include "hotpath/infer/graph.h"
-#include "hotpath/infer/package_dir.h"
+#include "hotpath/infer/package.h"
 
 namespace hotpath::infer {
 
@@ -88,7 +88,7 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
 // The model of `source`, lowered to an fp32 graph, with the package metadata (no weights written).
 // For `hotpath export --format onnx` and tests.
 struct LoweredModel {
-  PackageDir package;  // kind, architecture, labels, preprocessing, source
+  Package package;  // kind, architecture, labels, preprocessing, source
   Graph graph;
   std::vector<std::filesystem::path> tokenizer_files;  // text: to copy beside the package
 };

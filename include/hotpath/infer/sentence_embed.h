@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "hotpath/infer/engine.h"
-#include "hotpath/infer/package_dir.h"
+#include "hotpath/infer/package.h"
 #include "hotpath/models/text/bert.h"
 #include "hotpath/text/tokenizer.h"
 
@@ -47,9 +47,12 @@ class SentenceEncoder {
   // The tokenizer (tokenizer.json or vocab.txt), config.json + weights and the sentence-transformers
   // pipeline files (1_Pooling/config.json, modules.json) of a model directory.
   static SentenceEncoder from_directory(const std::filesystem::path& dir, const SentenceEncoderLoadOptions& options = {});
-  // A sentence_embedder model package (package_dir.h): its tokenizer files, the engine on its graph (fp32,
+  // A sentence_embedder model package (package.h): its tokenizer files, the engine on its graph (fp32,
   // bf16 or int8 as exported); max_length 0 takes the package's.
-  static SentenceEncoder from_package(const PackageDir& package, const SentenceEncoderLoadOptions& options = {});
+  static SentenceEncoder from_package(const Package& package, const SentenceEncoderLoadOptions& options = {});
+  // The one choice `hotpath embed --model` and hotpath.infer.SentenceEncoder make: a sentence_embedder model package
+  // (package.h) in the engine, else a sentence-transformers / Hugging Face directory eagerly.
+  static SentenceEncoder from_dir(const std::filesystem::path& dir, const SentenceEncoderLoadOptions& options = {});
   SentenceEncoder(text::Tokenizer tokenizer, models::SentenceEmbedder embedder, std::size_t max_length);
 
   // → float32 [lines.size(), hidden_size], row i the embedding of lines[i] (an inference tensor:

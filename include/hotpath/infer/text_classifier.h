@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "hotpath/infer/classifier.h"
-#include "hotpath/infer/package_dir.h"
+#include "hotpath/infer/package.h"
 #include "hotpath/text/tokenizer.h"
 
 namespace hotpath::infer {

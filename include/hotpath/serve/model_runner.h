@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "hotpath/infer/package_dir.h"
+#include "hotpath/infer/package.h"
 
 namespace hotpath::serve {
 
@@ -90,7 +90,7 @@ struct BatchingOptions {
 
 class ModelRunner {
  public:
-  // Loads the package (infer::read_package_dir + Engine) and starts the batcher thread; not ready until
+  // Loads the package (infer::read_package + Engine) and starts the batcher thread; not ready until
   // warm_up(). Bad options or a bad package throw hotpath::Error naming the field or file.
   ModelRunner(std::string name, const std::filesystem::path& package_dir, BatchingOptions options, Metrics& metrics);
   ModelRunner(const ModelRunner&) = delete;
@@ -100,7 +100,7 @@ class ModelRunner {
   void warm_up();  // one engine batch per shape bucket; then ready() is true
   [[nodiscard]] bool ready() const;
   [[nodiscard]] const ModelMetadata& metadata() const;
-  [[nodiscard]] const infer::PackageDir& package() const;
+  [[nodiscard]] const infer::Package& package() const;
   [[nodiscard]] const BatchingOptions& options() const;
 
   // Checks names, datatypes, ranks and fixed dims against metadata() (ServeError 400 naming the input and

@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <optional>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -23,7 +24,7 @@
 #include "hotpath/formats/bert_config.h"
 #include "hotpath/formats/npy.h"
 #include "hotpath/infer/engine.h"
-#include "hotpath/infer/package_dir.h"
+#include "hotpath/infer/package.h"
 #include "hotpath/models/registry.h"
 #include "hotpath/models/text/bert.h"
 #include "hotpath/models/vision/pretrained.h"
@@ -35,7 +36,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using infer::Engine;
-using infer::PackageDir;
+using infer::Package;
 using infer::PackageKind;
 
 const std::vector<std::pair<std::string, std::vector<std::string>>>& peer_groups(const std::string& device = "cpu") {
@@ -86,16 +87,6 @@ std::vector<std::string> peer_engines(const InferBenchOptions& a) {
   return engines;
 }
 
-// The bert_embed node's param `role`, or an undefined tensor.
-at::Tensor embed_param(const infer::Graph& g, const std::string& role) {
-  for (const infer::Node& n : g.nodes) {
-    if (n.op != "bert_embed") continue;
-    const auto it = n.params.find(role);
-    if (it != n.params.end() && g.params.count(it->second)) return g.params.at(it->second);
-  }
-  return {};
-}
-
 // The token ids random text inputs are made of: the package's own vocabulary (its tokenizer, bounded by the
 // embedding table) and its [CLS]/[SEP]. BERT's 101/102 only where the package has no tokenizer (--random-init)
 // and the table holds them, else id 0: a tiny vocabulary must not index past its table.
@@ -105,9 +96,9 @@ struct TextIds {
   std::int64_t sep = 0;
 };
 
-TextIds text_ids(const PackageDir& pkg, const infer::Graph& g) {
-  const at::Tensor word = embed_param(g, "word");
-  TextIds t{.vocab = word.defined() ? word.size(0) : 30522, .cls = 101, .sep = 102};
+TextIds text_ids(const Package& pkg, const infer::Graph& g) {
+  const std::optional<infer::TextEmbedding> embedding = infer::text_embedding(g);
+  TextIds t{.vocab = embedding ? embedding->vocab : 30522, .cls = 101, .sep = 102};
   const fs::path dir(pkg.dir);
   if (fs::exists(dir / "tokenizer.json") || fs::exists(dir / "vocab.txt")) {
     const text::Tokenizer tok = text::Tokenizer::from_directory(dir);
@@ -192,12 +183,11 @@ std::string json_string(const nlohmann::json& j, const char* key) {
 // A transformers BertConfig for the graph's shape: layers = attention nodes, heads from them, sizes from
 // the embedding tables and the linears, the classifier's width from the output linear.
 Json bert_config_from_graph(const infer::Graph& g) {
-  const at::Tensor word = embed_param(g, "word");
-  const at::Tensor pos = embed_param(g, "position");
-  const at::Tensor types = embed_param(g, "token_type");
-  HOTPATH_CHECK(word.defined() && pos.defined(), "bench infer: the text graph has no bert_embed node with word and "
-                "position tables: give the peers --peer-config");
+  const std::optional<infer::TextEmbedding> embedding = infer::text_embedding(g);
+  HOTPATH_CHECK(embedding.has_value() && embedding->positions > 0, "bench infer: the text graph has no bert_embed node "
+                "with word and position tables: give the peers --peer-config");
   std::int64_t layers = 0, heads = 0, intermediate = 0, labels = 0;
+  bool token_types = false;  // transformers' default (2 rows) where the graph has no token-type table
   std::string act = "gelu";
   double eps = 1e-12;
   for (const infer::Node& n : g.nodes) {
@@ -206,6 +196,7 @@ Json bert_config_from_graph(const infer::Graph& g) {
       heads = n.attr_int("heads", 0);
     } else if (n.op == "bert_embed") {
       eps = n.attr_float("eps", eps);
+      token_types = n.has_param("token_type");
     } else if (n.op == "linear" && n.has_param("weight") && g.params.count(n.params.at("weight"))) {
       const std::string a = n.attr_str("act", "none");
       const std::int64_t out = g.params.at(n.params.at("weight")).size(0);
@@ -217,13 +208,13 @@ Json bert_config_from_graph(const infer::Graph& g) {
     }
   }
   return {{"model_type", "bert"},
-          {"vocab_size", word.size(0)},
-          {"hidden_size", word.size(1)},
+          {"vocab_size", embedding->vocab},
+          {"hidden_size", embedding->hidden},
           {"num_hidden_layers", layers},
           {"num_attention_heads", heads},
           {"intermediate_size", intermediate},
-          {"max_position_embeddings", pos.size(0)},
-          {"type_vocab_size", types.defined() ? types.size(0) : 2},
+          {"max_position_embeddings", embedding->positions},
+          {"type_vocab_size", token_types ? embedding->type_vocab : 2},
           {"hidden_act", act},
           {"layer_norm_eps", eps},
           {"num_labels", labels}};
@@ -234,7 +225,7 @@ Json bert_config_from_graph(const infer::Graph& g) {
 // "model_dir"/model.safetensors), the registry's pretrained file, or for a --random-init export the same
 // model rebuilt the way `hotpath export` builds it (at::manual_seed(seed), then the constructor) and saved
 // to `scratch` — hotpath's accuracy against the peers' reference then shows whether it is the same model.
-std::string provenance_weights(const PackageDir& pkg, const infer::Graph& graph, std::int64_t classes,
+std::string provenance_weights(const Package& pkg, const infer::Graph& graph, std::int64_t classes,
                                const ScratchDir& scratch, std::string* how) {
   if (pkg.kind == PackageKind::kSentenceEmbedder) return {};  // the minilm peer reads its model directory itself
   const fs::path dir(pkg.dir);
@@ -322,7 +313,7 @@ Json run_infer_bench(const InferBenchOptions& a, std::ostream* log, std::vector<
   const std::vector<std::string> peers = peer_engines(a);
   at::set_num_threads(a.threads);
 
-  const PackageDir pkg = infer::read_package_dir(a.package);
+  const Package pkg = infer::read_package(a.package);
   HOTPATH_CHECK(a.device == "cpu" || a.device == "cuda", "bench infer: --device takes cpu or cuda, got '", a.device, "'");
   const Engine engine = Engine::load(a.package, {.threads = a.threads,
                                                  .device = a.device == "cuda" ? at::Device(at::kCUDA, 0)

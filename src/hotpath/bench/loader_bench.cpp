@@ -12,7 +12,7 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/core/process.h"
-#include "hotpath/data/tar.h"
+#include "hotpath/formats/tar.h"
 
 namespace hotpath::bench {
 namespace {
@@ -59,13 +59,13 @@ LoaderBenchResult bench_loader(const data::LoaderOptions& options, int warmup_ba
 
 double bench_decode_ceiling(const std::vector<std::string>& shards, int threads, std::int64_t min_images) {
   HOTPATH_CHECK(threads >= 1, "bench: threads must be >= 1, got ", threads);
-  std::vector<std::unique_ptr<data::ShardReader>> readers;
+  std::vector<std::unique_ptr<formats::ShardReader>> readers;
   std::vector<std::span<const std::byte>> files;
   for (const auto& path : shards) {
-    readers.push_back(std::make_unique<data::ShardReader>(path));
-    for (const data::TarSample& s : readers.back()->samples()) {
+    readers.push_back(std::make_unique<formats::ShardReader>(path));
+    for (const formats::TarSample& s : readers.back()->samples()) {
       for (const char* ext : {"jpg", "jpeg", "png"}) {
-        if (const data::SampleMember* m = s.find(ext)) {
+        if (const formats::SampleMember* m = s.find(ext)) {
           files.push_back(readers.back()->bytes(*m));
           break;
         }

@@ -39,7 +39,7 @@
 #include "hotpath/core/bounded.h"
 #include "hotpath/core/error.h"
 #include "hotpath/infer/engine.h"
-#include "hotpath/infer/package_dir.h"
+#include "hotpath/infer/package.h"
 
 namespace hotpath::bench {
 namespace {
@@ -160,7 +160,7 @@ struct Workload {
 
 std::string dtype_name(at::ScalarType t) { return t == at::kLong ? "INT64" : "FP32"; }
 
-Workload make_workload(const infer::PackageDir& pkg, const infer::Engine& engine, const ServeBenchOptions& o) {
+Workload make_workload(const infer::Package& pkg, const infer::Engine& engine, const ServeBenchOptions& o) {
   Workload w;
   const infer::Graph& g = engine.graph();
   w.output_name = g.outputs.front();
@@ -426,7 +426,7 @@ Json run_serve_bench(const ServeBenchOptions& o, std::ostream* log, std::vector<
   const std::string exe = o.hotpath_exe.empty() ? std::filesystem::read_symlink("/proc/self/exe").string() : o.hotpath_exe;
   const int threads = o.threads > 0 ? o.threads : at::get_num_threads();
 
-  const infer::PackageDir pkg = infer::read_package_dir(o.package);
+  const infer::Package pkg = infer::read_package(o.package);
   const infer::Engine engine =
       infer::Engine::from_graph(infer::load_package_graph(pkg), {.threads = threads, .precision = pkg.precision});
   const Workload w = make_workload(pkg, engine, o);

@@ -57,10 +57,7 @@ void append_row(std::string& out, const float* row, std::int64_t n) {
 
 void run(const EmbedArgs& a) {
   if (a.threads > 0) at::set_num_threads(a.threads);
-  const infer::SentenceEncoder encoder =
-      infer::is_package_dir(a.model)
-          ? infer::SentenceEncoder::from_package(infer::read_package_dir(a.model), {.max_length = a.max_length})
-          : infer::SentenceEncoder::from_directory(a.model, {.max_length = a.max_length});
+  const infer::SentenceEncoder encoder = infer::SentenceEncoder::from_dir(a.model, {.max_length = a.max_length});
 
   const std::string source = a.input == "-" ? std::string("stdin") : a.input;
   const std::string input = read_input(a.input);

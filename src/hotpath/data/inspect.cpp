@@ -12,7 +12,7 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/data/kernels/image.h"
-#include "hotpath/data/tar.h"
+#include "hotpath/formats/tar.h"
 
 namespace hotpath::data {
 namespace {
@@ -61,19 +61,19 @@ std::string as_text(std::span<const std::byte> bytes) {
   return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
 }
 
-void add_problem(std::string& reasons, const BadRecord& record) {
+void add_problem(std::string& reasons, const formats::BadRecord& record) {
   if (!reasons.empty()) reasons += "; ";
   reasons += record.to_string();
 }
 
-InspectedSample inspect_sample(const ShardReader& reader, const TarSample& sample, std::int64_t num_classes) {
+InspectedSample inspect_sample(const formats::ShardReader& reader, const formats::TarSample& sample, std::int64_t num_classes) {
   InspectedSample out;
   out.shard = reader.path();
   out.key = sample.key;
   out.offset = sample.offset;
   for (const auto& m : sample.members) out.members.emplace_back(m.ext, m.size);
 
-  if (const SampleMember* cls = sample.find("cls")) {
+  if (const formats::SampleMember* cls = sample.find("cls")) {
     const auto bytes = reader.bytes(*cls);
     // A label is a few digits; only a bounded prefix is read, so a huge .cls costs nothing.
     const std::string text = as_text(bytes.first(std::min<std::size_t>(bytes.size(), kMaxLabelBytes)));
@@ -107,11 +107,11 @@ InspectedSample inspect_sample(const ShardReader& reader, const TarSample& sampl
   return out;
 }
 
-InspectedSample structural_problem(const BadRecord& record) {
+InspectedSample structural_problem(const formats::BadRecord& record) {
   InspectedSample out;
   out.shard = record.shard;
   out.offset = record.offset;
-  if (const KeyExt k = split_key(record.member); k.ok) out.key = k.key;
+  if (const formats::KeyExt k = formats::split_key(record.member); k.ok) out.key = k.key;
   out.bad_reason = record.to_string();
   return out;
 }
@@ -122,7 +122,7 @@ InspectSummary inspect_shards(const std::vector<std::string>& shards,
                               const std::function<void(const InspectedSample&)>& visit, std::int64_t num_classes) {
   InspectSummary summary;
   for (const auto& path : shards) {
-    const ShardReader reader(path);
+    const formats::ShardReader reader(path);
     const auto& samples = reader.samples();
     const auto& bad = reader.bad();
     std::size_t s = 0;

@@ -18,7 +18,7 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/core/random.h"
-#include "hotpath/data/tar.h"
+#include "hotpath/formats/tar.h"
 #include "cuda/device_stage.h"
 
 namespace hotpath::data {
@@ -35,18 +35,18 @@ constexpr std::uint64_t kShardStream = 0x5348415244ULL;   // "SHARD": shard-orde
 constexpr std::uint64_t kBufferStream = 0x42554646ULL;    // "BUFF": shuffle-buffer stream id
 constexpr std::uint64_t kSampleStream = 0x53414d50ULL;    // "SAMP": per-sample augmentation
 
-const SampleMember* find_image(const TarSample& sample) {
+const formats::SampleMember* find_image(const formats::TarSample& sample) {
   for (std::string_view ext : {"jpg", "jpeg", "png"}) {
-    if (const SampleMember* m = sample.find(ext)) return m;
+    if (const formats::SampleMember* m = sample.find(ext)) return m;
   }
   return nullptr;
 }
 
 // A sample the planner accepted: its shard stays mapped while any batch refers to it.
 struct SampleRef {
-  std::shared_ptr<const ShardReader> shard;
-  const TarSample* sample = nullptr;
-  const SampleMember* image = nullptr;
+  std::shared_ptr<const formats::ShardReader> shard;
+  const formats::TarSample* sample = nullptr;
+  const formats::SampleMember* image = nullptr;
   std::int64_t label = 0;
   std::int64_t position = 0;  // in the epoch's global batch order: the key of the sample's random draws
 };
@@ -110,25 +110,25 @@ class EpochPlan {
   std::optional<SampleRef> pull(std::vector<std::string>& bad) {
     while (true) {
       if (shard_ && next_sample_ < shard_->samples().size()) {
-        const TarSample& sample = shard_->samples()[next_sample_++];
+        const formats::TarSample& sample = shard_->samples()[next_sample_++];
         if (auto ref = accept(sample, bad)) return ref;
         continue;
       }
       if (next_shard_ >= shards_.size()) return std::nullopt;
-      shard_ = std::make_shared<const ShardReader>(shards_[next_shard_++]);
+      shard_ = std::make_shared<const formats::ShardReader>(shards_[next_shard_++]);
       next_sample_ = 0;
-      for (const BadRecord& r : shard_->bad()) bad.push_back(r.to_string());
+      for (const formats::BadRecord& r : shard_->bad()) bad.push_back(r.to_string());
     }
   }
 
-  std::optional<SampleRef> accept(const TarSample& sample, std::vector<std::string>& bad) const {
+  std::optional<SampleRef> accept(const formats::TarSample& sample, std::vector<std::string>& bad) const {
     const std::string where = shard_->path() + ":" + std::to_string(sample.offset) + ":" + sample.key;
-    const SampleMember* image = find_image(sample);
+    const formats::SampleMember* image = find_image(sample);
     if (image == nullptr) {
       bad.push_back(where + ": no image member (.jpg, .jpeg or .png)");
       return std::nullopt;
     }
-    const SampleMember* cls = sample.find("cls");
+    const formats::SampleMember* cls = sample.find("cls");
     if (cls == nullptr) {
       bad.push_back(where + ": missing .cls label");
       return std::nullopt;
@@ -154,7 +154,7 @@ class EpochPlan {
   Rng rng_;
   std::vector<std::string> shards_;
   std::size_t next_shard_ = 0;
-  std::shared_ptr<const ShardReader> shard_;
+  std::shared_ptr<const formats::ShardReader> shard_;
   std::size_t next_sample_ = 0;
   std::vector<SampleRef> buffer_;
 };

@@ -1,5 +1,5 @@
 // pack_dataset: list the source (ImageFolder, CSV/JSONL list, IDX), turn each item into a
-// sample (source bytes as-is, or re-encoded), stream the samples into ShardWriter, then write
+// sample (source bytes as-is, or re-encoded), stream the samples into formats::ShardWriter, then write
 // classes.txt and PREFIX.json. Items are processed one at a time, so memory stays at one image
 // whatever the dataset size.
 #include "hotpath/core/strings.h"
@@ -28,7 +28,7 @@
 #include "hotpath/data/idx.h"
 #include "hotpath/data/kernels/image.h"
 #include "hotpath/data/kernels/resample.h"
-#include "hotpath/data/tar_writer.h"
+#include "hotpath/formats/tar_writer.h"
 
 namespace hotpath::data {
 namespace {
@@ -464,7 +464,7 @@ class Packer {
   explicit Packer(const PackOptions& options)
       : options_(options),
         writer_(options.output_prefix + "-%06d.tar",
-                ShardWriterOptions{.max_samples = options.max_samples_per_shard,
+                formats::ShardWriterOptions{.max_samples = options.max_samples_per_shard,
                                    .max_bytes = options.max_shard_bytes}) {}
 
   [[nodiscard]] bool full() const {
@@ -473,7 +473,7 @@ class Packer {
 
   void add(std::size_t index, const EncodedImage& image, std::int64_t label, const std::string& json) {
     const std::string cls = std::to_string(label);
-    SampleToWrite sample{sample_key(index), {{image.ext, image.bytes}, {"cls", std::as_bytes(std::span(cls))}}};
+    formats::SampleToWrite sample{sample_key(index), {{image.ext, image.bytes}, {"cls", std::as_bytes(std::span(cls))}}};
     if (!json.empty()) sample.members.emplace_back("json", std::as_bytes(std::span(json)));
     writer_.write(sample);
     ++report_.samples;
@@ -498,7 +498,7 @@ class Packer {
       report_.bytes += fs::file_size(shard);
       shards.push_back(fs::path(shard).filename().string());
     }
-    remove_stale_shards(options_.output_prefix, report_.shards.size());
+    formats::remove_stale_shards(options_.output_prefix, report_.shards.size());
 
     const fs::path prefix(options_.output_prefix);
     const fs::path dir = prefix.parent_path();
@@ -532,7 +532,7 @@ class Packer {
 
  private:
   const PackOptions& options_;
-  ShardWriter writer_;
+  formats::ShardWriter writer_;
   PackReport report_;
   std::map<std::string, std::uint64_t> extension_counts_;
 };

@@ -26,27 +26,21 @@ Classifier::Classifier(std::shared_ptr<const Engine> engine, EvalPreprocess prep
   HOTPATH_ASSERT(engine_ != nullptr);
 }
 
-Classifier Classifier::from_package_dir(const PackageDir& package, int threads) {
+Classifier Classifier::from_package(const Package& package, int threads) {
   HOTPATH_CHECK(package.kind == PackageKind::kImageClassifier, package.dir, ": a ", package_kind_name(package.kind),
                 " package, expected an image_classifier");
+  if (package.layout == PackageLayout::kRunDirectory) return {load_package_model(package), package.image, package.labels};
   auto engine = std::make_shared<const Engine>(
       Engine::from_graph(load_package_graph(package), {.threads = threads, .precision = package.precision}));
   return {std::move(engine), package.image, package.labels};
 }
 
-Classifier Classifier::from_dir(const std::string& dir, int threads) {
-  if (is_package_dir(dir)) return from_package_dir(read_package_dir(dir), threads);
-  return from_package(read_package(dir));
-}
+Classifier Classifier::from_dir(const std::string& dir, int threads) { return from_package(read_package(dir), threads); }
 
 at::Tensor Classifier::logits(const at::Tensor& batch) const {
   if (engine_) return engine_->run({batch}).front();
   torch::NoGradGuard no_grad;
   return model_->forward(batch).to(at::kFloat);
-}
-
-Classifier Classifier::from_package(const ModelPackage& package) {
-  return {load_package_model(package), package.preprocess, package.class_names};
 }
 
 Classifier Classifier::from_pretrained(const std::string& model) {
@@ -96,25 +90,20 @@ DirEvalResult evaluate_dir(const std::string& dir, const std::vector<std::string
                     options.precision == "fp16",
                 "eval: precision: expected fp32, bf16 or fp16, got '", options.precision, "'");
   DirEvalResult out;
-  EvalPreprocess preprocess;
-  std::int64_t num_classes = 0;
+  const Package package = read_package(dir);
   std::optional<Classifier> packaged;
   models::ModelHandle model;
-  if (is_package_dir(dir)) {
-    const PackageDir package = read_package_dir(dir);
+  if (package.layout == PackageLayout::kModelPackage) {
     HOTPATH_CHECK(options.precision.empty(), "eval: --precision applies to run directories; the package ", dir,
                   " runs at its exported precision (", precision_name(package.precision), ")");
-    packaged.emplace(Classifier::from_package_dir(package, options.threads));
+    packaged.emplace(Classifier::from_package(package, options.threads));
     out.model = package.architecture + " (" + precision_name(package.precision) + " package)";
-    preprocess = package.image;
-    num_classes = static_cast<std::int64_t>(package.labels.size());
   } else {
-    const ModelPackage package = read_package(dir);
     model = load_package_model(package);
-    out.model = package.model;
-    preprocess = package.preprocess;
-    num_classes = package.num_classes;
+    out.model = package.architecture;
   }
+  const EvalPreprocess& preprocess = package.image;
+  const std::int64_t num_classes = package.num_classes;
   HOTPATH_CHECK(!shard_patterns.empty(), "eval: no shards given");
   data::LoaderOptions lo = preprocess.loader_options(data::resolve_shards(shard_patterns));
   HOTPATH_CHECK(!lo.shards.empty(), "eval: no shard matches ", shard_patterns.front());

@@ -48,7 +48,7 @@
 
 #include "hotpath/core/cpu.h"
 #include "hotpath/core/error.h"
-#include "hotpath/infer/package_dir.h"
+#include "hotpath/infer/package.h"
 #include "hotpath/ops/attention.h"
 #include "hotpath/ops/int8_kernels.h"
 #include "hotpath/ops/int8_linear.h"
@@ -1124,7 +1124,7 @@ Engine Engine::from_graph(Graph graph, EngineOptions options) {
 }
 
 Engine Engine::load(const std::string& package_dir, EngineOptions options) {
-  PackageDir pkg = read_package_dir(package_dir);
+  Package pkg = read_package(package_dir);
   options.precision = pkg.precision;
   return from_graph(load_package_graph(pkg), options);
 }

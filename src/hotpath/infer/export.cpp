@@ -70,7 +70,7 @@ Reference image_reference(models::ModelHandle model) {
   };
 }
 
-Source from_image_model(models::ModelHandle model, PackageDir package) {
+Source from_image_model(models::ModelHandle model, Package package) {
   Source s;
   s.lowered.graph = lower_image_model(*model, {.channels = package.image.channels,
                                                .image_size = package.image.image_size});
@@ -93,7 +93,7 @@ std::string text_architecture(const formats::BertConfig& config) {
 }
 
 // The package's kind, architecture and graph from the model, which is also kept as the reference.
-Source from_text_classifier(std::shared_ptr<models::BertForSequenceClassification> model, PackageDir package) {
+Source from_text_classifier(std::shared_ptr<models::BertForSequenceClassification> model, Package package) {
   model->eval();
   Source s;
   s.lowered.graph = lower_text_classifier(*model);
@@ -104,7 +104,7 @@ Source from_text_classifier(std::shared_ptr<models::BertForSequenceClassificatio
   return s;
 }
 
-Source from_sentence_embedder(std::shared_ptr<models::SentenceEmbedder> embedder, PackageDir package) {
+Source from_sentence_embedder(std::shared_ptr<models::SentenceEmbedder> embedder, Package package) {
   embedder->model->eval();
   Source s;
   s.lowered.graph = lower_sentence_embedder(*embedder);
@@ -150,7 +150,7 @@ Source from_text_dir(const fs::path& dir, const ExportSource& src) {
     auto model = models::load_bert_classifier(dir);
     const formats::BertConfig& c = model->config();
     positions = c.max_position_embeddings;
-    PackageDir p;
+    Package p;
     for (std::int64_t i = 0; i < c.num_labels; ++i) {
       p.labels.push_back(i < static_cast<std::int64_t>(c.id2label.size()) ? c.id2label[static_cast<std::size_t>(i)]
                                                                          : "LABEL_" + std::to_string(i));
@@ -160,10 +160,10 @@ Source from_text_dir(const fs::path& dir, const ExportSource& src) {
     HOTPATH_CHECK(task == "embed", "export: --task is '", task, "', expected classify, embed or auto");
     auto embedder = std::make_shared<models::SentenceEmbedder>(models::load_sentence_embedder(dir));
     positions = embedder->model->config().max_position_embeddings;
-    s = from_sentence_embedder(std::move(embedder), PackageDir{});
+    s = from_sentence_embedder(std::move(embedder), Package{});
   }
   s.lowered.tokenizer_files = std::move(tokenizer);
-  PackageDir& p = s.lowered.package;
+  Package& p = s.lowered.package;
   // Default: sentence-transformers' max_seq_length when the directory says it (what `embed --model DIR`
   // truncates to), else min(128, positions).
   std::int64_t fallback = std::min<std::int64_t>(128, positions);
@@ -189,18 +189,20 @@ Source load_source(const ExportSource& src) {
     const fs::path dir = src.model_dir;
     HOTPATH_CHECK(fs::is_directory(dir), "export: --model-dir ", dir.string(), " is not a directory");
     if (fs::exists(dir / "model.json")) {  // an image run
-      const ModelPackage run = read_package(dir.string());
-      PackageDir p;
+      const Package run = read_package(dir);
+      HOTPATH_CHECK(run.layout == PackageLayout::kRunDirectory, "export: ", dir.string(),
+                    " is already a model package (config.json with \"hotpath_package\"); export its run directory");
+      Package p;
       p.kind = PackageKind::kImageClassifier;
-      p.architecture = run.model;
-      p.image = run.preprocess;
+      p.architecture = run.architecture;
+      p.image = run.image;
       p.image.channels_last = false;  // the engine chooses its own layout
       for (std::int64_t i = 0; i < run.num_classes; ++i) {
-        p.labels.push_back(i < static_cast<std::int64_t>(run.class_names.size())
-                               ? run.class_names[static_cast<std::size_t>(i)]
-                               : std::to_string(i));
+        p.labels.push_back(i < static_cast<std::int64_t>(run.labels.size()) ? run.labels[static_cast<std::size_t>(i)]
+                                                                            : std::to_string(i));
       }
-      p.source = {{"model_dir", dir.string()}, {"model", run.model}};
+      p.num_classes = run.num_classes;
+      p.source = {{"model_dir", dir.string()}, {"model", run.architecture}};
       return from_image_model(load_package_model(run), std::move(p));
     }
     if (fs::exists(dir / "model" / "config.json")) return from_text_dir(dir / "model", src);  // a text run
@@ -225,7 +227,7 @@ Source load_source(const ExportSource& src) {
   if (!src.model.empty()) {
     HOTPATH_CHECK(src.pretrained != src.random_init, "export: --model ", src.model,
                   " needs exactly one of --pretrained or --random-init");
-    PackageDir p;
+    Package p;
     p.kind = PackageKind::kImageClassifier;
     p.architecture = src.model;
     if (src.pretrained) {
@@ -254,7 +256,7 @@ Source load_source(const ExportSource& src) {
                 " builds a randomly initialised BERT-shape model: add --random-init");
   const formats::BertConfig config = formats::BertConfig::from_file(src.bert_config);
   at::manual_seed(0);
-  PackageDir p;
+  Package p;
   p.text.max_length = src.max_length > 0 ? src.max_length : std::min<std::int64_t>(128, config.max_position_embeddings);
   HOTPATH_CHECK(p.text.max_length >= 2 && p.text.max_length <= config.max_position_embeddings, "export: --max-length ",
                 p.text.max_length, " outside [2, ", config.max_position_embeddings, "]");
@@ -279,7 +281,7 @@ struct ReportData {
   std::vector<std::string> bad_examples;
 };
 
-ReportData image_data(const PackageDir& p, const ExportOptions& o) {
+ReportData image_data(const Package& p, const ExportOptions& o) {
   ReportData d;
   if (o.calibration.empty()) {
     at::manual_seed(1);
@@ -597,7 +599,7 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
   StageProgress progress(options.progress, options.progress_after_s);
   progress.stage("loading the model");
   Source src = load_source(source);
-  PackageDir& package = src.lowered.package;
+  Package& package = src.lowered.package;
   package.precision = options.precision;
   const bool embedder = package.kind == PackageKind::kSentenceEmbedder;
   progress.stage("reading the calibration data");

@@ -1,4 +1,5 @@
-#include "hotpath/infer/package_dir.h"
+// The model-package layout of package.h: config.json + model.safetensors + preprocess.json + labels.txt.
+#include "hotpath/infer/package.h"
 
 #include <ATen/ops/empty.h>
 
@@ -16,6 +17,7 @@
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/formats/safetensors.h"
 #include "hotpath/models/weights.h"
+#include "internal/package_layouts.h"
 
 namespace fs = std::filesystem;
 
@@ -143,7 +145,7 @@ bool is_package_dir(const fs::path& dir) {
   std::error_code ec;
   if (!fs::exists(config, ec)) return false;
   // A config.json that cannot be read or parsed, with no model.json (a run directory's file) beside it, is a
-  // broken package: read_package_dir then names config.json and its problem, not "model.json: not found".
+  // broken package: read_package then names config.json and its problem, not "model.json: not found".
   const bool run_dir = fs::exists(dir / "model.json", ec);
   try {
     const nlohmann::json j = parse_json(read_file(config.string(), read_limit::kConfig, "config"), config.string());
@@ -153,10 +155,12 @@ bool is_package_dir(const fs::path& dir) {
   }
 }
 
-PackageDir read_package_dir(const fs::path& dir) {
-  HOTPATH_CHECK(fs::is_directory(dir), dir.string(), ": not a directory (expected a model package from hotpath export)");
-  PackageDir p;
+namespace internal {
+
+Package read_model_package(const fs::path& dir) {
+  Package p;
   p.dir = dir.string();
+  p.layout = PackageLayout::kModelPackage;
   const fs::path config_path = dir / "config.json";
   const nlohmann::json config = read_json(config_path);
   const std::string where = config_path.string();
@@ -207,9 +211,12 @@ PackageDir read_package_dir(const fs::path& dir) {
                     kMaxLabels, " labels");
     }
     HOTPATH_CHECK(!p.labels.empty(), labels_path.string(), ": no labels");
+    p.num_classes = static_cast<std::int64_t>(p.labels.size());
   }
   return p;
 }
+
+}  // namespace internal
 
 namespace {
 
@@ -231,10 +238,12 @@ void check_finite(const at::Tensor& t, const std::string& file, const std::strin
 
 }  // namespace
 
-Graph load_package_graph(const PackageDir& package) {
+Graph load_package_graph(const Package& package) {
+  HOTPATH_CHECK(package.layout == PackageLayout::kModelPackage, package.dir,
+                ": a training run directory (model.json), not a model package; export it first with hotpath export");
   const std::string config_path = (fs::path(package.dir) / "config.json").string();
   try {
-    package.graph.validate_attrs();  // a PackageDir built in memory has not been through read_package_dir
+    package.graph.validate_attrs();  // a Package built in memory has not been through read_package
   } catch (const Error& e) {
     throw e.with_context(config_path);
   }
@@ -291,7 +300,7 @@ Graph load_package_graph(const PackageDir& package) {
   return g;
 }
 
-void write_package_dir(const fs::path& dir, const PackageDir& package, const Graph& graph, const nlohmann::json& report,
+void write_package_dir(const fs::path& dir, const Package& package, const Graph& graph, const nlohmann::json& report,
                        const std::vector<fs::path>& extra_files, bool overwrite) {
   graph.validate();
   std::error_code ec;

@@ -86,7 +86,11 @@ SentenceEncoder SentenceEncoder::from_directory(const std::filesystem::path& dir
   return SentenceEncoder(std::move(tok), std::move(embedder), max_length);
 }
 
-SentenceEncoder SentenceEncoder::from_package(const PackageDir& package, const SentenceEncoderLoadOptions& options) {
+SentenceEncoder SentenceEncoder::from_dir(const std::filesystem::path& dir, const SentenceEncoderLoadOptions& options) {
+  return is_package_dir(dir) ? from_package(read_package(dir), options) : from_directory(dir, options);
+}
+
+SentenceEncoder SentenceEncoder::from_package(const Package& package, const SentenceEncoderLoadOptions& options) {
   HOTPATH_CHECK(package.kind == PackageKind::kSentenceEmbedder, package.dir, ": a ", package_kind_name(package.kind),
                 " package, expected a sentence_embedder (export a sentence-transformers directory)");
   text::Tokenizer tok = text::Tokenizer::from_directory(package.dir);

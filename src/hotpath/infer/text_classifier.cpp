@@ -20,7 +20,7 @@ TextClassifier::TextClassifier(std::shared_ptr<const Engine> engine, text::Token
 TextClassifier TextClassifier::from_dir(const std::string& dir, int threads) {
   HOTPATH_CHECK(is_package_dir(dir), dir, ": not a model package (no config.json with \"hotpath_package\"); export a text "
                 "run or a Hugging Face classifier with hotpath export --task classify");
-  const PackageDir package = read_package_dir(dir);
+  const Package package = read_package(dir);
   HOTPATH_CHECK(package.kind == PackageKind::kTextClassifier, dir, ": a ", package_kind_name(package.kind),
                 " package, expected a text_classifier");
   const std::filesystem::path root(dir);

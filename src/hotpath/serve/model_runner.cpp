@@ -122,7 +122,7 @@ struct ModelRunner::Impl {
   std::string name;
   BatchingOptions options;
   Metrics& metrics;
-  infer::PackageDir package;
+  infer::Package package;
   std::optional<infer::Engine> engine;
   std::optional<text::Tokenizer> tokenizer;  // text packages
   ModelMetadata metadata;
@@ -143,7 +143,7 @@ struct ModelRunner::Impl {
   std::thread batcher;
 
   Impl(std::string n, const std::filesystem::path& dir, BatchingOptions o, Metrics& m)
-      : name(std::move(n)), options(std::move(o)), metrics(m), package(infer::read_package_dir(dir)) {
+      : name(std::move(n)), options(std::move(o)), metrics(m), package(infer::read_package(dir)) {
     check_options(options, name);
     text = package.kind != PackageKind::kImageClassifier;
     infer::Graph graph = infer::load_package_graph(package);
@@ -467,7 +467,7 @@ ModelRunner::~ModelRunner() = default;
 void ModelRunner::warm_up() { impl_->warm_up(); }
 bool ModelRunner::ready() const { return impl_->ready; }
 const ModelMetadata& ModelRunner::metadata() const { return impl_->metadata; }
-const infer::PackageDir& ModelRunner::package() const { return impl_->package; }
+const infer::Package& ModelRunner::package() const { return impl_->package; }
 const BatchingOptions& ModelRunner::options() const { return impl_->options; }
 
 void ModelRunner::submit(std::vector<NamedTensor> inputs, InferCallback done) {

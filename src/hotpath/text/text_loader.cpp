@@ -13,7 +13,7 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/core/random.h"
-#include "hotpath/data/tar.h"
+#include "hotpath/formats/tar.h"
 #include "hotpath/text/tokenizer.h"
 
 namespace hotpath::text {
@@ -43,7 +43,7 @@ void truncate_keep_last(std::vector<std::int32_t>& v, std::size_t max_length) {
   v.back() = last;
 }
 
-std::string where(const data::ShardReader& shard, const data::SampleMember& m) {
+std::string where(const formats::ShardReader& shard, const formats::SampleMember& m) {
   return shard.path() + ":" + std::to_string(m.header_offset) + ":" + m.name;
 }
 
@@ -208,7 +208,7 @@ TextCorpus read_text_corpus(const std::vector<std::string>& shards, const std::s
   if (!tokenizer_dir.empty()) tokenizer = Tokenizer::from_directory(tokenizer_dir);
   TextCorpus corpus;
   for (const auto& path : shards) {
-    const data::ShardReader shard(path);
+    const formats::ShardReader shard(path);
     HOTPATH_CHECK(shard.bad().empty(), "text shard is damaged: ", shard.bad().front().to_string());
     // Texts of this shard are gathered first so they are tokenized as one multi-threaded batch.
     struct Pending {

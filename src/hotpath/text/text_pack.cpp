@@ -12,7 +12,7 @@
 
 #include "hotpath/core/atomic_file.h"
 #include "hotpath/core/error.h"
-#include "hotpath/data/tar_writer.h"
+#include "hotpath/formats/tar_writer.h"
 #include "hotpath/text/text_data.h"
 #include "hotpath/text/tokenizer.h"
 
@@ -54,7 +54,7 @@ TextPackReport pack_text(const std::string& input, const TextPackOptions& option
 
   const fs::path prefix(options.output_prefix);
   if (!prefix.parent_path().empty()) fs::create_directories(prefix.parent_path());
-  data::ShardWriter writer(options.output_prefix + "-%06d.tar",
+  formats::ShardWriter writer(options.output_prefix + "-%06d.tar",
                            {.max_samples = options.max_samples_per_shard, .max_bytes = 1ULL << 30});
   TextPackReport report;
   report.classes = source.classes;
@@ -91,7 +91,7 @@ TextPackReport pack_text(const std::string& input, const TextPackOptions& option
       const std::string cls = std::to_string(r.label);
       std::string ids;
       std::string type_ids;
-      data::SampleToWrite sample{sample_key(i), {}};
+      formats::SampleToWrite sample{sample_key(i), {}};
       if (tokenizer) {
         const Encoding& e = encodings[i - begin];
         ids = little_endian_bytes(e.ids);
@@ -120,7 +120,7 @@ TextPackReport pack_text(const std::string& input, const TextPackOptions& option
     report.bytes += fs::file_size(shard);
     shards.push_back(fs::path(shard).filename().string());
   }
-  data::remove_stale_shards(options.output_prefix, report.shards.size());
+  formats::remove_stale_shards(options.output_prefix, report.shards.size());
 
   nlohmann::ordered_json meta;
   meta["format"] = "webdataset";

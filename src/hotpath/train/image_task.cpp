@@ -151,13 +151,14 @@ class ImageTask final : public Task {
   void export_model(const fs::path& dir, ExportPlace /*place*/) override {
     fs::create_directories(dir);
     models::save_safetensors(*model_, (dir / "model.safetensors").string());
-    infer::ModelPackage package;
+    infer::Package package;
     package.dir = dir.string();
-    package.model = recipe_.model.name;
+    package.layout = infer::PackageLayout::kRunDirectory;
+    package.architecture = recipe_.model.name;
     package.num_classes = recipe_.model.num_classes;
-    package.preprocess = eval_preprocess_for(recipe_);
-    package.class_names = class_names_;
-    write_file_atomic((dir / "model.json").string(), infer::package_to_json(package));
+    package.image = eval_preprocess_for(recipe_);
+    package.labels = class_names_;
+    write_file_atomic((dir / "model.json").string(), infer::run_directory_json(package));
   }
 
  private:

@@ -124,20 +124,20 @@ Run::Run(const Recipe& recipe, const TrainOptions& options)
   // else was built above exactly as the first run built it.
   std::optional<TensorMap> optimizer_state;
   if (setup_.claim.latest) {
-    Resumed r = resume_from_checkpoint(*setup_.claim.latest, {.recipe = recipe_, .task = *task_, .ema = ema_.get(),
-                                                              .scaler = scaler_, .device = setup_.device,
-                                                              .world_size = setup_.world_size,
-                                                              .total_steps = total_steps_});
+    Resumed r = resume_from_checkpoint(*setup_.claim.latest,
+                                       {.recipe = recipe_, .task = *task_, .ema = ema_.get(), .scaler = scaler_,
+                                        .device = setup_.device, .world_size = setup_.world_size, .total_steps = total_steps_});
     state_ = std::move(r.state);
     optimizer_state = std::move(r.optimizer);
-    if (!setup_.quiet) out_ << "resuming from " << *setup_.claim.latest << " at step " << state_.step << "\n";
   }
   // Several ranks: every rank starts from rank 0's parameters and buffers.
-  parallel_ = make_data_parallel(dist, model,  trainable_,
+  parallel_ = make_data_parallel(dist, model, trainable_,
                                  {.optimizer = optimizer_config_for(recipe_),
                                   .zero_stage = dist ? static_cast<int>(tr_.zero) : 0,
                                   .buckets = grad_sync_options_for(recipe_)},
                                  optimizer_state);
+  // Said once every part of the checkpoint is restored.
+  if (optimizer_state && !setup_.quiet) out_ << "resuming from " << *setup_.claim.latest << " at step " << state_.step << "\n";
 
   const fs::path& run_dir = setup_.run_dir;
   if (setup_.claim.clear_first) {  // --overwrite: only now that the new run has been built and checked

@@ -1,11 +1,11 @@
-// hotpath/data/tar.h — read WebDataset tar shards: index members, group them into samples.
+// hotpath/formats/tar.h — read WebDataset tar shards: index members, group them into samples.
 //
 // A shard is memory-mapped and indexed once (headers only; no data is copied). Members are
 // grouped into samples by WebDataset's rule (see split_key). Structural problems (bad header
 // checksum, truncated archive, garbage pax records, ...) never throw: they end or skip the
 // affected part and are recorded in bad() as "shard:offset:member: reason".
 //
-//   hotpath::data::ShardReader shard("train-000000.tar");
+//   hotpath::formats::ShardReader shard("train-000000.tar");
 //   for (const auto& sample : shard.samples())
 //     if (const auto* jpg = sample.find("jpg")) use(shard.bytes(*jpg));
 #pragma once
@@ -19,7 +19,7 @@
 
 #include "hotpath/core/mapped_file.h"
 
-namespace hotpath::data {
+namespace hotpath::formats {
 
 // One problem found in a shard: formats as "shard:offset:member: reason".
 struct BadRecord {
@@ -87,4 +87,4 @@ class ShardReader {
   std::vector<BadRecord> bad_;
 };
 
-}  // namespace hotpath::data
+}  // namespace hotpath::formats

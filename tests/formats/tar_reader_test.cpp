@@ -7,11 +7,11 @@
 #include <vector>
 
 #include "hotpath/core/error.h"
-#include "hotpath/data/tar.h"
-#include "hotpath/data/tar_writer.h"
+#include "hotpath/formats/tar.h"
+#include "hotpath/formats/tar_writer.h"
 #include "support/test_support.h"
 
-namespace hotpath::data {
+namespace hotpath::formats {
 namespace {
 
 using test::as_bytes;
@@ -481,4 +481,4 @@ TEST(ShardReader, MapsFileAndReturnsZeroCopySpans) {
 }
 
 }  // namespace
-}  // namespace hotpath::data
+}  // namespace hotpath::formats

@@ -1,7 +1,7 @@
 // Deterministic ustar writing (pax headers only when ustar cannot hold the name or size) and
 // shard rolling. Every header field is fixed except name, size and checksum, so identical
 // input gives identical bytes.
-#include "hotpath/data/tar_writer.h"
+#include "hotpath/formats/tar_writer.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -17,9 +17,9 @@
 #include <utility>
 
 #include "hotpath/core/error.h"
-#include "hotpath/data/tar.h"
+#include "hotpath/formats/tar.h"
 
-namespace hotpath::data {
+namespace hotpath::formats {
 namespace {
 
 constexpr std::uint64_t kBlock = 512;
@@ -302,4 +302,4 @@ void remove_stale_shards(const std::string& prefix, std::size_t written) {
   }
 }
 
-}  // namespace hotpath::data
+}  // namespace hotpath::formats

@@ -1,11 +1,11 @@
-// hotpath/data/tar_writer.h — write WebDataset tar shards, deterministically and atomically.
+// hotpath/formats/tar_writer.h — write WebDataset tar shards, deterministically and atomically.
 //
 // Output is POSIX ustar (pax extended headers for names over 100 bytes or sizes over 8 GiB),
 // with mtime 0, uid/gid 0, mode 0644 and empty user/group names, so the same input gives the
 // same bytes. A file is written as PATH.tmp and renamed on close(); a writer destroyed without
 // close() removes its temp file.
 //
-//   hotpath::data::ShardWriter out("out/train-%06d.tar", {.max_samples = 1000});
+//   hotpath::formats::ShardWriter out("out/train-%06d.tar", {.max_samples = 1000});
 //   out.write({"000001", {{"jpg", jpeg_bytes}, {"cls", as_bytes("3")}}});
 //   out.close();  // out.shards() lists the files written
 #pragma once
@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-namespace hotpath::data {
+namespace hotpath::formats {
 
 class TarWriter {
  public:
@@ -75,4 +75,4 @@ class ShardWriter {
   std::unique_ptr<TarWriter> current_;
 };
 
-}  // namespace hotpath::data
+}  // namespace hotpath::formats

@@ -3,7 +3,7 @@
 // both see the same samples; where tarfile silently stops (a corrupt header mid-archive) we
 // stop too but record why.
 #include "hotpath/core/strings.h"
-#include "hotpath/data/tar.h"
+#include "hotpath/formats/tar.h"
 
 #include <algorithm>
 #include <optional>
@@ -13,7 +13,7 @@
 
 #include "hotpath/core/error.h"
 
-namespace hotpath::data {
+namespace hotpath::formats {
 namespace {
 
 constexpr std::uint64_t kBlock = 512;
@@ -554,4 +554,4 @@ std::span<const std::byte> ShardReader::bytes(const SampleMember& member) const 
   return file_.bytes().subspan(member.data_offset, member.size);
 }
 
-}  // namespace hotpath::data
+}  // namespace hotpath::formats
