@@ -9,10 +9,12 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,8 +42,10 @@ class Classifier {
   // `model` in eval mode; class_names may be empty.
   Classifier(models::ModelHandle model, EvalPreprocess preprocess, std::vector<std::string> class_names);
   // An image classifier package (package.h), in the one place that decides how it runs: a model package in the
-  // engine at its precision (`threads`: 0 = all cores), a run directory's training model eagerly.
-  static Classifier from_package(const Package& package, int threads = 0);
+  // engine at its precision (`threads`: 0 = all cores), a run directory's training model eagerly, under `autocast`
+  // (bf16 or fp16; refused for a model package, which runs at its exported precision).
+  static Classifier from_package(const Package& package, int threads = 0,
+                                 std::optional<at::ScalarType> autocast = std::nullopt);
   // A registry model with its pretrained weights (models/vision/pretrained.h): its ImageNet
   // preprocessing and class names. Throws for a model without pretrained weights.
   static Classifier from_pretrained(const std::string& model);
@@ -62,6 +66,7 @@ class Classifier {
   Classifier(std::shared_ptr<const Engine> engine, EvalPreprocess preprocess, std::vector<std::string> class_names);
 
   models::ModelHandle model_;
+  std::optional<at::ScalarType> autocast_;  // the eager model's
   std::shared_ptr<const Engine> engine_;
   EvalPreprocess preprocess_;
   std::vector<std::string> class_names_;
@@ -78,7 +83,7 @@ struct DirEvalResult {
   EvalResult eval;
 };
 // `hotpath eval` and hotpath.infer.evaluate: top-1/top-5/loss of a run directory (eager, with `precision`) or a
-// model package (its engine) over image shards, through the model's own eval preprocessing. A label outside the
+// model package (its engine) — whichever Classifier::from_package runs — over image shards, through the model's own eval preprocessing. A label outside the
 // model's classes is a bad sample (skipped and counted by the loader). Throws naming what is wrong.
 DirEvalResult evaluate_dir(const std::string& dir, const std::vector<std::string>& shard_patterns,
                            const DirEvalOptions& options = {});

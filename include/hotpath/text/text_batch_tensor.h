@@ -4,11 +4,13 @@
 //   std::optional<TextBatch> b = loader.next();
 //   TextBatchTensors t = to_tensors(*b);             // [B, L] int64 (BERT's embedding lookups take int64)
 //   auto logits = model(t.input_ids, t.attention_mask, t.token_type_ids);
-//   TextBatchTensors u = to_tensors(tokenizer.encode_batch(texts, {.padding = Padding::kLongest}));  // labels empty
+//   TextBatchTensors u = to_padded_tensors(tokenizer.encode_batch(texts, {.max_length = 128}), tokenizer.pad_id());
 #pragma once
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -38,23 +40,43 @@ inline TextBatchTensors to_tensors(const TextBatch& batch, at::ScalarType dtype 
   return t;
 }
 
-// Encodings of one length (encoded with padding, e.g. Padding::kLongest) → [N, L] tensors of `dtype`; labels
-// stay undefined. The one texts → model inputs step of the predictors and the server.
-inline TextBatchTensors to_tensors(const std::vector<Encoding>& encodings, at::ScalarType dtype = at::kLong) {
-  const auto rows = static_cast<std::int64_t>(encodings.size());
-  const auto length = rows == 0 ? std::int64_t{0} : static_cast<std::int64_t>(encodings.front().size());
-  at::Tensor ids = at::empty({rows, length}, at::kInt), mask = at::empty({rows, length}, at::kInt),
-             types = at::empty({rows, length}, at::kInt);
-  const auto row_bytes = static_cast<std::size_t>(length) * sizeof(std::int32_t);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const Encoding& e = encodings[static_cast<std::size_t>(r)];
-    HOTPATH_CHECK(static_cast<std::int64_t>(e.size()) == length, "text batch: row ", r, " has ", e.size(),
-                  " tokens, row 0 has ", length, " (encode with padding)");
-    std::memcpy(ids.data_ptr<std::int32_t>() + r * length, e.ids.data(), row_bytes);
-    std::memcpy(mask.data_ptr<std::int32_t>() + r * length, e.attention_mask.data(), row_bytes);
-    std::memcpy(types.data_ptr<std::int32_t>() + r * length, e.type_ids.data(), row_bytes);
+// The one texts → model inputs step (the classifiers, the server, export's calibration, embeddings): rows `rows`
+// of `encodings`, each at most `length` tokens, written as [rows.size(), length] int64 into `ids`, `mask` and
+// `types` (each holding at least that many elements), padded with `pad_id` (mask 0, type 0).
+inline void write_padded_rows(const std::vector<Encoding>& encodings, const std::vector<std::size_t>& rows,
+                              std::int64_t length, std::int64_t pad_id, std::int64_t* ids, std::int64_t* mask,
+                              std::int64_t* types) {
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Encoding& e = encodings[rows[i]];
+    const auto n = static_cast<std::int64_t>(e.size());
+    HOTPATH_CHECK(n <= length, "text batch: row ", rows[i], " has ", n, " tokens, more than the batch's ", length);
+    std::int64_t* id = ids + static_cast<std::int64_t>(i) * length;
+    std::int64_t* m = mask + static_cast<std::int64_t>(i) * length;
+    std::int64_t* t = types + static_cast<std::int64_t>(i) * length;
+    for (std::int64_t j = 0; j < n; ++j) {
+      id[j] = e.ids[static_cast<std::size_t>(j)];
+      m[j] = e.attention_mask[static_cast<std::size_t>(j)];
+      t[j] = e.type_ids[static_cast<std::size_t>(j)];
+    }
+    std::fill(id + n, id + length, pad_id);
+    std::fill(m + n, m + length, 0);
+    std::fill(t + n, t + length, 0);
   }
-  return {ids.to(dtype), mask.to(dtype), types.to(dtype), {}};
+}
+
+// `encodings` in order → fresh [N, L] int64 tensors, L = the longest row, shorter rows padded with `pad_id`
+// (Tokenizer::pad_id()); labels stay undefined.
+inline TextBatchTensors to_padded_tensors(const std::vector<Encoding>& encodings, std::int64_t pad_id) {
+  const auto n = static_cast<std::int64_t>(encodings.size());
+  std::int64_t length = 0;
+  for (const Encoding& e : encodings) length = std::max<std::int64_t>(length, static_cast<std::int64_t>(e.size()));
+  TextBatchTensors t{at::empty({n, length}, at::kLong), at::empty({n, length}, at::kLong),
+                     at::empty({n, length}, at::kLong), {}};
+  std::vector<std::size_t> rows(encodings.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) rows[i] = i;
+  write_padded_rows(encodings, rows, length, pad_id, t.input_ids.data_ptr<std::int64_t>(),
+                    t.attention_mask.data_ptr<std::int64_t>(), t.token_type_ids.data_ptr<std::int64_t>());
+  return t;
 }
 
 }  // namespace hotpath::text

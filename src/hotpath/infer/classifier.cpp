@@ -12,6 +12,7 @@
 #include "hotpath/data/loader.h"
 #include "hotpath/data/shard_list.h"
 #include "hotpath/models/vision/pretrained.h"
+#include "hotpath/ops/autocast_ops.h"
 
 namespace hotpath::infer {
 
@@ -26,10 +27,16 @@ Classifier::Classifier(std::shared_ptr<const Engine> engine, EvalPreprocess prep
   HOTPATH_ASSERT(engine_ != nullptr);
 }
 
-Classifier Classifier::from_package(const Package& package, int threads) {
+Classifier Classifier::from_package(const Package& package, int threads, std::optional<at::ScalarType> autocast) {
   HOTPATH_CHECK(package.kind == PackageKind::kImageClassifier, package.dir, ": a ", package_kind_name(package.kind),
                 " package, expected an image_classifier");
-  if (package.layout == PackageLayout::kRunDirectory) return {load_package_model(package), package.image, package.labels};
+  if (package.layout == PackageLayout::kRunDirectory) {
+    Classifier c(load_package_model(package), package.image, package.labels);
+    c.autocast_ = autocast;
+    return c;
+  }
+  HOTPATH_CHECK(!autocast, package.dir, ": a model package runs at its exported precision (",
+                precision_name(package.precision), "), not under autocast");
   auto engine = std::make_shared<const Engine>(
       Engine::from_graph(load_package_graph(package), {.threads = threads, .precision = package.precision}));
   return {std::move(engine), package.image, package.labels};
@@ -40,6 +47,7 @@ Classifier Classifier::from_dir(const std::string& dir, int threads) { return fr
 at::Tensor Classifier::logits(const at::Tensor& batch) const {
   if (engine_) return engine_->run({batch}).front();
   torch::NoGradGuard no_grad;
+  const ops::AutocastGuard autocast(batch.device().type(), autocast_);
   return model_->forward(batch).to(at::kFloat);
 }
 
@@ -91,17 +99,14 @@ DirEvalResult evaluate_dir(const std::string& dir, const std::vector<std::string
                 "eval: precision: expected fp32, bf16 or fp16, got '", options.precision, "'");
   DirEvalResult out;
   const Package package = read_package(dir);
-  std::optional<Classifier> packaged;
-  models::ModelHandle model;
-  if (package.layout == PackageLayout::kModelPackage) {
-    HOTPATH_CHECK(options.precision.empty(), "eval: --precision applies to run directories; the package ", dir,
-                  " runs at its exported precision (", precision_name(package.precision), ")");
-    packaged.emplace(Classifier::from_package(package, options.threads));
-    out.model = package.architecture + " (" + precision_name(package.precision) + " package)";
-  } else {
-    model = load_package_model(package);
-    out.model = package.architecture;
-  }
+  const bool engine = package.layout == PackageLayout::kModelPackage;
+  HOTPATH_CHECK(options.precision.empty() || !engine, "eval: --precision applies to run directories; the package ", dir,
+                " runs at its exported precision (", precision_name(package.precision), ")");
+  std::optional<at::ScalarType> autocast;
+  if (options.precision == "bf16") autocast = at::kBFloat16;
+  if (options.precision == "fp16") autocast = at::kHalf;
+  const Classifier classifier = Classifier::from_package(package, options.threads, autocast);
+  out.model = engine ? package.architecture + " (" + precision_name(package.precision) + " package)" : package.architecture;
   const EvalPreprocess& preprocess = package.image;
   const std::int64_t num_classes = package.num_classes;
   HOTPATH_CHECK(!shard_patterns.empty(), "eval: no shards given");
@@ -111,13 +116,9 @@ DirEvalResult evaluate_dir(const std::string& dir, const std::vector<std::string
   lo.workers = static_cast<int>(options.workers);
   lo.num_classes = num_classes;  // a label outside the model's classes is a bad sample, counted
   data::Loader loader(lo);
-  if (!packaged) {
-    out.eval = evaluate(*model, loader, {.precision = options.precision.empty() ? "fp32" : options.precision});
-    return out;
-  }
   std::optional<TopKMeter> meter;
   while (auto batch = loader.next()) {
-    const at::Tensor logits = packaged->logits(batch->images);
+    const at::Tensor logits = classifier.logits(batch->images);
     if (!meter) meter.emplace(logits.size(1));
     meter->add(logits, batch->labels);
   }

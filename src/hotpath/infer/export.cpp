@@ -9,6 +9,7 @@
 #include <chrono>
 #include <iostream>
 #include <optional>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -36,6 +37,7 @@
 #include "hotpath/models/registry.h"
 #include "hotpath/models/text/bert.h"
 #include "hotpath/models/vision/pretrained.h"
+#include "hotpath/text/text_batch_tensor.h"
 #include "hotpath/text/tokenizer.h"
 
 namespace fs = std::filesystem;
@@ -344,27 +346,13 @@ ReportData text_data(const LoweredModel& m, const ExportOptions& o) {
     lines.push_back(line);
   }
   HOTPATH_CHECK(!lines.empty(), "export: ", o.calibration.front(), " holds no text lines");
-  for (std::size_t i = 0; i < lines.size(); i += 16) {
-    const std::size_t n = std::min<std::size_t>(16, lines.size() - i);
-    std::vector<text::Encoding> enc;
-    std::int64_t longest = 1;
-    for (std::size_t j = 0; j < n; ++j) {
-      text::EncodeOptions eo;
-      eo.max_length = static_cast<std::size_t>(len);
-      enc.push_back(tok.encode(lines[i + j], eo));
-      longest = std::max<std::int64_t>(longest, static_cast<std::int64_t>(enc.back().ids.size()));
-    }
-    at::Tensor ids = at::zeros({static_cast<std::int64_t>(n), longest}, at::kLong);
-    at::Tensor mask = at::zeros_like(ids);
-    at::Tensor types = at::zeros_like(ids);
-    for (std::size_t j = 0; j < n; ++j) {
-      for (std::size_t k = 0; k < enc[j].ids.size(); ++k) {
-        ids[static_cast<std::int64_t>(j)][static_cast<std::int64_t>(k)] = static_cast<std::int64_t>(enc[j].ids[k]);
-        mask[static_cast<std::int64_t>(j)][static_cast<std::int64_t>(k)] = 1;
-        types[static_cast<std::int64_t>(j)][static_cast<std::int64_t>(k)] = static_cast<std::int64_t>(enc[j].type_ids[k]);
-      }
-    }
-    d.batches.push_back({ids, mask, types});
+  const std::vector<std::string_view> views(lines.begin(), lines.end());
+  for (std::size_t i = 0; i < views.size(); i += 16) {
+    const std::size_t n = std::min<std::size_t>(16, views.size() - i);
+    const std::vector<text::Encoding> enc =
+        tok.encode_batch(std::span(views).subspan(i, n), {.max_length = static_cast<std::size_t>(len)});
+    text::TextBatchTensors t = text::to_padded_tensors(enc, tok.pad_id());
+    d.batches.push_back({std::move(t.input_ids), std::move(t.attention_mask), std::move(t.token_type_ids)});
     d.samples += static_cast<std::int64_t>(n);
   }
   d.source = "text lines";

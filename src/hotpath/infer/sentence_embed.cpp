@@ -18,6 +18,7 @@
 #include "hotpath/core/mapped_file.h"
 #include "hotpath/ops/attention.h"
 #include "hotpath/text/bert_normalizer.h"
+#include "hotpath/text/text_batch_tensor.h"
 #include "hotpath/core/input_file.h"
 #include "hotpath/core/json.h"
 
@@ -158,27 +159,13 @@ at::Tensor SentenceEncoder::encode(std::span<const std::string_view> lines, cons
     const std::size_t end = std::min(order.size(), begin + options.batch_size);
     const auto b = static_cast<std::int64_t>(end - begin);
     const auto l = static_cast<std::int64_t>(enc[order[begin]].size());  // longest first
-    std::int64_t* pid = ids_buf.data_ptr<std::int64_t>();
-    std::int64_t* pmask = mask_buf.data_ptr<std::int64_t>();
-    std::int64_t* ptype = types_buf.data_ptr<std::int64_t>();
+    const std::vector<std::size_t> rows(order.begin() + static_cast<std::ptrdiff_t>(begin),
+                                        order.begin() + static_cast<std::ptrdiff_t>(end));
     std::int64_t* prow = rows_buf.data_ptr<std::int64_t>();
-    for (std::int64_t i = 0; i < b; ++i) {
-      const std::size_t row = order[begin + static_cast<std::size_t>(i)];
-      const text::Encoding& e = enc[row];
-      prow[i] = static_cast<std::int64_t>(row);
-      const auto len = static_cast<std::int64_t>(e.size());
-      std::int64_t* id = pid + i * l;
-      std::int64_t* mask = pmask + i * l;
-      std::int64_t* type = ptype + i * l;
-      for (std::int64_t j = 0; j < len; ++j) {
-        id[j] = e.ids[static_cast<std::size_t>(j)];
-        mask[j] = e.attention_mask[static_cast<std::size_t>(j)];
-        type[j] = e.type_ids[static_cast<std::size_t>(j)];
-      }
-      std::fill(id + len, id + l, pad);
-      std::fill(mask + len, mask + l, 0);
-      std::fill(type + len, type + l, 0);
-    }
+    for (std::int64_t i = 0; i < b; ++i) prow[i] = static_cast<std::int64_t>(rows[static_cast<std::size_t>(i)]);
+    const std::int64_t* pmask = mask_buf.const_data_ptr<std::int64_t>();
+    text::write_padded_rows(enc, rows, l, pad, ids_buf.data_ptr<std::int64_t>(), mask_buf.data_ptr<std::int64_t>(),
+                            types_buf.data_ptr<std::int64_t>());
     const at::Tensor ids = ids_buf.narrow(0, 0, b * l).view({b, l});
     const at::Tensor mask = mask_buf.narrow(0, 0, b * l).view({b, l});
     const at::Tensor types = types_buf.narrow(0, 0, b * l).view({b, l});

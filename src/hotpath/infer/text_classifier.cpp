@@ -38,8 +38,7 @@ at::Tensor TextClassifier::logits(std::span<const std::string_view> texts, std::
                 texts.size(), " texts (give one per text, or none)");
   HOTPATH_CHECK(batch_size >= 1, "classify: batch_size is ", batch_size, ", expected at least 1");
   HOTPATH_CHECK(!texts.empty(), "classify: no texts");
-  const text::EncodeOptions options{.max_length = static_cast<std::size_t>(max_length_),
-                                    .padding = text::Padding::kLongest};
+  const text::EncodeOptions options{.max_length = static_cast<std::size_t>(max_length_)};
   const c10::InferenceMode inference;
   std::vector<at::Tensor> parts;
   for (std::size_t begin = 0; begin < texts.size(); begin += static_cast<std::size_t>(batch_size)) {
@@ -47,7 +46,7 @@ at::Tensor TextClassifier::logits(std::span<const std::string_view> texts, std::
     const std::vector<text::Encoding> enc =
         pairs.empty() ? tokenizer_.encode_batch(texts.subspan(begin, n), options)
                       : tokenizer_.encode_pair_batch(texts.subspan(begin, n), pairs.subspan(begin, n), options);
-    const text::TextBatchTensors t = text::to_tensors(enc);
+    const text::TextBatchTensors t = text::to_padded_tensors(enc, tokenizer_.pad_id());
     parts.push_back(engine_->run({t.input_ids, t.attention_mask, t.token_type_ids}).front().to(at::kFloat));
   }
   return parts.size() == 1 ? parts.front() : at::cat(parts);

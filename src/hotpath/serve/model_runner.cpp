@@ -504,12 +504,11 @@ std::vector<NamedTensor> ModelRunner::inputs_from_texts(std::span<const std::str
   std::vector<std::string_view> views(texts.begin(), texts.end());
   std::vector<text::Encoding> enc;
   try {
-    enc = m.tokenizer->encode_batch(views, {.max_length = static_cast<std::size_t>(m.package.text.max_length),
-                                            .padding = text::Padding::kLongest});
+    enc = m.tokenizer->encode_batch(views, {.max_length = static_cast<std::size_t>(m.package.text.max_length)});
   } catch (const std::exception& e) {
     throw ServeError(400, "model " + m.name + ": " + one_line_message(e));
   }
-  text::TextBatchTensors t = text::to_tensors(enc);
+  text::TextBatchTensors t = text::to_padded_tensors(enc, m.tokenizer->pad_id());
   return {{"input_ids", std::move(t.input_ids)}, {"attention_mask", std::move(t.attention_mask)},
           {"token_type_ids", std::move(t.token_type_ids)}};
 }
