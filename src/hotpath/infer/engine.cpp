@@ -341,6 +341,7 @@ struct Engine::Impl {
   }
 
   void prepare();
+  void choose_compute();
   at::Tensor cast(const at::Tensor& t, bool conv_weight = false) const {
     at::Tensor c = t.to(options.device, compute);
     if (conv_weight && options.channels_last) return c.contiguous(at::MemoryFormat::ChannelsLast);
@@ -373,10 +374,9 @@ struct Engine::Impl {
   std::vector<at::Tensor> run_split(const std::vector<at::Tensor>& v, std::int64_t batch, std::int64_t parts) const;
 };
 
-void Engine::Impl::prepare() {
-  graph.validate();
-  HOTPATH_CHECK(options.threads >= 0 && options.threads <= 4096, "engine: threads is ", options.threads,
-                ", expected 0 (keep) to 4096");
+// The type the steps compute in (and why, when it is not what the package asks): CUDA's, fp32, or bf16 where the
+// CPU has native bf16 (or emulates it on request).
+void Engine::Impl::choose_compute() {
   if (options.device.is_cuda()) {
     compute = prepare_cuda_engine(graph, options);  // cuda/cuda_engine.h
   } else if (options.precision == Precision::kFp32) {
@@ -395,6 +395,13 @@ void Engine::Impl::prepare() {
     precision_note = std::string("bf16 activations not used: this CPU (or HOTPATH_MAX_ISA cap, now ") +
                      cpu::isa_name(cpu::max_isa()) + ") lacks AVX512_BF16, so fp32 runs instead";
   }
+}
+
+void Engine::Impl::prepare() {
+  graph.validate();
+  HOTPATH_CHECK(options.threads >= 0 && options.threads <= 4096, "engine: threads is ", options.threads,
+                ", expected 0 (keep) to 4096");
+  choose_compute();
   std::map<std::string, int> slot;
   const auto slot_of = [&](const std::string& name) {
     auto [it, fresh] = slot.emplace(name, num_slots);

@@ -409,110 +409,119 @@ void Router::route(const std::shared_ptr<Call>& call) {
   }
   if (seg[0] == "v2" && action == "infer") {
     need("POST");
-    std::optional<std::size_t> header_length;
-    if (req.has_header("inference-header-content-length")) {
-      header_length = parse_header_length(req.header("inference-header-content-length"));
-    }
-    auto parsed = std::make_shared<InferRequest>(parse_infer_request(req.body, header_length));
-    if (!parsed->id.empty()) call->id = parsed->id;
-    std::vector<std::string> available;
-    for (const TensorSpec& s : meta.outputs) available.push_back(s.name);
-    auto selected = std::make_shared<std::vector<std::string>>(select_outputs(*parsed, available));
-    std::vector<NamedTensor> inputs;
-    for (const RequestInput& in : parsed->inputs) inputs.push_back({in.name, input_tensor(in, meta)});
-    runner.submit(std::move(inputs), [this, call, parsed, selected](std::exception_ptr error, InferResult result) {
-      try {
-        if (error) std::rethrow_exception(error);
-        std::vector<ResponseOutput> outs;
-        std::vector<at::Tensor> keep;
-        for (const std::string& output : *selected) {
-          for (const NamedTensor& t : result.outputs) {
-            if (t.name != output) continue;
-            keep.push_back(t.tensor.contiguous().to(at::kFloat));
-            outs.push_back({output, "FP32", std::vector<std::int64_t>(t.tensor.sizes().begin(), t.tensor.sizes().end()),
-                            tensor_bytes(keep.back())});
-          }
-        }
-        EncodedInferResponse encoded = encode_infer_response(*parsed, call->model, "1", outs);
-        HttpResponse r;
-        r.body = std::move(encoded.body);
-        if (encoded.header_length) {
-          r.content_type = "application/octet-stream";
-          r.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*encoded.header_length));
-        }
-        call->batch = result.batch_size;
-        finish(*call, std::move(r), &result);
-      } catch (const ServeError& e) {
-        finish(*call, error_response(e), nullptr);
-      } catch (const std::exception& e) {
-        finish(*call, json_error(500, "internal error: " + one_line_message(e)), nullptr);
-      }
-    });
-    return;
+    return infer_v2(call, runner, meta);
   }
   if (seg[0] == "v1" && (action == "classify" || action == "embed")) {
     need("POST");
-    const bool image = meta.kind == infer::PackageKind::kImageClassifier;
-    std::vector<NamedTensor> inputs;
-    if (action == "embed" && meta.kind != infer::PackageKind::kSentenceEmbedder) {
-      throw ServeError(400, "model " + meta.name + " is a " + infer::package_kind_name(meta.kind) +
-                                ": POST /v1/models/" + meta.name + "/classify, embed is for sentence_embedder models");
-    }
-    if (action == "classify" && meta.kind == infer::PackageKind::kSentenceEmbedder) {
-      throw ServeError(400, "model " + meta.name + " is a sentence_embedder: POST /v1/models/" + meta.name + "/embed");
-    }
-    if (image) {
-      const auto* data = reinterpret_cast<const std::uint8_t*>(req.body.data());
-      inputs = runner.inputs_from_image({data, req.body.size()});
-    } else {
-      const std::vector<std::string> lines = body_texts(req.body, req.header("content-type"));
-      inputs = runner.inputs_from_texts(lines);
-    }
-    int top_k = options_.default_top_k;
-    if (const std::string k = query_value(req.query(), "top_k"); !k.empty()) {
-      const auto [end, ec] = std::from_chars(k.data(), k.data() + k.size(), top_k);
-      if (ec != std::errc() || end != k.data() + k.size() || top_k < 1) {
-        throw ServeError(400, "top_k: expected a positive integer, got '" + printable(k, 32) + "'");
-      }
-    }
-    const bool embed = action == "embed";
-    runner.submit(std::move(inputs), [this, call, image, embed, top_k, &meta](std::exception_ptr error, InferResult result) {
-      try {
-        if (error) std::rethrow_exception(error);
-        const at::Tensor out = result.outputs.front().tensor.contiguous().to(at::kFloat);
-        OJson j{{"model", meta.name}};
-        if (embed) {
-          OJson rows = OJson::array();
-          for (std::int64_t r = 0; r < out.size(0); ++r) {
-            const float* p = out[r].data_ptr<float>();
-            rows.push_back(std::vector<double>(p, p + out.size(1)));
-          }
-          j["dim"] = out.size(1);
-          j["embeddings"] = std::move(rows);
-        } else {
-          OJson results = OJson::array();
-          for (const std::vector<infer::TopK>& row : infer::top_k(out, top_k, meta.labels)) {
-            OJson top = OJson::array();
-            for (const infer::TopK& t : row) top.push_back({{"index", t.index}, {"label", t.label}, {"prob", t.prob}});
-            results.push_back({{"top", std::move(top)}});
-          }
-          if (image) {
-            j["top"] = results.front()["top"];
-          } else {
-            j["results"] = std::move(results);
-          }
-        }
-        call->batch = result.batch_size;
-        finish(*call, json_response(200, j), &result);
-      } catch (const ServeError& e) {
-        finish(*call, error_response(e), nullptr);
-      } catch (const std::exception& e) {
-        finish(*call, json_error(500, "internal error: " + one_line_message(e)), nullptr);
-      }
-    });
-    return;
+    return classify_or_embed_v1(call, runner, meta, action);
   }
   throw ServeError(404, "no route for " + printable(req.path(), 200));
+}
+
+void Router::infer_v2(const std::shared_ptr<Call>& call, ModelRunner& runner, const ModelMetadata& meta) {
+  const HttpRequest& req = call->request;
+  std::optional<std::size_t> header_length;
+  if (req.has_header("inference-header-content-length")) {
+    header_length = parse_header_length(req.header("inference-header-content-length"));
+  }
+  auto parsed = std::make_shared<InferRequest>(parse_infer_request(req.body, header_length));
+  if (!parsed->id.empty()) call->id = parsed->id;
+  std::vector<std::string> available;
+  for (const TensorSpec& s : meta.outputs) available.push_back(s.name);
+  auto selected = std::make_shared<std::vector<std::string>>(select_outputs(*parsed, available));
+  std::vector<NamedTensor> inputs;
+  for (const RequestInput& in : parsed->inputs) inputs.push_back({in.name, input_tensor(in, meta)});
+  runner.submit(std::move(inputs), [this, call, parsed, selected](std::exception_ptr error, InferResult result) {
+    try {
+      if (error) std::rethrow_exception(error);
+      std::vector<ResponseOutput> outs;
+      std::vector<at::Tensor> keep;
+      for (const std::string& output : *selected) {
+        for (const NamedTensor& t : result.outputs) {
+          if (t.name != output) continue;
+          keep.push_back(t.tensor.contiguous().to(at::kFloat));
+          outs.push_back({output, "FP32", std::vector<std::int64_t>(t.tensor.sizes().begin(), t.tensor.sizes().end()),
+                          tensor_bytes(keep.back())});
+        }
+      }
+      EncodedInferResponse encoded = encode_infer_response(*parsed, call->model, "1", outs);
+      HttpResponse r;
+      r.body = std::move(encoded.body);
+      if (encoded.header_length) {
+        r.content_type = "application/octet-stream";
+        r.headers.emplace_back("Inference-Header-Content-Length", std::to_string(*encoded.header_length));
+      }
+      call->batch = result.batch_size;
+      finish(*call, std::move(r), &result);
+    } catch (const ServeError& e) {
+      finish(*call, error_response(e), nullptr);
+    } catch (const std::exception& e) {
+      finish(*call, json_error(500, "internal error: " + one_line_message(e)), nullptr);
+    }
+  });
+}
+
+void Router::classify_or_embed_v1(const std::shared_ptr<Call>& call, ModelRunner& runner, const ModelMetadata& meta,
+                                  std::string_view action) {
+  const HttpRequest& req = call->request;
+  const bool image = meta.kind == infer::PackageKind::kImageClassifier;
+  std::vector<NamedTensor> inputs;
+  if (action == "embed" && meta.kind != infer::PackageKind::kSentenceEmbedder) {
+    throw ServeError(400, "model " + meta.name + " is a " + infer::package_kind_name(meta.kind) +
+                              ": POST /v1/models/" + meta.name + "/classify, embed is for sentence_embedder models");
+  }
+  if (action == "classify" && meta.kind == infer::PackageKind::kSentenceEmbedder) {
+    throw ServeError(400, "model " + meta.name + " is a sentence_embedder: POST /v1/models/" + meta.name + "/embed");
+  }
+  if (image) {
+    const auto* data = reinterpret_cast<const std::uint8_t*>(req.body.data());
+    inputs = runner.inputs_from_image({data, req.body.size()});
+  } else {
+    const std::vector<std::string> lines = body_texts(req.body, req.header("content-type"));
+    inputs = runner.inputs_from_texts(lines);
+  }
+  int top_k = options_.default_top_k;
+  if (const std::string k = query_value(req.query(), "top_k"); !k.empty()) {
+    const auto [end, ec] = std::from_chars(k.data(), k.data() + k.size(), top_k);
+    if (ec != std::errc() || end != k.data() + k.size() || top_k < 1) {
+      throw ServeError(400, "top_k: expected a positive integer, got '" + printable(k, 32) + "'");
+    }
+  }
+  const bool embed = action == "embed";
+  runner.submit(std::move(inputs), [this, call, image, embed, top_k, &meta](std::exception_ptr error, InferResult result) {
+    try {
+      if (error) std::rethrow_exception(error);
+      const at::Tensor out = result.outputs.front().tensor.contiguous().to(at::kFloat);
+      OJson j{{"model", meta.name}};
+      if (embed) {
+        OJson rows = OJson::array();
+        for (std::int64_t r = 0; r < out.size(0); ++r) {
+          const float* p = out[r].data_ptr<float>();
+          rows.push_back(std::vector<double>(p, p + out.size(1)));
+        }
+        j["dim"] = out.size(1);
+        j["embeddings"] = std::move(rows);
+      } else {
+        OJson results = OJson::array();
+        for (const std::vector<infer::TopK>& row : infer::top_k(out, top_k, meta.labels)) {
+          OJson top = OJson::array();
+          for (const infer::TopK& t : row) top.push_back({{"index", t.index}, {"label", t.label}, {"prob", t.prob}});
+          results.push_back({{"top", std::move(top)}});
+        }
+        if (image) {
+          j["top"] = results.front()["top"];
+        } else {
+          j["results"] = std::move(results);
+        }
+      }
+      call->batch = result.batch_size;
+      finish(*call, json_response(200, j), &result);
+    } catch (const ServeError& e) {
+      finish(*call, error_response(e), nullptr);
+    } catch (const std::exception& e) {
+      finish(*call, json_error(500, "internal error: " + one_line_message(e)), nullptr);
+    }
+  });
 }
 
 }  // namespace hotpath::serve
