@@ -49,7 +49,7 @@ TEST(EngineImageBatch, KeepsPerNodeParallelismAndPacksEachConvWeightOncePerShape
   const Graph g = lower_image_model(*model, {.channels = 3, .image_size = 16});
   std::int64_t conv_weight_bytes = 0;
   for (const Node& n : g.nodes) {
-    if (n.op == "conv2d") conv_weight_bytes += g.params.at(n.params.at("weight")).nbytes();
+    if (n.op == OpKind::kConv2d) conv_weight_bytes += g.params.at(n.params.at("weight")).nbytes();
   }
   const Engine engine = Engine::from_graph(g, {.threads = 2});
   const std::string about = engine.describe();

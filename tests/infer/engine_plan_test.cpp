@@ -28,7 +28,7 @@ namespace {
 Graph quantize_linears(const Graph& g) {
   Graph q = g;
   for (Node& n : q.nodes) {
-    if (n.op != "linear") continue;
+    if (n.op != OpKind::kLinear) continue;
     auto [w8, scale] = ops::Int8Linear::quantize_weight(q.params.at(n.params.at("weight")));
     q.params[n.params.at("weight")] = w8;
     q.params[n.name + ".weight_scale"] = scale;

@@ -97,8 +97,8 @@ TEST_P(EngineVision, MatchesTheTrainingModelWithin1e5) {
     ASSERT_EQ(got.sizes(), expected.sizes());
     EXPECT_LT(rel_error(got, expected), 1e-5) << c.name << (channels_last ? " channels-last" : " contiguous");
   }
-  // No BatchNorm survives lowering: every conv carries its folded scale and shift.
-  for (const Node& n : g.nodes) EXPECT_NE(n.op, "batch_norm");
+  // No BatchNorm survives lowering: every conv carries its folded scale and shift, no running statistics are kept.
+  for (const auto& [key, t] : g.params) EXPECT_EQ(key.find("running_"), std::string::npos) << key;
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, EngineVision,
@@ -201,7 +201,7 @@ TEST(EngineConv, ResidualThenEveryActivationMatchesATen) {
     g.params["w"] = at::randn({4, 4, 3, 3});
     g.params["b"] = at::randn({4});
     Node n;
-    n.op = "conv2d";
+    n.op = OpKind::kConv2d;
     n.name = n.output = "c";
     n.inputs = {"x", "x"};
     n.params = {{"weight", "w"}, {"bias", "b"}};
@@ -281,20 +281,20 @@ Graph quantize_by_hand(const Graph& g, const at::Tensor& calibration,
   std::map<std::string, std::pair<double, double>> ranges;
   const Engine fp32 = Engine::from_graph(g, {.threads = 1});
   (void)fp32.run({calibration}, [&](const Node& n, const std::vector<at::Tensor>& in, const at::Tensor&) {
-    if (n.op != "conv2d") return;
+    if (n.op != OpKind::kConv2d) return;
     auto& r = ranges[n.name];
     r.first = std::min(r.first, in[0].min().item<double>());
     r.second = std::max(r.second, in[0].max().item<double>());
   });
   Graph q = g;
   for (Node& n : q.nodes) {
-    if ((n.op != "conv2d" && n.op != "linear") || (pick && !pick(n))) continue;
+    if ((n.op != OpKind::kConv2d && n.op != OpKind::kLinear) || (pick && !pick(n))) continue;
     const at::Tensor w = q.params.at(n.params.at("weight"));
-    auto [w8, scale] = n.op == "conv2d" ? ops::Int8Conv2d::quantize_weight(w) : ops::Int8Linear::quantize_weight(w);
+    auto [w8, scale] = n.op == OpKind::kConv2d ? ops::Int8Conv2d::quantize_weight(w) : ops::Int8Linear::quantize_weight(w);
     q.params[n.params.at("weight")] = w8;
     q.params[n.name + ".weight_scale"] = scale;
     n.params["weight_scale"] = n.name + ".weight_scale";
-    if (n.op == "conv2d") {
+    if (n.op == OpKind::kConv2d) {
       const ops::Int8InputQuant iq = ops::int8_affine_u8_params(ranges.at(n.name).first, ranges.at(n.name).second);
       n.attrs["quant"] = std::string("static_int8");
       n.attrs["input_scale"] = iq.scale;
@@ -327,7 +327,7 @@ TEST(EngineInt8, UnquantizedNodesRunFp32EvenWhereBf16Runs) {
   const Graph g = seeded_image_graph(14, {.name = "resnet18_small", .classes = 6, .channels = 3, .size = 16});
   const at::Tensor x = at::randn({2, 3, 16, 16});
   int convs = 0;
-  const Graph q = quantize_by_hand(g, x, [&](const Node& n) { return n.op != "conv2d" || ++convs % 2 == 1; });
+  const Graph q = quantize_by_hand(g, x, [&](const Node& n) { return n.op != OpKind::kConv2d || ++convs % 2 == 1; });
   const Engine plain = Engine::from_graph(q, {.threads = 1, .precision = Precision::kInt8});
   const Engine with_bf16 = Engine::from_graph(q, {.threads = 1, .precision = Precision::kInt8, .emulate_bf16 = true});
   EXPECT_NE(with_bf16.describe().find("int8 asked, compute dtype fp32"), std::string::npos) << with_bf16.describe();

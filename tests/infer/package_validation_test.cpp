@@ -34,12 +34,12 @@ Graph image_graph() {
   Graph g;
   g.inputs = {{"image", at::kFloat, {-1, 1, 4, 4}, {"batch", "channels", "height", "width"}}};
   g.nodes = {
-      {"conv2d", "conv", {"image"}, "c", {{"weight", "conv.weight"}, {"bias", "conv.bias"}},
+      {OpKind::kConv2d, "conv", {"image"}, "c", {{"weight", "conv.weight"}, {"bias", "conv.bias"}},
        {{"stride", Ints{1, 1}}, {"padding", Ints{1, 1, 1, 1}}, {"dilation", Ints{1, 1}}, {"groups", std::int64_t{1}},
         {"act", std::string("relu")}}},
-      {"max_pool2d", "pool", {"c"}, "p", {}, {{"kernel", Ints{2, 2}}, {"stride", Ints{2, 2}}, {"padding", Ints{0, 0}}}},
-      {"global_avg_pool", "gap", {"p"}, "g", {}, {{"keepdims", std::int64_t{0}}}},
-      {"linear", "fc", {"g"}, "logits", {{"weight", "fc.weight"}, {"bias", "fc.bias"}}, {}},
+      {OpKind::kMaxPool2d, "pool", {"c"}, "p", {}, {{"kernel", Ints{2, 2}}, {"stride", Ints{2, 2}}, {"padding", Ints{0, 0}}}},
+      {OpKind::kGlobalAvgPool, "gap", {"p"}, "g", {}, {{"keepdims", std::int64_t{0}}}},
+      {OpKind::kLinear, "fc", {"g"}, "logits", {{"weight", "fc.weight"}, {"bias", "fc.bias"}}, {}},
   };
   g.outputs = {"logits"};
   g.params = {{"conv.weight", at::randn({2, 1, 3, 3})}, {"conv.bias", at::zeros({2})},
@@ -53,10 +53,10 @@ Graph text_graph() {
   Graph g;
   g.inputs = {{"tokens", at::kFloat, {-1, -1, 4}, {"batch", "sequence", "hidden"}}};
   g.nodes = {
-      {"linear", "qkv", {"tokens"}, "qkv", {{"weight", "qkv.weight"}}, {}},
-      {"attention", "attn", {"qkv"}, "ctx", {}, {{"heads", std::int64_t{2}}}},
-      {"layer_norm", "ln", {"ctx"}, "h", {{"weight", "ln.weight"}, {"bias", "ln.bias"}}, {{"eps", 1e-5}}},
-      {"select", "cls", {"h"}, "embedding", {}, {{"dim", std::int64_t{1}}, {"index", std::int64_t{0}}}},
+      {OpKind::kLinear, "qkv", {"tokens"}, "qkv", {{"weight", "qkv.weight"}}, {}},
+      {OpKind::kAttention, "attn", {"qkv"}, "ctx", {}, {{"heads", std::int64_t{2}}}},
+      {OpKind::kLayerNorm, "ln", {"ctx"}, "h", {{"weight", "ln.weight"}, {"bias", "ln.bias"}}, {{"eps", 1e-5}}},
+      {OpKind::kSelect, "cls", {"h"}, "embedding", {}, {{"dim", std::int64_t{1}}, {"index", std::int64_t{0}}}},
   };
   g.outputs = {"embedding"};
   g.params = {{"qkv.weight", at::randn({12, 4})}, {"ln.weight", at::ones({4})}, {"ln.bias", at::zeros({4})}};

@@ -22,7 +22,7 @@ namespace {
 void add_linear(Graph& g, const std::string& name, const std::string& in, const std::string& out, std::int64_t i,
                 std::int64_t o, const std::string& act, const std::string& residual = "") {
   Node n;
-  n.op = "linear";
+  n.op = OpKind::kLinear;
   n.name = name;
   n.inputs = residual.empty() ? std::vector<std::string>{in} : std::vector<std::string>{in, residual};
   n.output = out;
@@ -36,7 +36,7 @@ void add_linear(Graph& g, const std::string& name, const std::string& in, const 
 void add_conv(Graph& g, const std::string& name, const std::string& in, const std::string& out, std::int64_t i,
               std::int64_t o, std::int64_t stride, std::vector<std::int64_t> padding, const std::string& residual = "") {
   Node n;
-  n.op = "conv2d";
+  n.op = OpKind::kConv2d;
   n.name = name;
   n.inputs = residual.empty() ? std::vector<std::string>{in} : std::vector<std::string>{in, residual};
   n.output = out;
@@ -72,7 +72,7 @@ Graph cnn() {
   add_conv(g, "block", "c1", "c2", 8, 8, 1, {1, 1, 1, 1}, "c1");
   add_conv(g, "down", "c2", "c3", 8, 16, 2, {0, 0, 1, 1});
   Node pool;
-  pool.op = "global_avg_pool";
+  pool.op = OpKind::kGlobalAvgPool;
   pool.name = "pool";
   pool.inputs = {"c3"};
   pool.output = "p";
@@ -132,7 +132,7 @@ TEST(QuantizeGraph, CalibratesEveryConvAndPicksTheObserverWithTheLowerError) {
   ASSERT_EQ(r.nodes.size(), 4U);
   for (const NodeQuantization& n : r.nodes) {
     EXPECT_TRUE(n.quantized) << n.name << ": " << n.reason;
-    if (n.op != "conv2d") continue;
+    if (n.op != OpKind::kConv2d) continue;
     EXPECT_EQ(n.scheme, "static_int8");
     EXPECT_DOUBLE_EQ(n.error, std::min(n.error_minmax, n.error_percentile)) << n.name;
     EXPECT_EQ(n.observer, n.error_percentile < n.error_minmax ? "percentile" : "minmax");
@@ -325,7 +325,7 @@ Graph deep_cnn(int depth) {
     add_conv(g, "conv" + std::to_string(i), in, "c" + std::to_string(i), 8, 8, 1, {1, 1, 1, 1}, i % 2 == 1 ? in : "");
   }
   Node pool;
-  pool.op = "global_avg_pool";
+  pool.op = OpKind::kGlobalAvgPool;
   pool.name = "pool";
   pool.inputs = {"c" + std::to_string(depth - 1)};
   pool.output = "p";
@@ -437,7 +437,7 @@ TEST(QuantizeGraph, BiasCorrectionRemovesTheMeanShiftOfEachChannel) {
 TEST(QuantizeGraph, SentenceEmbeddingOutputsReportCosineNotTop1) {
   Graph g = mlp();
   Node norm;
-  norm.op = "l2_normalize";
+  norm.op = OpKind::kL2Normalize;
   norm.name = "normalize";
   norm.inputs = {"logits"};
   norm.output = "embedding";
@@ -470,7 +470,7 @@ TEST(QuantizeGraph, QuantizesALoweredResNet) {
   const QuantizeResult r = quantize_graph(g, batches({4, 3, 32, 32}, 2), {}, engine_runner(1));
   int convs = 0;
   for (const NodeQuantization& n : r.nodes) {
-    convs += n.op == "conv2d" ? 1 : 0;
+    convs += n.op == OpKind::kConv2d ? 1 : 0;
     EXPECT_TRUE(n.quantized) << n.name << ": " << n.reason;
   }
   EXPECT_GE(convs, 17);

@@ -67,7 +67,7 @@ struct EngineOptions {
   bool channels_last = true;
   // Where the graph runs. CUDA: weights and activations on the device in cuda_dtype (fp16 by default; bf16,
   // fp32), convs through cuDNN in benchmark mode, attention through SDPA; run() takes CPU inputs (staged
-  // through pinned memory) and returns CPU outputs. int8 packages run on the CPU only. (infer/cuda/)
+  // through pinned memory) and returns CPU outputs. int8 packages run on the CPU only. (infer/engine/cuda/)
   at::Device device = at::Device(at::kCPU);
   at::ScalarType cuda_dtype = at::kHalf;
 };

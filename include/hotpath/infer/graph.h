@@ -41,7 +41,10 @@
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
+#include <cstddef>
 #include <cstdint>
+#include <iosfwd>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <string>
@@ -54,15 +57,41 @@ namespace hotpath::infer {
 // Activation names an op's "act" attribute takes; gelu is the exact (erf) one, gelu_tanh the approximation.
 inline constexpr std::string_view kActivations[] = {"none", "relu", "relu6", "gelu", "gelu_tanh",
                                                     "silu", "sigmoid", "tanh"};
-// Every op name the graph may hold (see the table above).
-inline constexpr std::string_view kOps[] = {"conv2d", "max_pool2d", "global_avg_pool", "add",        "mul",
-                                            "linear", "layer_norm", "attention",       "vit_embed",  "bert_embed",
-                                            "select", "mean_pool",  "l2_normalize"};
+// The op set, declared once (as ggml's GGML_OP_* and GGML_OP_NAME): every op a graph may hold, and the name
+// it has in config.json, in error messages and in reports. The graph's validation rules (graph.cpp), the
+// engine's step table (engine/) and the ONNX exporter each hold one row per op, checked against kOpCount
+// at compile time: an op added here and forgotten there does not build.
+enum class OpKind : std::uint8_t {
+  kConv2d,
+  kMaxPool2d,
+  kGlobalAvgPool,
+  kAdd,
+  kMul,
+  kLinear,
+  kLayerNorm,
+  kAttention,
+  kVitEmbed,
+  kBertEmbed,
+  kSelect,
+  kMeanPool,
+  kL2Normalize,
+};
+inline constexpr std::string_view kOpNames[] = {"conv2d", "max_pool2d", "global_avg_pool", "add",        "mul",
+                                                "linear", "layer_norm", "attention",       "vit_embed",  "bert_embed",
+                                                "select", "mean_pool",  "l2_normalize"};
+inline constexpr std::size_t kOpCount = std::size(kOpNames);
+static_assert(static_cast<std::size_t>(OpKind::kL2Normalize) + 1 == kOpCount, "kOpNames: one name per OpKind");
+
+constexpr std::string_view op_name(OpKind op) { return kOpNames[static_cast<std::size_t>(op)]; }
+constexpr std::size_t op_index(OpKind op) { return static_cast<std::size_t>(op); }
+// The op named `name`, or nullopt.
+std::optional<OpKind> op_from_name(std::string_view name);
+std::ostream& operator<<(std::ostream& os, OpKind op);  // its name
 
 using AttrValue = std::variant<std::int64_t, double, std::string, std::vector<std::int64_t>>;
 
 struct Node {
-  std::string op;
+  OpKind op = OpKind::kAdd;
   std::string name;                           // the module's dotted path ("layer1.0.conv1"): errors, reports
   std::vector<std::string> inputs;            // value names; "" marks an absent optional input
   std::string output;                         // a new value name (SSA: each value is written once)

@@ -75,7 +75,7 @@ GraphRunner engine_runner(int threads = 0);
 
 struct NodeQuantization {
   std::string name;
-  std::string op;          // "linear" | "conv2d"
+  OpKind op = OpKind::kLinear;  // kLinear | kConv2d
   std::string scheme;      // "dynamic_int8" | "static_int8"
   bool quantized = false;
   std::string reason;      // why it stays float ("" when quantized)

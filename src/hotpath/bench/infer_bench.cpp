@@ -191,13 +191,13 @@ Json bert_config_from_graph(const infer::Graph& g) {
   std::string act = "gelu";
   double eps = 1e-12;
   for (const infer::Node& n : g.nodes) {
-    if (n.op == "attention") {
+    if (n.op == infer::OpKind::kAttention) {
       ++layers;
       heads = n.attr_int("heads", 0);
-    } else if (n.op == "bert_embed") {
+    } else if (n.op == infer::OpKind::kBertEmbed) {
       eps = n.attr_float("eps", eps);
       token_types = n.has_param("token_type");
-    } else if (n.op == "linear" && n.has_param("weight") && g.params.count(n.params.at("weight"))) {
+    } else if (n.op == infer::OpKind::kLinear && n.has_param("weight") && g.params.count(n.params.at("weight"))) {
       const std::string a = n.attr_str("act", "none");
       const std::int64_t out = g.params.at(n.params.at("weight")).size(0);
       if (a == "gelu" || a == "gelu_tanh") {

@@ -103,18 +103,18 @@ void check_param_shapes(const Node& n, const std::map<std::string, const formats
   const auto vec_of = [&](const char* role, std::int64_t n_out) {
     if (view(role) != nullptr && (dims(role) != 1 || size(role, 0) != n_out)) fail(role, "[" + std::to_string(n_out) + "]");
   };
-  if (n.op == "conv2d") {
+  if (n.op == OpKind::kConv2d) {
     if (dims("weight") != 4) fail("weight", "4 dims [out, in/groups, kh, kw]");
     vec_of("bias", size("weight", 0));
     vec_of("weight_scale", size("weight", 0));
-  } else if (n.op == "linear") {
+  } else if (n.op == OpKind::kLinear) {
     if (dims("weight") != 2) fail("weight", "2 dims [out, in]");
     vec_of("bias", size("weight", 0));
     vec_of("weight_scale", size("weight", 0));
-  } else if (n.op == "layer_norm") {
+  } else if (n.op == OpKind::kLayerNorm) {
     if (dims("weight") != 1) fail("weight", "1 dim");
     vec_of("bias", size("weight", 0));
-  } else if (n.op == "bert_embed") {
+  } else if (n.op == OpKind::kBertEmbed) {
     if (dims("word") != 2) fail("word", "2 dims [vocab, hidden]");
     const std::int64_t h = size("word", 1);
     for (const char* r : {"position", "token_type"}) {
@@ -122,7 +122,7 @@ void check_param_shapes(const Node& n, const std::map<std::string, const formats
     }
     vec_of("ln_weight", h);
     vec_of("ln_bias", h);
-  } else if (n.op == "vit_embed") {
+  } else if (n.op == OpKind::kVitEmbed) {
     if (dims("class_token") != 3) fail("class_token", "[1, 1, D]");
     const std::int64_t d = size("class_token", 2);
     if (dims("pos_embedding") != 3 || size("pos_embedding", 2) != d) fail("pos_embedding", "[1, P, D]");
@@ -290,7 +290,7 @@ Graph load_package_graph(const Package& package) {
     for (const Node& n : g.nodes) {
       if (n.output == g.outputs.front()) last = &n;
     }
-    if (last != nullptr && last->op == "linear") {
+    if (last != nullptr && last->op == OpKind::kLinear) {
       const std::int64_t classes = g.params.at(last->params.at("weight")).size(0);
       HOTPATH_CHECK(classes == static_cast<std::int64_t>(package.labels.size()), package.dir, "/labels.txt: ",
                     package.labels.size(), " labels, but the model's output layer ", last->name, " has ", classes,

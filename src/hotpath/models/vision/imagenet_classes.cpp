@@ -2,1011 +2,1020 @@
 // (torchvision 0.29.2+cu132); do not edit. The ImageNet-1k class names in classifier output order.
 #include "hotpath/models/vision/imagenet_classes.h"
 
+#include <iterator>
+#include <string_view>
+
 namespace hotpath::models {
+namespace {
+
+constexpr std::string_view kNames[] = {
+    "tench",  // 0
+    "goldfish",  // 1
+    "great white shark",  // 2
+    "tiger shark",  // 3
+    "hammerhead",  // 4
+    "electric ray",  // 5
+    "stingray",  // 6
+    "cock",  // 7
+    "hen",  // 8
+    "ostrich",  // 9
+    "brambling",  // 10
+    "goldfinch",  // 11
+    "house finch",  // 12
+    "junco",  // 13
+    "indigo bunting",  // 14
+    "robin",  // 15
+    "bulbul",  // 16
+    "jay",  // 17
+    "magpie",  // 18
+    "chickadee",  // 19
+    "water ouzel",  // 20
+    "kite",  // 21
+    "bald eagle",  // 22
+    "vulture",  // 23
+    "great grey owl",  // 24
+    "European fire salamander",  // 25
+    "common newt",  // 26
+    "eft",  // 27
+    "spotted salamander",  // 28
+    "axolotl",  // 29
+    "bullfrog",  // 30
+    "tree frog",  // 31
+    "tailed frog",  // 32
+    "loggerhead",  // 33
+    "leatherback turtle",  // 34
+    "mud turtle",  // 35
+    "terrapin",  // 36
+    "box turtle",  // 37
+    "banded gecko",  // 38
+    "common iguana",  // 39
+    "American chameleon",  // 40
+    "whiptail",  // 41
+    "agama",  // 42
+    "frilled lizard",  // 43
+    "alligator lizard",  // 44
+    "Gila monster",  // 45
+    "green lizard",  // 46
+    "African chameleon",  // 47
+    "Komodo dragon",  // 48
+    "African crocodile",  // 49
+    "American alligator",  // 50
+    "triceratops",  // 51
+    "thunder snake",  // 52
+    "ringneck snake",  // 53
+    "hognose snake",  // 54
+    "green snake",  // 55
+    "king snake",  // 56
+    "garter snake",  // 57
+    "water snake",  // 58
+    "vine snake",  // 59
+    "night snake",  // 60
+    "boa constrictor",  // 61
+    "rock python",  // 62
+    "Indian cobra",  // 63
+    "green mamba",  // 64
+    "sea snake",  // 65
+    "horned viper",  // 66
+    "diamondback",  // 67
+    "sidewinder",  // 68
+    "trilobite",  // 69
+    "harvestman",  // 70
+    "scorpion",  // 71
+    "black and gold garden spider",  // 72
+    "barn spider",  // 73
+    "garden spider",  // 74
+    "black widow",  // 75
+    "tarantula",  // 76
+    "wolf spider",  // 77
+    "tick",  // 78
+    "centipede",  // 79
+    "black grouse",  // 80
+    "ptarmigan",  // 81
+    "ruffed grouse",  // 82
+    "prairie chicken",  // 83
+    "peacock",  // 84
+    "quail",  // 85
+    "partridge",  // 86
+    "African grey",  // 87
+    "macaw",  // 88
+    "sulphur-crested cockatoo",  // 89
+    "lorikeet",  // 90
+    "coucal",  // 91
+    "bee eater",  // 92
+    "hornbill",  // 93
+    "hummingbird",  // 94
+    "jacamar",  // 95
+    "toucan",  // 96
+    "drake",  // 97
+    "red-breasted merganser",  // 98
+    "goose",  // 99
+    "black swan",  // 100
+    "tusker",  // 101
+    "echidna",  // 102
+    "platypus",  // 103
+    "wallaby",  // 104
+    "koala",  // 105
+    "wombat",  // 106
+    "jellyfish",  // 107
+    "sea anemone",  // 108
+    "brain coral",  // 109
+    "flatworm",  // 110
+    "nematode",  // 111
+    "conch",  // 112
+    "snail",  // 113
+    "slug",  // 114
+    "sea slug",  // 115
+    "chiton",  // 116
+    "chambered nautilus",  // 117
+    "Dungeness crab",  // 118
+    "rock crab",  // 119
+    "fiddler crab",  // 120
+    "king crab",  // 121
+    "American lobster",  // 122
+    "spiny lobster",  // 123
+    "crayfish",  // 124
+    "hermit crab",  // 125
+    "isopod",  // 126
+    "white stork",  // 127
+    "black stork",  // 128
+    "spoonbill",  // 129
+    "flamingo",  // 130
+    "little blue heron",  // 131
+    "American egret",  // 132
+    "bittern",  // 133
+    "crane bird",  // 134
+    "limpkin",  // 135
+    "European gallinule",  // 136
+    "American coot",  // 137
+    "bustard",  // 138
+    "ruddy turnstone",  // 139
+    "red-backed sandpiper",  // 140
+    "redshank",  // 141
+    "dowitcher",  // 142
+    "oystercatcher",  // 143
+    "pelican",  // 144
+    "king penguin",  // 145
+    "albatross",  // 146
+    "grey whale",  // 147
+    "killer whale",  // 148
+    "dugong",  // 149
+    "sea lion",  // 150
+    "Chihuahua",  // 151
+    "Japanese spaniel",  // 152
+    "Maltese dog",  // 153
+    "Pekinese",  // 154
+    "Shih-Tzu",  // 155
+    "Blenheim spaniel",  // 156
+    "papillon",  // 157
+    "toy terrier",  // 158
+    "Rhodesian ridgeback",  // 159
+    "Afghan hound",  // 160
+    "basset",  // 161
+    "beagle",  // 162
+    "bloodhound",  // 163
+    "bluetick",  // 164
+    "black-and-tan coonhound",  // 165
+    "Walker hound",  // 166
+    "English foxhound",  // 167
+    "redbone",  // 168
+    "borzoi",  // 169
+    "Irish wolfhound",  // 170
+    "Italian greyhound",  // 171
+    "whippet",  // 172
+    "Ibizan hound",  // 173
+    "Norwegian elkhound",  // 174
+    "otterhound",  // 175
+    "Saluki",  // 176
+    "Scottish deerhound",  // 177
+    "Weimaraner",  // 178
+    "Staffordshire bullterrier",  // 179
+    "American Staffordshire terrier",  // 180
+    "Bedlington terrier",  // 181
+    "Border terrier",  // 182
+    "Kerry blue terrier",  // 183
+    "Irish terrier",  // 184
+    "Norfolk terrier",  // 185
+    "Norwich terrier",  // 186
+    "Yorkshire terrier",  // 187
+    "wire-haired fox terrier",  // 188
+    "Lakeland terrier",  // 189
+    "Sealyham terrier",  // 190
+    "Airedale",  // 191
+    "cairn",  // 192
+    "Australian terrier",  // 193
+    "Dandie Dinmont",  // 194
+    "Boston bull",  // 195
+    "miniature schnauzer",  // 196
+    "giant schnauzer",  // 197
+    "standard schnauzer",  // 198
+    "Scotch terrier",  // 199
+    "Tibetan terrier",  // 200
+    "silky terrier",  // 201
+    "soft-coated wheaten terrier",  // 202
+    "West Highland white terrier",  // 203
+    "Lhasa",  // 204
+    "flat-coated retriever",  // 205
+    "curly-coated retriever",  // 206
+    "golden retriever",  // 207
+    "Labrador retriever",  // 208
+    "Chesapeake Bay retriever",  // 209
+    "German short-haired pointer",  // 210
+    "vizsla",  // 211
+    "English setter",  // 212
+    "Irish setter",  // 213
+    "Gordon setter",  // 214
+    "Brittany spaniel",  // 215
+    "clumber",  // 216
+    "English springer",  // 217
+    "Welsh springer spaniel",  // 218
+    "cocker spaniel",  // 219
+    "Sussex spaniel",  // 220
+    "Irish water spaniel",  // 221
+    "kuvasz",  // 222
+    "schipperke",  // 223
+    "groenendael",  // 224
+    "malinois",  // 225
+    "briard",  // 226
+    "kelpie",  // 227
+    "komondor",  // 228
+    "Old English sheepdog",  // 229
+    "Shetland sheepdog",  // 230
+    "collie",  // 231
+    "Border collie",  // 232
+    "Bouvier des Flandres",  // 233
+    "Rottweiler",  // 234
+    "German shepherd",  // 235
+    "Doberman",  // 236
+    "miniature pinscher",  // 237
+    "Greater Swiss Mountain dog",  // 238
+    "Bernese mountain dog",  // 239
+    "Appenzeller",  // 240
+    "EntleBucher",  // 241
+    "boxer",  // 242
+    "bull mastiff",  // 243
+    "Tibetan mastiff",  // 244
+    "French bulldog",  // 245
+    "Great Dane",  // 246
+    "Saint Bernard",  // 247
+    "Eskimo dog",  // 248
+    "malamute",  // 249
+    "Siberian husky",  // 250
+    "dalmatian",  // 251
+    "affenpinscher",  // 252
+    "basenji",  // 253
+    "pug",  // 254
+    "Leonberg",  // 255
+    "Newfoundland",  // 256
+    "Great Pyrenees",  // 257
+    "Samoyed",  // 258
+    "Pomeranian",  // 259
+    "chow",  // 260
+    "keeshond",  // 261
+    "Brabancon griffon",  // 262
+    "Pembroke",  // 263
+    "Cardigan",  // 264
+    "toy poodle",  // 265
+    "miniature poodle",  // 266
+    "standard poodle",  // 267
+    "Mexican hairless",  // 268
+    "timber wolf",  // 269
+    "white wolf",  // 270
+    "red wolf",  // 271
+    "coyote",  // 272
+    "dingo",  // 273
+    "dhole",  // 274
+    "African hunting dog",  // 275
+    "hyena",  // 276
+    "red fox",  // 277
+    "kit fox",  // 278
+    "Arctic fox",  // 279
+    "grey fox",  // 280
+    "tabby",  // 281
+    "tiger cat",  // 282
+    "Persian cat",  // 283
+    "Siamese cat",  // 284
+    "Egyptian cat",  // 285
+    "cougar",  // 286
+    "lynx",  // 287
+    "leopard",  // 288
+    "snow leopard",  // 289
+    "jaguar",  // 290
+    "lion",  // 291
+    "tiger",  // 292
+    "cheetah",  // 293
+    "brown bear",  // 294
+    "American black bear",  // 295
+    "ice bear",  // 296
+    "sloth bear",  // 297
+    "mongoose",  // 298
+    "meerkat",  // 299
+    "tiger beetle",  // 300
+    "ladybug",  // 301
+    "ground beetle",  // 302
+    "long-horned beetle",  // 303
+    "leaf beetle",  // 304
+    "dung beetle",  // 305
+    "rhinoceros beetle",  // 306
+    "weevil",  // 307
+    "fly",  // 308
+    "bee",  // 309
+    "ant",  // 310
+    "grasshopper",  // 311
+    "cricket",  // 312
+    "walking stick",  // 313
+    "cockroach",  // 314
+    "mantis",  // 315
+    "cicada",  // 316
+    "leafhopper",  // 317
+    "lacewing",  // 318
+    "dragonfly",  // 319
+    "damselfly",  // 320
+    "admiral",  // 321
+    "ringlet",  // 322
+    "monarch",  // 323
+    "cabbage butterfly",  // 324
+    "sulphur butterfly",  // 325
+    "lycaenid",  // 326
+    "starfish",  // 327
+    "sea urchin",  // 328
+    "sea cucumber",  // 329
+    "wood rabbit",  // 330
+    "hare",  // 331
+    "Angora",  // 332
+    "hamster",  // 333
+    "porcupine",  // 334
+    "fox squirrel",  // 335
+    "marmot",  // 336
+    "beaver",  // 337
+    "guinea pig",  // 338
+    "sorrel",  // 339
+    "zebra",  // 340
+    "hog",  // 341
+    "wild boar",  // 342
+    "warthog",  // 343
+    "hippopotamus",  // 344
+    "ox",  // 345
+    "water buffalo",  // 346
+    "bison",  // 347
+    "ram",  // 348
+    "bighorn",  // 349
+    "ibex",  // 350
+    "hartebeest",  // 351
+    "impala",  // 352
+    "gazelle",  // 353
+    "Arabian camel",  // 354
+    "llama",  // 355
+    "weasel",  // 356
+    "mink",  // 357
+    "polecat",  // 358
+    "black-footed ferret",  // 359
+    "otter",  // 360
+    "skunk",  // 361
+    "badger",  // 362
+    "armadillo",  // 363
+    "three-toed sloth",  // 364
+    "orangutan",  // 365
+    "gorilla",  // 366
+    "chimpanzee",  // 367
+    "gibbon",  // 368
+    "siamang",  // 369
+    "guenon",  // 370
+    "patas",  // 371
+    "baboon",  // 372
+    "macaque",  // 373
+    "langur",  // 374
+    "colobus",  // 375
+    "proboscis monkey",  // 376
+    "marmoset",  // 377
+    "capuchin",  // 378
+    "howler monkey",  // 379
+    "titi",  // 380
+    "spider monkey",  // 381
+    "squirrel monkey",  // 382
+    "Madagascar cat",  // 383
+    "indri",  // 384
+    "Indian elephant",  // 385
+    "African elephant",  // 386
+    "lesser panda",  // 387
+    "giant panda",  // 388
+    "barracouta",  // 389
+    "eel",  // 390
+    "coho",  // 391
+    "rock beauty",  // 392
+    "anemone fish",  // 393
+    "sturgeon",  // 394
+    "gar",  // 395
+    "lionfish",  // 396
+    "puffer",  // 397
+    "abacus",  // 398
+    "abaya",  // 399
+    "academic gown",  // 400
+    "accordion",  // 401
+    "acoustic guitar",  // 402
+    "aircraft carrier",  // 403
+    "airliner",  // 404
+    "airship",  // 405
+    "altar",  // 406
+    "ambulance",  // 407
+    "amphibian",  // 408
+    "analog clock",  // 409
+    "apiary",  // 410
+    "apron",  // 411
+    "ashcan",  // 412
+    "assault rifle",  // 413
+    "backpack",  // 414
+    "bakery",  // 415
+    "balance beam",  // 416
+    "balloon",  // 417
+    "ballpoint",  // 418
+    "Band Aid",  // 419
+    "banjo",  // 420
+    "bannister",  // 421
+    "barbell",  // 422
+    "barber chair",  // 423
+    "barbershop",  // 424
+    "barn",  // 425
+    "barometer",  // 426
+    "barrel",  // 427
+    "barrow",  // 428
+    "baseball",  // 429
+    "basketball",  // 430
+    "bassinet",  // 431
+    "bassoon",  // 432
+    "bathing cap",  // 433
+    "bath towel",  // 434
+    "bathtub",  // 435
+    "beach wagon",  // 436
+    "beacon",  // 437
+    "beaker",  // 438
+    "bearskin",  // 439
+    "beer bottle",  // 440
+    "beer glass",  // 441
+    "bell cote",  // 442
+    "bib",  // 443
+    "bicycle-built-for-two",  // 444
+    "bikini",  // 445
+    "binder",  // 446
+    "binoculars",  // 447
+    "birdhouse",  // 448
+    "boathouse",  // 449
+    "bobsled",  // 450
+    "bolo tie",  // 451
+    "bonnet",  // 452
+    "bookcase",  // 453
+    "bookshop",  // 454
+    "bottlecap",  // 455
+    "bow",  // 456
+    "bow tie",  // 457
+    "brass",  // 458
+    "brassiere",  // 459
+    "breakwater",  // 460
+    "breastplate",  // 461
+    "broom",  // 462
+    "bucket",  // 463
+    "buckle",  // 464
+    "bulletproof vest",  // 465
+    "bullet train",  // 466
+    "butcher shop",  // 467
+    "cab",  // 468
+    "caldron",  // 469
+    "candle",  // 470
+    "cannon",  // 471
+    "canoe",  // 472
+    "can opener",  // 473
+    "cardigan",  // 474
+    "car mirror",  // 475
+    "carousel",  // 476
+    "carpenter's kit",  // 477
+    "carton",  // 478
+    "car wheel",  // 479
+    "cash machine",  // 480
+    "cassette",  // 481
+    "cassette player",  // 482
+    "castle",  // 483
+    "catamaran",  // 484
+    "CD player",  // 485
+    "cello",  // 486
+    "cellular telephone",  // 487
+    "chain",  // 488
+    "chainlink fence",  // 489
+    "chain mail",  // 490
+    "chain saw",  // 491
+    "chest",  // 492
+    "chiffonier",  // 493
+    "chime",  // 494
+    "china cabinet",  // 495
+    "Christmas stocking",  // 496
+    "church",  // 497
+    "cinema",  // 498
+    "cleaver",  // 499
+    "cliff dwelling",  // 500
+    "cloak",  // 501
+    "clog",  // 502
+    "cocktail shaker",  // 503
+    "coffee mug",  // 504
+    "coffeepot",  // 505
+    "coil",  // 506
+    "combination lock",  // 507
+    "computer keyboard",  // 508
+    "confectionery",  // 509
+    "container ship",  // 510
+    "convertible",  // 511
+    "corkscrew",  // 512
+    "cornet",  // 513
+    "cowboy boot",  // 514
+    "cowboy hat",  // 515
+    "cradle",  // 516
+    "crane",  // 517
+    "crash helmet",  // 518
+    "crate",  // 519
+    "crib",  // 520
+    "Crock Pot",  // 521
+    "croquet ball",  // 522
+    "crutch",  // 523
+    "cuirass",  // 524
+    "dam",  // 525
+    "desk",  // 526
+    "desktop computer",  // 527
+    "dial telephone",  // 528
+    "diaper",  // 529
+    "digital clock",  // 530
+    "digital watch",  // 531
+    "dining table",  // 532
+    "dishrag",  // 533
+    "dishwasher",  // 534
+    "disk brake",  // 535
+    "dock",  // 536
+    "dogsled",  // 537
+    "dome",  // 538
+    "doormat",  // 539
+    "drilling platform",  // 540
+    "drum",  // 541
+    "drumstick",  // 542
+    "dumbbell",  // 543
+    "Dutch oven",  // 544
+    "electric fan",  // 545
+    "electric guitar",  // 546
+    "electric locomotive",  // 547
+    "entertainment center",  // 548
+    "envelope",  // 549
+    "espresso maker",  // 550
+    "face powder",  // 551
+    "feather boa",  // 552
+    "file",  // 553
+    "fireboat",  // 554
+    "fire engine",  // 555
+    "fire screen",  // 556
+    "flagpole",  // 557
+    "flute",  // 558
+    "folding chair",  // 559
+    "football helmet",  // 560
+    "forklift",  // 561
+    "fountain",  // 562
+    "fountain pen",  // 563
+    "four-poster",  // 564
+    "freight car",  // 565
+    "French horn",  // 566
+    "frying pan",  // 567
+    "fur coat",  // 568
+    "garbage truck",  // 569
+    "gasmask",  // 570
+    "gas pump",  // 571
+    "goblet",  // 572
+    "go-kart",  // 573
+    "golf ball",  // 574
+    "golfcart",  // 575
+    "gondola",  // 576
+    "gong",  // 577
+    "gown",  // 578
+    "grand piano",  // 579
+    "greenhouse",  // 580
+    "grille",  // 581
+    "grocery store",  // 582
+    "guillotine",  // 583
+    "hair slide",  // 584
+    "hair spray",  // 585
+    "half track",  // 586
+    "hammer",  // 587
+    "hamper",  // 588
+    "hand blower",  // 589
+    "hand-held computer",  // 590
+    "handkerchief",  // 591
+    "hard disc",  // 592
+    "harmonica",  // 593
+    "harp",  // 594
+    "harvester",  // 595
+    "hatchet",  // 596
+    "holster",  // 597
+    "home theater",  // 598
+    "honeycomb",  // 599
+    "hook",  // 600
+    "hoopskirt",  // 601
+    "horizontal bar",  // 602
+    "horse cart",  // 603
+    "hourglass",  // 604
+    "iPod",  // 605
+    "iron",  // 606
+    "jack-o'-lantern",  // 607
+    "jean",  // 608
+    "jeep",  // 609
+    "jersey",  // 610
+    "jigsaw puzzle",  // 611
+    "jinrikisha",  // 612
+    "joystick",  // 613
+    "kimono",  // 614
+    "knee pad",  // 615
+    "knot",  // 616
+    "lab coat",  // 617
+    "ladle",  // 618
+    "lampshade",  // 619
+    "laptop",  // 620
+    "lawn mower",  // 621
+    "lens cap",  // 622
+    "letter opener",  // 623
+    "library",  // 624
+    "lifeboat",  // 625
+    "lighter",  // 626
+    "limousine",  // 627
+    "liner",  // 628
+    "lipstick",  // 629
+    "Loafer",  // 630
+    "lotion",  // 631
+    "loudspeaker",  // 632
+    "loupe",  // 633
+    "lumbermill",  // 634
+    "magnetic compass",  // 635
+    "mailbag",  // 636
+    "mailbox",  // 637
+    "maillot",  // 638
+    "maillot tank suit",  // 639
+    "manhole cover",  // 640
+    "maraca",  // 641
+    "marimba",  // 642
+    "mask",  // 643
+    "matchstick",  // 644
+    "maypole",  // 645
+    "maze",  // 646
+    "measuring cup",  // 647
+    "medicine chest",  // 648
+    "megalith",  // 649
+    "microphone",  // 650
+    "microwave",  // 651
+    "military uniform",  // 652
+    "milk can",  // 653
+    "minibus",  // 654
+    "miniskirt",  // 655
+    "minivan",  // 656
+    "missile",  // 657
+    "mitten",  // 658
+    "mixing bowl",  // 659
+    "mobile home",  // 660
+    "Model T",  // 661
+    "modem",  // 662
+    "monastery",  // 663
+    "monitor",  // 664
+    "moped",  // 665
+    "mortar",  // 666
+    "mortarboard",  // 667
+    "mosque",  // 668
+    "mosquito net",  // 669
+    "motor scooter",  // 670
+    "mountain bike",  // 671
+    "mountain tent",  // 672
+    "mouse",  // 673
+    "mousetrap",  // 674
+    "moving van",  // 675
+    "muzzle",  // 676
+    "nail",  // 677
+    "neck brace",  // 678
+    "necklace",  // 679
+    "nipple",  // 680
+    "notebook",  // 681
+    "obelisk",  // 682
+    "oboe",  // 683
+    "ocarina",  // 684
+    "odometer",  // 685
+    "oil filter",  // 686
+    "organ",  // 687
+    "oscilloscope",  // 688
+    "overskirt",  // 689
+    "oxcart",  // 690
+    "oxygen mask",  // 691
+    "packet",  // 692
+    "paddle",  // 693
+    "paddlewheel",  // 694
+    "padlock",  // 695
+    "paintbrush",  // 696
+    "pajama",  // 697
+    "palace",  // 698
+    "panpipe",  // 699
+    "paper towel",  // 700
+    "parachute",  // 701
+    "parallel bars",  // 702
+    "park bench",  // 703
+    "parking meter",  // 704
+    "passenger car",  // 705
+    "patio",  // 706
+    "pay-phone",  // 707
+    "pedestal",  // 708
+    "pencil box",  // 709
+    "pencil sharpener",  // 710
+    "perfume",  // 711
+    "Petri dish",  // 712
+    "photocopier",  // 713
+    "pick",  // 714
+    "pickelhaube",  // 715
+    "picket fence",  // 716
+    "pickup",  // 717
+    "pier",  // 718
+    "piggy bank",  // 719
+    "pill bottle",  // 720
+    "pillow",  // 721
+    "ping-pong ball",  // 722
+    "pinwheel",  // 723
+    "pirate",  // 724
+    "pitcher",  // 725
+    "plane",  // 726
+    "planetarium",  // 727
+    "plastic bag",  // 728
+    "plate rack",  // 729
+    "plow",  // 730
+    "plunger",  // 731
+    "Polaroid camera",  // 732
+    "pole",  // 733
+    "police van",  // 734
+    "poncho",  // 735
+    "pool table",  // 736
+    "pop bottle",  // 737
+    "pot",  // 738
+    "potter's wheel",  // 739
+    "power drill",  // 740
+    "prayer rug",  // 741
+    "printer",  // 742
+    "prison",  // 743
+    "projectile",  // 744
+    "projector",  // 745
+    "puck",  // 746
+    "punching bag",  // 747
+    "purse",  // 748
+    "quill",  // 749
+    "quilt",  // 750
+    "racer",  // 751
+    "racket",  // 752
+    "radiator",  // 753
+    "radio",  // 754
+    "radio telescope",  // 755
+    "rain barrel",  // 756
+    "recreational vehicle",  // 757
+    "reel",  // 758
+    "reflex camera",  // 759
+    "refrigerator",  // 760
+    "remote control",  // 761
+    "restaurant",  // 762
+    "revolver",  // 763
+    "rifle",  // 764
+    "rocking chair",  // 765
+    "rotisserie",  // 766
+    "rubber eraser",  // 767
+    "rugby ball",  // 768
+    "rule",  // 769
+    "running shoe",  // 770
+    "safe",  // 771
+    "safety pin",  // 772
+    "saltshaker",  // 773
+    "sandal",  // 774
+    "sarong",  // 775
+    "sax",  // 776
+    "scabbard",  // 777
+    "scale",  // 778
+    "school bus",  // 779
+    "schooner",  // 780
+    "scoreboard",  // 781
+    "screen",  // 782
+    "screw",  // 783
+    "screwdriver",  // 784
+    "seat belt",  // 785
+    "sewing machine",  // 786
+    "shield",  // 787
+    "shoe shop",  // 788
+    "shoji",  // 789
+    "shopping basket",  // 790
+    "shopping cart",  // 791
+    "shovel",  // 792
+    "shower cap",  // 793
+    "shower curtain",  // 794
+    "ski",  // 795
+    "ski mask",  // 796
+    "sleeping bag",  // 797
+    "slide rule",  // 798
+    "sliding door",  // 799
+    "slot",  // 800
+    "snorkel",  // 801
+    "snowmobile",  // 802
+    "snowplow",  // 803
+    "soap dispenser",  // 804
+    "soccer ball",  // 805
+    "sock",  // 806
+    "solar dish",  // 807
+    "sombrero",  // 808
+    "soup bowl",  // 809
+    "space bar",  // 810
+    "space heater",  // 811
+    "space shuttle",  // 812
+    "spatula",  // 813
+    "speedboat",  // 814
+    "spider web",  // 815
+    "spindle",  // 816
+    "sports car",  // 817
+    "spotlight",  // 818
+    "stage",  // 819
+    "steam locomotive",  // 820
+    "steel arch bridge",  // 821
+    "steel drum",  // 822
+    "stethoscope",  // 823
+    "stole",  // 824
+    "stone wall",  // 825
+    "stopwatch",  // 826
+    "stove",  // 827
+    "strainer",  // 828
+    "streetcar",  // 829
+    "stretcher",  // 830
+    "studio couch",  // 831
+    "stupa",  // 832
+    "submarine",  // 833
+    "suit",  // 834
+    "sundial",  // 835
+    "sunglass",  // 836
+    "sunglasses",  // 837
+    "sunscreen",  // 838
+    "suspension bridge",  // 839
+    "swab",  // 840
+    "sweatshirt",  // 841
+    "swimming trunks",  // 842
+    "swing",  // 843
+    "switch",  // 844
+    "syringe",  // 845
+    "table lamp",  // 846
+    "tank",  // 847
+    "tape player",  // 848
+    "teapot",  // 849
+    "teddy",  // 850
+    "television",  // 851
+    "tennis ball",  // 852
+    "thatch",  // 853
+    "theater curtain",  // 854
+    "thimble",  // 855
+    "thresher",  // 856
+    "throne",  // 857
+    "tile roof",  // 858
+    "toaster",  // 859
+    "tobacco shop",  // 860
+    "toilet seat",  // 861
+    "torch",  // 862
+    "totem pole",  // 863
+    "tow truck",  // 864
+    "toyshop",  // 865
+    "tractor",  // 866
+    "trailer truck",  // 867
+    "tray",  // 868
+    "trench coat",  // 869
+    "tricycle",  // 870
+    "trimaran",  // 871
+    "tripod",  // 872
+    "triumphal arch",  // 873
+    "trolleybus",  // 874
+    "trombone",  // 875
+    "tub",  // 876
+    "turnstile",  // 877
+    "typewriter keyboard",  // 878
+    "umbrella",  // 879
+    "unicycle",  // 880
+    "upright",  // 881
+    "vacuum",  // 882
+    "vase",  // 883
+    "vault",  // 884
+    "velvet",  // 885
+    "vending machine",  // 886
+    "vestment",  // 887
+    "viaduct",  // 888
+    "violin",  // 889
+    "volleyball",  // 890
+    "waffle iron",  // 891
+    "wall clock",  // 892
+    "wallet",  // 893
+    "wardrobe",  // 894
+    "warplane",  // 895
+    "washbasin",  // 896
+    "washer",  // 897
+    "water bottle",  // 898
+    "water jug",  // 899
+    "water tower",  // 900
+    "whiskey jug",  // 901
+    "whistle",  // 902
+    "wig",  // 903
+    "window screen",  // 904
+    "window shade",  // 905
+    "Windsor tie",  // 906
+    "wine bottle",  // 907
+    "wing",  // 908
+    "wok",  // 909
+    "wooden spoon",  // 910
+    "wool",  // 911
+    "worm fence",  // 912
+    "wreck",  // 913
+    "yawl",  // 914
+    "yurt",  // 915
+    "web site",  // 916
+    "comic book",  // 917
+    "crossword puzzle",  // 918
+    "street sign",  // 919
+    "traffic light",  // 920
+    "book jacket",  // 921
+    "menu",  // 922
+    "plate",  // 923
+    "guacamole",  // 924
+    "consomme",  // 925
+    "hot pot",  // 926
+    "trifle",  // 927
+    "ice cream",  // 928
+    "ice lolly",  // 929
+    "French loaf",  // 930
+    "bagel",  // 931
+    "pretzel",  // 932
+    "cheeseburger",  // 933
+    "hotdog",  // 934
+    "mashed potato",  // 935
+    "head cabbage",  // 936
+    "broccoli",  // 937
+    "cauliflower",  // 938
+    "zucchini",  // 939
+    "spaghetti squash",  // 940
+    "acorn squash",  // 941
+    "butternut squash",  // 942
+    "cucumber",  // 943
+    "artichoke",  // 944
+    "bell pepper",  // 945
+    "cardoon",  // 946
+    "mushroom",  // 947
+    "Granny Smith",  // 948
+    "strawberry",  // 949
+    "orange",  // 950
+    "lemon",  // 951
+    "fig",  // 952
+    "pineapple",  // 953
+    "banana",  // 954
+    "jackfruit",  // 955
+    "custard apple",  // 956
+    "pomegranate",  // 957
+    "hay",  // 958
+    "carbonara",  // 959
+    "chocolate sauce",  // 960
+    "dough",  // 961
+    "meat loaf",  // 962
+    "pizza",  // 963
+    "potpie",  // 964
+    "burrito",  // 965
+    "red wine",  // 966
+    "espresso",  // 967
+    "cup",  // 968
+    "eggnog",  // 969
+    "alp",  // 970
+    "bubble",  // 971
+    "cliff",  // 972
+    "coral reef",  // 973
+    "geyser",  // 974
+    "lakeside",  // 975
+    "promontory",  // 976
+    "sandbar",  // 977
+    "seashore",  // 978
+    "valley",  // 979
+    "volcano",  // 980
+    "ballplayer",  // 981
+    "groom",  // 982
+    "scuba diver",  // 983
+    "rapeseed",  // 984
+    "daisy",  // 985
+    "yellow lady's slipper",  // 986
+    "corn",  // 987
+    "acorn",  // 988
+    "hip",  // 989
+    "buckeye",  // 990
+    "coral fungus",  // 991
+    "agaric",  // 992
+    "gyromitra",  // 993
+    "stinkhorn",  // 994
+    "earthstar",  // 995
+    "hen-of-the-woods",  // 996
+    "bolete",  // 997
+    "ear",  // 998
+    "toilet tissue",  // 999
+};
+static_assert(std::size(kNames) == 1000, "the ImageNet-1k classes");
+
+}  // namespace
 
 const std::vector<std::string>& imagenet_class_names() {
-  static const std::vector<std::string> names = {
-      "tench",  // 0
-      "goldfish",  // 1
-      "great white shark",  // 2
-      "tiger shark",  // 3
-      "hammerhead",  // 4
-      "electric ray",  // 5
-      "stingray",  // 6
-      "cock",  // 7
-      "hen",  // 8
-      "ostrich",  // 9
-      "brambling",  // 10
-      "goldfinch",  // 11
-      "house finch",  // 12
-      "junco",  // 13
-      "indigo bunting",  // 14
-      "robin",  // 15
-      "bulbul",  // 16
-      "jay",  // 17
-      "magpie",  // 18
-      "chickadee",  // 19
-      "water ouzel",  // 20
-      "kite",  // 21
-      "bald eagle",  // 22
-      "vulture",  // 23
-      "great grey owl",  // 24
-      "European fire salamander",  // 25
-      "common newt",  // 26
-      "eft",  // 27
-      "spotted salamander",  // 28
-      "axolotl",  // 29
-      "bullfrog",  // 30
-      "tree frog",  // 31
-      "tailed frog",  // 32
-      "loggerhead",  // 33
-      "leatherback turtle",  // 34
-      "mud turtle",  // 35
-      "terrapin",  // 36
-      "box turtle",  // 37
-      "banded gecko",  // 38
-      "common iguana",  // 39
-      "American chameleon",  // 40
-      "whiptail",  // 41
-      "agama",  // 42
-      "frilled lizard",  // 43
-      "alligator lizard",  // 44
-      "Gila monster",  // 45
-      "green lizard",  // 46
-      "African chameleon",  // 47
-      "Komodo dragon",  // 48
-      "African crocodile",  // 49
-      "American alligator",  // 50
-      "triceratops",  // 51
-      "thunder snake",  // 52
-      "ringneck snake",  // 53
-      "hognose snake",  // 54
-      "green snake",  // 55
-      "king snake",  // 56
-      "garter snake",  // 57
-      "water snake",  // 58
-      "vine snake",  // 59
-      "night snake",  // 60
-      "boa constrictor",  // 61
-      "rock python",  // 62
-      "Indian cobra",  // 63
-      "green mamba",  // 64
-      "sea snake",  // 65
-      "horned viper",  // 66
-      "diamondback",  // 67
-      "sidewinder",  // 68
-      "trilobite",  // 69
-      "harvestman",  // 70
-      "scorpion",  // 71
-      "black and gold garden spider",  // 72
-      "barn spider",  // 73
-      "garden spider",  // 74
-      "black widow",  // 75
-      "tarantula",  // 76
-      "wolf spider",  // 77
-      "tick",  // 78
-      "centipede",  // 79
-      "black grouse",  // 80
-      "ptarmigan",  // 81
-      "ruffed grouse",  // 82
-      "prairie chicken",  // 83
-      "peacock",  // 84
-      "quail",  // 85
-      "partridge",  // 86
-      "African grey",  // 87
-      "macaw",  // 88
-      "sulphur-crested cockatoo",  // 89
-      "lorikeet",  // 90
-      "coucal",  // 91
-      "bee eater",  // 92
-      "hornbill",  // 93
-      "hummingbird",  // 94
-      "jacamar",  // 95
-      "toucan",  // 96
-      "drake",  // 97
-      "red-breasted merganser",  // 98
-      "goose",  // 99
-      "black swan",  // 100
-      "tusker",  // 101
-      "echidna",  // 102
-      "platypus",  // 103
-      "wallaby",  // 104
-      "koala",  // 105
-      "wombat",  // 106
-      "jellyfish",  // 107
-      "sea anemone",  // 108
-      "brain coral",  // 109
-      "flatworm",  // 110
-      "nematode",  // 111
-      "conch",  // 112
-      "snail",  // 113
-      "slug",  // 114
-      "sea slug",  // 115
-      "chiton",  // 116
-      "chambered nautilus",  // 117
-      "Dungeness crab",  // 118
-      "rock crab",  // 119
-      "fiddler crab",  // 120
-      "king crab",  // 121
-      "American lobster",  // 122
-      "spiny lobster",  // 123
-      "crayfish",  // 124
-      "hermit crab",  // 125
-      "isopod",  // 126
-      "white stork",  // 127
-      "black stork",  // 128
-      "spoonbill",  // 129
-      "flamingo",  // 130
-      "little blue heron",  // 131
-      "American egret",  // 132
-      "bittern",  // 133
-      "crane bird",  // 134
-      "limpkin",  // 135
-      "European gallinule",  // 136
-      "American coot",  // 137
-      "bustard",  // 138
-      "ruddy turnstone",  // 139
-      "red-backed sandpiper",  // 140
-      "redshank",  // 141
-      "dowitcher",  // 142
-      "oystercatcher",  // 143
-      "pelican",  // 144
-      "king penguin",  // 145
-      "albatross",  // 146
-      "grey whale",  // 147
-      "killer whale",  // 148
-      "dugong",  // 149
-      "sea lion",  // 150
-      "Chihuahua",  // 151
-      "Japanese spaniel",  // 152
-      "Maltese dog",  // 153
-      "Pekinese",  // 154
-      "Shih-Tzu",  // 155
-      "Blenheim spaniel",  // 156
-      "papillon",  // 157
-      "toy terrier",  // 158
-      "Rhodesian ridgeback",  // 159
-      "Afghan hound",  // 160
-      "basset",  // 161
-      "beagle",  // 162
-      "bloodhound",  // 163
-      "bluetick",  // 164
-      "black-and-tan coonhound",  // 165
-      "Walker hound",  // 166
-      "English foxhound",  // 167
-      "redbone",  // 168
-      "borzoi",  // 169
-      "Irish wolfhound",  // 170
-      "Italian greyhound",  // 171
-      "whippet",  // 172
-      "Ibizan hound",  // 173
-      "Norwegian elkhound",  // 174
-      "otterhound",  // 175
-      "Saluki",  // 176
-      "Scottish deerhound",  // 177
-      "Weimaraner",  // 178
-      "Staffordshire bullterrier",  // 179
-      "American Staffordshire terrier",  // 180
-      "Bedlington terrier",  // 181
-      "Border terrier",  // 182
-      "Kerry blue terrier",  // 183
-      "Irish terrier",  // 184
-      "Norfolk terrier",  // 185
-      "Norwich terrier",  // 186
-      "Yorkshire terrier",  // 187
-      "wire-haired fox terrier",  // 188
-      "Lakeland terrier",  // 189
-      "Sealyham terrier",  // 190
-      "Airedale",  // 191
-      "cairn",  // 192
-      "Australian terrier",  // 193
-      "Dandie Dinmont",  // 194
-      "Boston bull",  // 195
-      "miniature schnauzer",  // 196
-      "giant schnauzer",  // 197
-      "standard schnauzer",  // 198
-      "Scotch terrier",  // 199
-      "Tibetan terrier",  // 200
-      "silky terrier",  // 201
-      "soft-coated wheaten terrier",  // 202
-      "West Highland white terrier",  // 203
-      "Lhasa",  // 204
-      "flat-coated retriever",  // 205
-      "curly-coated retriever",  // 206
-      "golden retriever",  // 207
-      "Labrador retriever",  // 208
-      "Chesapeake Bay retriever",  // 209
-      "German short-haired pointer",  // 210
-      "vizsla",  // 211
-      "English setter",  // 212
-      "Irish setter",  // 213
-      "Gordon setter",  // 214
-      "Brittany spaniel",  // 215
-      "clumber",  // 216
-      "English springer",  // 217
-      "Welsh springer spaniel",  // 218
-      "cocker spaniel",  // 219
-      "Sussex spaniel",  // 220
-      "Irish water spaniel",  // 221
-      "kuvasz",  // 222
-      "schipperke",  // 223
-      "groenendael",  // 224
-      "malinois",  // 225
-      "briard",  // 226
-      "kelpie",  // 227
-      "komondor",  // 228
-      "Old English sheepdog",  // 229
-      "Shetland sheepdog",  // 230
-      "collie",  // 231
-      "Border collie",  // 232
-      "Bouvier des Flandres",  // 233
-      "Rottweiler",  // 234
-      "German shepherd",  // 235
-      "Doberman",  // 236
-      "miniature pinscher",  // 237
-      "Greater Swiss Mountain dog",  // 238
-      "Bernese mountain dog",  // 239
-      "Appenzeller",  // 240
-      "EntleBucher",  // 241
-      "boxer",  // 242
-      "bull mastiff",  // 243
-      "Tibetan mastiff",  // 244
-      "French bulldog",  // 245
-      "Great Dane",  // 246
-      "Saint Bernard",  // 247
-      "Eskimo dog",  // 248
-      "malamute",  // 249
-      "Siberian husky",  // 250
-      "dalmatian",  // 251
-      "affenpinscher",  // 252
-      "basenji",  // 253
-      "pug",  // 254
-      "Leonberg",  // 255
-      "Newfoundland",  // 256
-      "Great Pyrenees",  // 257
-      "Samoyed",  // 258
-      "Pomeranian",  // 259
-      "chow",  // 260
-      "keeshond",  // 261
-      "Brabancon griffon",  // 262
-      "Pembroke",  // 263
-      "Cardigan",  // 264
-      "toy poodle",  // 265
-      "miniature poodle",  // 266
-      "standard poodle",  // 267
-      "Mexican hairless",  // 268
-      "timber wolf",  // 269
-      "white wolf",  // 270
-      "red wolf",  // 271
-      "coyote",  // 272
-      "dingo",  // 273
-      "dhole",  // 274
-      "African hunting dog",  // 275
-      "hyena",  // 276
-      "red fox",  // 277
-      "kit fox",  // 278
-      "Arctic fox",  // 279
-      "grey fox",  // 280
-      "tabby",  // 281
-      "tiger cat",  // 282
-      "Persian cat",  // 283
-      "Siamese cat",  // 284
-      "Egyptian cat",  // 285
-      "cougar",  // 286
-      "lynx",  // 287
-      "leopard",  // 288
-      "snow leopard",  // 289
-      "jaguar",  // 290
-      "lion",  // 291
-      "tiger",  // 292
-      "cheetah",  // 293
-      "brown bear",  // 294
-      "American black bear",  // 295
-      "ice bear",  // 296
-      "sloth bear",  // 297
-      "mongoose",  // 298
-      "meerkat",  // 299
-      "tiger beetle",  // 300
-      "ladybug",  // 301
-      "ground beetle",  // 302
-      "long-horned beetle",  // 303
-      "leaf beetle",  // 304
-      "dung beetle",  // 305
-      "rhinoceros beetle",  // 306
-      "weevil",  // 307
-      "fly",  // 308
-      "bee",  // 309
-      "ant",  // 310
-      "grasshopper",  // 311
-      "cricket",  // 312
-      "walking stick",  // 313
-      "cockroach",  // 314
-      "mantis",  // 315
-      "cicada",  // 316
-      "leafhopper",  // 317
-      "lacewing",  // 318
-      "dragonfly",  // 319
-      "damselfly",  // 320
-      "admiral",  // 321
-      "ringlet",  // 322
-      "monarch",  // 323
-      "cabbage butterfly",  // 324
-      "sulphur butterfly",  // 325
-      "lycaenid",  // 326
-      "starfish",  // 327
-      "sea urchin",  // 328
-      "sea cucumber",  // 329
-      "wood rabbit",  // 330
-      "hare",  // 331
-      "Angora",  // 332
-      "hamster",  // 333
-      "porcupine",  // 334
-      "fox squirrel",  // 335
-      "marmot",  // 336
-      "beaver",  // 337
-      "guinea pig",  // 338
-      "sorrel",  // 339
-      "zebra",  // 340
-      "hog",  // 341
-      "wild boar",  // 342
-      "warthog",  // 343
-      "hippopotamus",  // 344
-      "ox",  // 345
-      "water buffalo",  // 346
-      "bison",  // 347
-      "ram",  // 348
-      "bighorn",  // 349
-      "ibex",  // 350
-      "hartebeest",  // 351
-      "impala",  // 352
-      "gazelle",  // 353
-      "Arabian camel",  // 354
-      "llama",  // 355
-      "weasel",  // 356
-      "mink",  // 357
-      "polecat",  // 358
-      "black-footed ferret",  // 359
-      "otter",  // 360
-      "skunk",  // 361
-      "badger",  // 362
-      "armadillo",  // 363
-      "three-toed sloth",  // 364
-      "orangutan",  // 365
-      "gorilla",  // 366
-      "chimpanzee",  // 367
-      "gibbon",  // 368
-      "siamang",  // 369
-      "guenon",  // 370
-      "patas",  // 371
-      "baboon",  // 372
-      "macaque",  // 373
-      "langur",  // 374
-      "colobus",  // 375
-      "proboscis monkey",  // 376
-      "marmoset",  // 377
-      "capuchin",  // 378
-      "howler monkey",  // 379
-      "titi",  // 380
-      "spider monkey",  // 381
-      "squirrel monkey",  // 382
-      "Madagascar cat",  // 383
-      "indri",  // 384
-      "Indian elephant",  // 385
-      "African elephant",  // 386
-      "lesser panda",  // 387
-      "giant panda",  // 388
-      "barracouta",  // 389
-      "eel",  // 390
-      "coho",  // 391
-      "rock beauty",  // 392
-      "anemone fish",  // 393
-      "sturgeon",  // 394
-      "gar",  // 395
-      "lionfish",  // 396
-      "puffer",  // 397
-      "abacus",  // 398
-      "abaya",  // 399
-      "academic gown",  // 400
-      "accordion",  // 401
-      "acoustic guitar",  // 402
-      "aircraft carrier",  // 403
-      "airliner",  // 404
-      "airship",  // 405
-      "altar",  // 406
-      "ambulance",  // 407
-      "amphibian",  // 408
-      "analog clock",  // 409
-      "apiary",  // 410
-      "apron",  // 411
-      "ashcan",  // 412
-      "assault rifle",  // 413
-      "backpack",  // 414
-      "bakery",  // 415
-      "balance beam",  // 416
-      "balloon",  // 417
-      "ballpoint",  // 418
-      "Band Aid",  // 419
-      "banjo",  // 420
-      "bannister",  // 421
-      "barbell",  // 422
-      "barber chair",  // 423
-      "barbershop",  // 424
-      "barn",  // 425
-      "barometer",  // 426
-      "barrel",  // 427
-      "barrow",  // 428
-      "baseball",  // 429
-      "basketball",  // 430
-      "bassinet",  // 431
-      "bassoon",  // 432
-      "bathing cap",  // 433
-      "bath towel",  // 434
-      "bathtub",  // 435
-      "beach wagon",  // 436
-      "beacon",  // 437
-      "beaker",  // 438
-      "bearskin",  // 439
-      "beer bottle",  // 440
-      "beer glass",  // 441
-      "bell cote",  // 442
-      "bib",  // 443
-      "bicycle-built-for-two",  // 444
-      "bikini",  // 445
-      "binder",  // 446
-      "binoculars",  // 447
-      "birdhouse",  // 448
-      "boathouse",  // 449
-      "bobsled",  // 450
-      "bolo tie",  // 451
-      "bonnet",  // 452
-      "bookcase",  // 453
-      "bookshop",  // 454
-      "bottlecap",  // 455
-      "bow",  // 456
-      "bow tie",  // 457
-      "brass",  // 458
-      "brassiere",  // 459
-      "breakwater",  // 460
-      "breastplate",  // 461
-      "broom",  // 462
-      "bucket",  // 463
-      "buckle",  // 464
-      "bulletproof vest",  // 465
-      "bullet train",  // 466
-      "butcher shop",  // 467
-      "cab",  // 468
-      "caldron",  // 469
-      "candle",  // 470
-      "cannon",  // 471
-      "canoe",  // 472
-      "can opener",  // 473
-      "cardigan",  // 474
-      "car mirror",  // 475
-      "carousel",  // 476
-      "carpenter's kit",  // 477
-      "carton",  // 478
-      "car wheel",  // 479
-      "cash machine",  // 480
-      "cassette",  // 481
-      "cassette player",  // 482
-      "castle",  // 483
-      "catamaran",  // 484
-      "CD player",  // 485
-      "cello",  // 486
-      "cellular telephone",  // 487
-      "chain",  // 488
-      "chainlink fence",  // 489
-      "chain mail",  // 490
-      "chain saw",  // 491
-      "chest",  // 492
-      "chiffonier",  // 493
-      "chime",  // 494
-      "china cabinet",  // 495
-      "Christmas stocking",  // 496
-      "church",  // 497
-      "cinema",  // 498
-      "cleaver",  // 499
-      "cliff dwelling",  // 500
-      "cloak",  // 501
-      "clog",  // 502
-      "cocktail shaker",  // 503
-      "coffee mug",  // 504
-      "coffeepot",  // 505
-      "coil",  // 506
-      "combination lock",  // 507
-      "computer keyboard",  // 508
-      "confectionery",  // 509
-      "container ship",  // 510
-      "convertible",  // 511
-      "corkscrew",  // 512
-      "cornet",  // 513
-      "cowboy boot",  // 514
-      "cowboy hat",  // 515
-      "cradle",  // 516
-      "crane",  // 517
-      "crash helmet",  // 518
-      "crate",  // 519
-      "crib",  // 520
-      "Crock Pot",  // 521
-      "croquet ball",  // 522
-      "crutch",  // 523
-      "cuirass",  // 524
-      "dam",  // 525
-      "desk",  // 526
-      "desktop computer",  // 527
-      "dial telephone",  // 528
-      "diaper",  // 529
-      "digital clock",  // 530
-      "digital watch",  // 531
-      "dining table",  // 532
-      "dishrag",  // 533
-      "dishwasher",  // 534
-      "disk brake",  // 535
-      "dock",  // 536
-      "dogsled",  // 537
-      "dome",  // 538
-      "doormat",  // 539
-      "drilling platform",  // 540
-      "drum",  // 541
-      "drumstick",  // 542
-      "dumbbell",  // 543
-      "Dutch oven",  // 544
-      "electric fan",  // 545
-      "electric guitar",  // 546
-      "electric locomotive",  // 547
-      "entertainment center",  // 548
-      "envelope",  // 549
-      "espresso maker",  // 550
-      "face powder",  // 551
-      "feather boa",  // 552
-      "file",  // 553
-      "fireboat",  // 554
-      "fire engine",  // 555
-      "fire screen",  // 556
-      "flagpole",  // 557
-      "flute",  // 558
-      "folding chair",  // 559
-      "football helmet",  // 560
-      "forklift",  // 561
-      "fountain",  // 562
-      "fountain pen",  // 563
-      "four-poster",  // 564
-      "freight car",  // 565
-      "French horn",  // 566
-      "frying pan",  // 567
-      "fur coat",  // 568
-      "garbage truck",  // 569
-      "gasmask",  // 570
-      "gas pump",  // 571
-      "goblet",  // 572
-      "go-kart",  // 573
-      "golf ball",  // 574
-      "golfcart",  // 575
-      "gondola",  // 576
-      "gong",  // 577
-      "gown",  // 578
-      "grand piano",  // 579
-      "greenhouse",  // 580
-      "grille",  // 581
-      "grocery store",  // 582
-      "guillotine",  // 583
-      "hair slide",  // 584
-      "hair spray",  // 585
-      "half track",  // 586
-      "hammer",  // 587
-      "hamper",  // 588
-      "hand blower",  // 589
-      "hand-held computer",  // 590
-      "handkerchief",  // 591
-      "hard disc",  // 592
-      "harmonica",  // 593
-      "harp",  // 594
-      "harvester",  // 595
-      "hatchet",  // 596
-      "holster",  // 597
-      "home theater",  // 598
-      "honeycomb",  // 599
-      "hook",  // 600
-      "hoopskirt",  // 601
-      "horizontal bar",  // 602
-      "horse cart",  // 603
-      "hourglass",  // 604
-      "iPod",  // 605
-      "iron",  // 606
-      "jack-o'-lantern",  // 607
-      "jean",  // 608
-      "jeep",  // 609
-      "jersey",  // 610
-      "jigsaw puzzle",  // 611
-      "jinrikisha",  // 612
-      "joystick",  // 613
-      "kimono",  // 614
-      "knee pad",  // 615
-      "knot",  // 616
-      "lab coat",  // 617
-      "ladle",  // 618
-      "lampshade",  // 619
-      "laptop",  // 620
-      "lawn mower",  // 621
-      "lens cap",  // 622
-      "letter opener",  // 623
-      "library",  // 624
-      "lifeboat",  // 625
-      "lighter",  // 626
-      "limousine",  // 627
-      "liner",  // 628
-      "lipstick",  // 629
-      "Loafer",  // 630
-      "lotion",  // 631
-      "loudspeaker",  // 632
-      "loupe",  // 633
-      "lumbermill",  // 634
-      "magnetic compass",  // 635
-      "mailbag",  // 636
-      "mailbox",  // 637
-      "maillot",  // 638
-      "maillot tank suit",  // 639
-      "manhole cover",  // 640
-      "maraca",  // 641
-      "marimba",  // 642
-      "mask",  // 643
-      "matchstick",  // 644
-      "maypole",  // 645
-      "maze",  // 646
-      "measuring cup",  // 647
-      "medicine chest",  // 648
-      "megalith",  // 649
-      "microphone",  // 650
-      "microwave",  // 651
-      "military uniform",  // 652
-      "milk can",  // 653
-      "minibus",  // 654
-      "miniskirt",  // 655
-      "minivan",  // 656
-      "missile",  // 657
-      "mitten",  // 658
-      "mixing bowl",  // 659
-      "mobile home",  // 660
-      "Model T",  // 661
-      "modem",  // 662
-      "monastery",  // 663
-      "monitor",  // 664
-      "moped",  // 665
-      "mortar",  // 666
-      "mortarboard",  // 667
-      "mosque",  // 668
-      "mosquito net",  // 669
-      "motor scooter",  // 670
-      "mountain bike",  // 671
-      "mountain tent",  // 672
-      "mouse",  // 673
-      "mousetrap",  // 674
-      "moving van",  // 675
-      "muzzle",  // 676
-      "nail",  // 677
-      "neck brace",  // 678
-      "necklace",  // 679
-      "nipple",  // 680
-      "notebook",  // 681
-      "obelisk",  // 682
-      "oboe",  // 683
-      "ocarina",  // 684
-      "odometer",  // 685
-      "oil filter",  // 686
-      "organ",  // 687
-      "oscilloscope",  // 688
-      "overskirt",  // 689
-      "oxcart",  // 690
-      "oxygen mask",  // 691
-      "packet",  // 692
-      "paddle",  // 693
-      "paddlewheel",  // 694
-      "padlock",  // 695
-      "paintbrush",  // 696
-      "pajama",  // 697
-      "palace",  // 698
-      "panpipe",  // 699
-      "paper towel",  // 700
-      "parachute",  // 701
-      "parallel bars",  // 702
-      "park bench",  // 703
-      "parking meter",  // 704
-      "passenger car",  // 705
-      "patio",  // 706
-      "pay-phone",  // 707
-      "pedestal",  // 708
-      "pencil box",  // 709
-      "pencil sharpener",  // 710
-      "perfume",  // 711
-      "Petri dish",  // 712
-      "photocopier",  // 713
-      "pick",  // 714
-      "pickelhaube",  // 715
-      "picket fence",  // 716
-      "pickup",  // 717
-      "pier",  // 718
-      "piggy bank",  // 719
-      "pill bottle",  // 720
-      "pillow",  // 721
-      "ping-pong ball",  // 722
-      "pinwheel",  // 723
-      "pirate",  // 724
-      "pitcher",  // 725
-      "plane",  // 726
-      "planetarium",  // 727
-      "plastic bag",  // 728
-      "plate rack",  // 729
-      "plow",  // 730
-      "plunger",  // 731
-      "Polaroid camera",  // 732
-      "pole",  // 733
-      "police van",  // 734
-      "poncho",  // 735
-      "pool table",  // 736
-      "pop bottle",  // 737
-      "pot",  // 738
-      "potter's wheel",  // 739
-      "power drill",  // 740
-      "prayer rug",  // 741
-      "printer",  // 742
-      "prison",  // 743
-      "projectile",  // 744
-      "projector",  // 745
-      "puck",  // 746
-      "punching bag",  // 747
-      "purse",  // 748
-      "quill",  // 749
-      "quilt",  // 750
-      "racer",  // 751
-      "racket",  // 752
-      "radiator",  // 753
-      "radio",  // 754
-      "radio telescope",  // 755
-      "rain barrel",  // 756
-      "recreational vehicle",  // 757
-      "reel",  // 758
-      "reflex camera",  // 759
-      "refrigerator",  // 760
-      "remote control",  // 761
-      "restaurant",  // 762
-      "revolver",  // 763
-      "rifle",  // 764
-      "rocking chair",  // 765
-      "rotisserie",  // 766
-      "rubber eraser",  // 767
-      "rugby ball",  // 768
-      "rule",  // 769
-      "running shoe",  // 770
-      "safe",  // 771
-      "safety pin",  // 772
-      "saltshaker",  // 773
-      "sandal",  // 774
-      "sarong",  // 775
-      "sax",  // 776
-      "scabbard",  // 777
-      "scale",  // 778
-      "school bus",  // 779
-      "schooner",  // 780
-      "scoreboard",  // 781
-      "screen",  // 782
-      "screw",  // 783
-      "screwdriver",  // 784
-      "seat belt",  // 785
-      "sewing machine",  // 786
-      "shield",  // 787
-      "shoe shop",  // 788
-      "shoji",  // 789
-      "shopping basket",  // 790
-      "shopping cart",  // 791
-      "shovel",  // 792
-      "shower cap",  // 793
-      "shower curtain",  // 794
-      "ski",  // 795
-      "ski mask",  // 796
-      "sleeping bag",  // 797
-      "slide rule",  // 798
-      "sliding door",  // 799
-      "slot",  // 800
-      "snorkel",  // 801
-      "snowmobile",  // 802
-      "snowplow",  // 803
-      "soap dispenser",  // 804
-      "soccer ball",  // 805
-      "sock",  // 806
-      "solar dish",  // 807
-      "sombrero",  // 808
-      "soup bowl",  // 809
-      "space bar",  // 810
-      "space heater",  // 811
-      "space shuttle",  // 812
-      "spatula",  // 813
-      "speedboat",  // 814
-      "spider web",  // 815
-      "spindle",  // 816
-      "sports car",  // 817
-      "spotlight",  // 818
-      "stage",  // 819
-      "steam locomotive",  // 820
-      "steel arch bridge",  // 821
-      "steel drum",  // 822
-      "stethoscope",  // 823
-      "stole",  // 824
-      "stone wall",  // 825
-      "stopwatch",  // 826
-      "stove",  // 827
-      "strainer",  // 828
-      "streetcar",  // 829
-      "stretcher",  // 830
-      "studio couch",  // 831
-      "stupa",  // 832
-      "submarine",  // 833
-      "suit",  // 834
-      "sundial",  // 835
-      "sunglass",  // 836
-      "sunglasses",  // 837
-      "sunscreen",  // 838
-      "suspension bridge",  // 839
-      "swab",  // 840
-      "sweatshirt",  // 841
-      "swimming trunks",  // 842
-      "swing",  // 843
-      "switch",  // 844
-      "syringe",  // 845
-      "table lamp",  // 846
-      "tank",  // 847
-      "tape player",  // 848
-      "teapot",  // 849
-      "teddy",  // 850
-      "television",  // 851
-      "tennis ball",  // 852
-      "thatch",  // 853
-      "theater curtain",  // 854
-      "thimble",  // 855
-      "thresher",  // 856
-      "throne",  // 857
-      "tile roof",  // 858
-      "toaster",  // 859
-      "tobacco shop",  // 860
-      "toilet seat",  // 861
-      "torch",  // 862
-      "totem pole",  // 863
-      "tow truck",  // 864
-      "toyshop",  // 865
-      "tractor",  // 866
-      "trailer truck",  // 867
-      "tray",  // 868
-      "trench coat",  // 869
-      "tricycle",  // 870
-      "trimaran",  // 871
-      "tripod",  // 872
-      "triumphal arch",  // 873
-      "trolleybus",  // 874
-      "trombone",  // 875
-      "tub",  // 876
-      "turnstile",  // 877
-      "typewriter keyboard",  // 878
-      "umbrella",  // 879
-      "unicycle",  // 880
-      "upright",  // 881
-      "vacuum",  // 882
-      "vase",  // 883
-      "vault",  // 884
-      "velvet",  // 885
-      "vending machine",  // 886
-      "vestment",  // 887
-      "viaduct",  // 888
-      "violin",  // 889
-      "volleyball",  // 890
-      "waffle iron",  // 891
-      "wall clock",  // 892
-      "wallet",  // 893
-      "wardrobe",  // 894
-      "warplane",  // 895
-      "washbasin",  // 896
-      "washer",  // 897
-      "water bottle",  // 898
-      "water jug",  // 899
-      "water tower",  // 900
-      "whiskey jug",  // 901
-      "whistle",  // 902
-      "wig",  // 903
-      "window screen",  // 904
-      "window shade",  // 905
-      "Windsor tie",  // 906
-      "wine bottle",  // 907
-      "wing",  // 908
-      "wok",  // 909
-      "wooden spoon",  // 910
-      "wool",  // 911
-      "worm fence",  // 912
-      "wreck",  // 913
-      "yawl",  // 914
-      "yurt",  // 915
-      "web site",  // 916
-      "comic book",  // 917
-      "crossword puzzle",  // 918
-      "street sign",  // 919
-      "traffic light",  // 920
-      "book jacket",  // 921
-      "menu",  // 922
-      "plate",  // 923
-      "guacamole",  // 924
-      "consomme",  // 925
-      "hot pot",  // 926
-      "trifle",  // 927
-      "ice cream",  // 928
-      "ice lolly",  // 929
-      "French loaf",  // 930
-      "bagel",  // 931
-      "pretzel",  // 932
-      "cheeseburger",  // 933
-      "hotdog",  // 934
-      "mashed potato",  // 935
-      "head cabbage",  // 936
-      "broccoli",  // 937
-      "cauliflower",  // 938
-      "zucchini",  // 939
-      "spaghetti squash",  // 940
-      "acorn squash",  // 941
-      "butternut squash",  // 942
-      "cucumber",  // 943
-      "artichoke",  // 944
-      "bell pepper",  // 945
-      "cardoon",  // 946
-      "mushroom",  // 947
-      "Granny Smith",  // 948
-      "strawberry",  // 949
-      "orange",  // 950
-      "lemon",  // 951
-      "fig",  // 952
-      "pineapple",  // 953
-      "banana",  // 954
-      "jackfruit",  // 955
-      "custard apple",  // 956
-      "pomegranate",  // 957
-      "hay",  // 958
-      "carbonara",  // 959
-      "chocolate sauce",  // 960
-      "dough",  // 961
-      "meat loaf",  // 962
-      "pizza",  // 963
-      "potpie",  // 964
-      "burrito",  // 965
-      "red wine",  // 966
-      "espresso",  // 967
-      "cup",  // 968
-      "eggnog",  // 969
-      "alp",  // 970
-      "bubble",  // 971
-      "cliff",  // 972
-      "coral reef",  // 973
-      "geyser",  // 974
-      "lakeside",  // 975
-      "promontory",  // 976
-      "sandbar",  // 977
-      "seashore",  // 978
-      "valley",  // 979
-      "volcano",  // 980
-      "ballplayer",  // 981
-      "groom",  // 982
-      "scuba diver",  // 983
-      "rapeseed",  // 984
-      "daisy",  // 985
-      "yellow lady's slipper",  // 986
-      "corn",  // 987
-      "acorn",  // 988
-      "hip",  // 989
-      "buckeye",  // 990
-      "coral fungus",  // 991
-      "agaric",  // 992
-      "gyromitra",  // 993
-      "stinkhorn",  // 994
-      "earthstar",  // 995
-      "hen-of-the-woods",  // 996
-      "bolete",  // 997
-      "ear",  // 998
-      "toilet tissue",  // 999
-  };
+  static const std::vector<std::string> names(std::begin(kNames), std::end(kNames));
   return names;
 }
 

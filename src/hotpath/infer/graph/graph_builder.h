@@ -19,7 +19,7 @@ class GraphBuilder {
   std::string param(const std::string& key, const at::Tensor& t);
 
   // Adds a node whose output value is named after the node; returns the output name.
-  std::string node(std::string op, std::string name, std::vector<std::string> inputs,
+  std::string node(OpKind op, std::string name, std::vector<std::string> inputs,
                    std::map<std::string, std::string> params = {}, std::map<std::string, AttrValue> attrs = {});
 
   void input(ValueSpec spec) { graph_.inputs.push_back(std::move(spec)); }

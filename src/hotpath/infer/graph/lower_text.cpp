@@ -13,7 +13,7 @@
 #include "hotpath/core/error.h"
 #include "hotpath/infer/lower.h"
 #include "hotpath/models/lora.h"
-#include "internal/graph_builder.h"
+#include "graph_builder.h"
 
 namespace hotpath::infer {
 namespace {
@@ -57,14 +57,14 @@ class TextLowering {
     if (bias.defined()) params["bias"] = b.param(name + ".bias", bias);
     std::vector<std::string> inputs = {input};
     if (!residual.empty()) inputs.push_back(residual);
-    return b.node("linear", name, inputs, params, {{"act", act}});
+    return b.node(OpKind::kLinear, name, inputs, params, {{"act", act}});
   }
 
   std::string layer_norm(const std::string& path, const std::string& input) {
     const auto* ln = module(path)->as<torch::nn::LayerNormImpl>();
     HOTPATH_CHECK(ln != nullptr, "lowering: ", path, " is not a LayerNorm");
     const std::string name = full(path);
-    return b.node("layer_norm", name, {input},
+    return b.node(OpKind::kLayerNorm, name, {input},
                   {{"weight", b.param(name + ".weight", ln->weight)}, {"bias", b.param(name + ".bias", ln->bias)}},
                   {{"eps", ln->options.eps()}});
   }
@@ -135,7 +135,7 @@ std::string lower_encoder(TextLowering& t, const models::BertModel& model) {
   const auto [ln_weight, ln_bias] = t.layer_norm_weights("embeddings.LayerNorm");
   embed["ln_weight"] = t.b.param(t.full("embeddings.LayerNorm.weight"), ln_weight);
   embed["ln_bias"] = t.b.param(t.full("embeddings.LayerNorm.bias"), ln_bias);
-  std::string x = t.b.node("bert_embed", t.full("embeddings"), {"input_ids", "token_type_ids"}, embed,
+  std::string x = t.b.node(OpKind::kBertEmbed, t.full("embeddings"), {"input_ids", "token_type_ids"}, embed,
                            {{"eps", c.layer_norm_eps}});
 
   const std::string act = activation(c.hidden_act);
@@ -152,7 +152,7 @@ std::string lower_encoder(TextLowering& t, const models::BertModel& model) {
                   " q/k/v projections without bias");
     const std::string qkv_path = layer + (bert ? "attention.self.qkv" : "attention.qkv");
     std::string h = t.linear_from(qkv_path, at::cat({wq, wk, wv}, 0), at::cat({bq, bk, bv}, 0), x);
-    h = t.b.node("attention", t.full(layer + (bert ? "attention.self" : "attention")), {h, "attention_mask"}, {},
+    h = t.b.node(OpKind::kAttention, t.full(layer + (bert ? "attention.self" : "attention")), {h, "attention_mask"}, {},
                  {{"heads", c.num_attention_heads}});
     h = t.linear(layer + (bert ? "attention.output.dense" : "attention.out_lin"), h, "none", x);
     x = t.layer_norm(layer + (bert ? "attention.output.LayerNorm" : "sa_layer_norm"), h);
@@ -172,7 +172,7 @@ Graph lower_text_classifier(const models::BertForSequenceClassification& model) 
   TextLowering enc(*model.encoder, bert ? "bert" : "distilbert");
   add_text_inputs(enc.b);
   std::string x = lower_encoder(enc, *model.encoder);
-  x = enc.b.node("select", enc.full("cls"), {x}, {}, {{"dim", std::int64_t{1}}, {"index", std::int64_t{0}}});
+  x = enc.b.node(OpKind::kSelect, enc.full("cls"), {x}, {}, {{"dim", std::int64_t{1}}, {"index", std::int64_t{0}}});
   if (bert) {
     HOTPATH_CHECK(enc.has("pooler.dense"), "lowering: the BERT classifier has no pooler");
     x = enc.linear("pooler.dense", x, "tanh");
@@ -182,7 +182,7 @@ Graph lower_text_classifier(const models::BertForSequenceClassification& model) 
     auto [w, b] = t.linear_weights(path);
     std::map<std::string, std::string> params = {{"weight", enc.b.param(std::string(path) + ".weight", w)}};
     if (b.defined()) params["bias"] = enc.b.param(std::string(path) + ".bias", b);
-    return enc.b.node("linear", path, {input}, params, {{"act", act}});
+    return enc.b.node(OpKind::kLinear, path, {input}, params, {{"act", act}});
   };
   if (!bert) x = head("pre_classifier", x, "relu");
   x = head("classifier", x, "none");
@@ -196,8 +196,8 @@ Graph lower_sentence_embedder(const models::SentenceEmbedder& embedder) {
   TextLowering t(*embedder.model, "");
   add_text_inputs(t.b);
   std::string x = lower_encoder(t, *embedder.model);
-  x = t.b.node("mean_pool", "pooling", {x, "attention_mask"});
-  if (embedder.options().normalize) x = t.b.node("l2_normalize", "normalize", {x});
+  x = t.b.node(OpKind::kMeanPool, "pooling", {x, "attention_mask"});
+  if (embedder.options().normalize) x = t.b.node(OpKind::kL2Normalize, "normalize", {x});
   t.b.output_as(x, "sentence_embedding");
   return t.b.finish();
 }

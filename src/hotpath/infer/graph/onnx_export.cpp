@@ -99,7 +99,7 @@ class Exporter {
 
  private:
   // ---- bookkeeping ------------------------------------------------------------------------------------
-  [[nodiscard]] std::string where() const { return "ONNX export: node " + node_->name + " (" + node_->op + ")"; }
+  [[nodiscard]] std::string where() const { return "ONNX export: node " + node_->name + " (" + std::string(op_name(node_->op)) + ")"; }
 
   bool is_graph_input(const std::string& name) const {
     return std::any_of(graph_.inputs.begin(), graph_.inputs.end(), [&](const ValueSpec& v) { return v.name == name; });
@@ -201,23 +201,27 @@ class Exporter {
 
   // ---- ops --------------------------------------------------------------------------------------------
   std::string emit_node(const Node& n) {
-    const bool has_act = n.op == "conv2d" || n.op == "linear" || n.op == "add";
+    const bool has_act = n.op == OpKind::kConv2d || n.op == OpKind::kLinear || n.op == OpKind::kAdd;
     HOTPATH_CHECK(has_act || n.attr_str("act", "none") == "none", where(), ": attribute act is not supported by ", n.op);
-    if (n.op == "conv2d") return conv2d();
-    if (n.op == "max_pool2d") return max_pool2d();
-    if (n.op == "global_avg_pool") return global_avg_pool();
-    // add: same shapes; mul: b broadcast to a (graph.h) — so both have a's shape.
-    if (n.op == "add") return act(emit("Add", {n.input(0), n.input(1)}, {}, shape_of(n.input(0))));
-    if (n.op == "mul") return emit("Mul", {n.input(0), n.input(1)}, {}, shape_of(n.input(0)));
-    if (n.op == "linear") return linear();
-    if (n.op == "layer_norm") return layer_norm();
-    if (n.op == "attention") return attention();
-    if (n.op == "vit_embed") return vit_embed();
-    if (n.op == "bert_embed") return bert_embed();
-    if (n.op == "select") return select();
-    if (n.op == "mean_pool") return mean_pool();
-    if (n.op == "l2_normalize") return l2_normalize();
-    throw Error("ONNX export: node " + n.name + " has op '" + n.op + "', which has no ONNX mapping");
+    // One emitter per op, in OpKind's order; the count is checked at compile time against graph.h's op table.
+    using Emit = std::string (Exporter::*)();
+    static constexpr Emit kEmitters[] = {&Exporter::conv2d,     &Exporter::max_pool2d, &Exporter::global_avg_pool,
+                                         &Exporter::add,        &Exporter::mul,        &Exporter::linear,
+                                         &Exporter::layer_norm, &Exporter::attention,  &Exporter::vit_embed,
+                                         &Exporter::bert_embed, &Exporter::select,     &Exporter::mean_pool,
+                                         &Exporter::l2_normalize};
+    static_assert(std::size(kEmitters) == kOpCount, "the ONNX exporter needs one emitter per op of graph.h");
+    return (this->*kEmitters[op_index(n.op)])();
+  }
+
+  // add: same shapes; mul: b broadcast to a (graph.h) — so both have a's shape.
+  std::string add() {
+    const Node& n = *node_;
+    return act(emit("Add", {n.input(0), n.input(1)}, {}, shape_of(n.input(0))));
+  }
+  std::string mul() {
+    const Node& n = *node_;
+    return emit("Mul", {n.input(0), n.input(1)}, {}, shape_of(n.input(0)));
   }
 
   // y = act(conv(x) + residual); padding is (top, left, bottom, right) = ONNX's (x1_begin, x2_begin, x1_end, x2_end).
@@ -425,16 +429,8 @@ class Exporter {
   std::set<std::string> initialized_;
 };
 
-// The ops emit_node maps; checked over the whole graph before validate() so that a graph op the exporter
-// does not know is reported as such.
-constexpr std::string_view kMappedOps[] = {"conv2d", "max_pool2d", "global_avg_pool", "add",       "mul",
-                                           "linear", "layer_norm", "attention",       "vit_embed", "bert_embed",
-                                           "select", "mean_pool",  "l2_normalize"};
-
 void check_exportable(const Graph& graph) {
   for (const Node& n : graph.nodes) {
-    HOTPATH_CHECK(std::find(std::begin(kMappedOps), std::end(kMappedOps), n.op) != std::end(kMappedOps),
-                  "ONNX export: node ", n.name, " has op '", n.op, "', which has no ONNX mapping");
     const std::string quant = n.attr_str("quant", "");
     HOTPATH_CHECK(quant.empty(), "ONNX export: node ", n.name, " (", n.op, ") is quantized (", quant,
                   "); ONNX export of quantized graphs: export the fp32 package");

@@ -1,4 +1,4 @@
-#include "internal/buffer_plan.h"
+#include "buffer_plan.h"
 
 #include <ATen/ops/empty.h>
 

@@ -21,7 +21,7 @@
 #include "hotpath/models/vision/efficientnet.h"
 #include "hotpath/models/vision/resnet.h"
 #include "hotpath/models/vision/vit.h"
-#include "internal/graph_builder.h"
+#include "graph_builder.h"
 
 namespace hotpath::infer {
 namespace {
@@ -86,7 +86,7 @@ struct VisionLowering {
     std::vector<std::string> inputs = {input};
     if (!residual.empty()) inputs.push_back(residual);
     size = (size + padding[0] + padding[2] - dilation[0] * (kernel[0] - 1) - 1) / stride[0] + 1;
-    return b.node("conv2d", name, inputs, params,
+    return b.node(OpKind::kConv2d, name, inputs, params,
                   {{"stride", stride}, {"padding", padding}, {"dilation", dilation}, {"groups", o.groups()},
                    {"act", act}});
   }
@@ -97,7 +97,7 @@ struct VisionLowering {
     if (bias.defined()) params["bias"] = b.param(name + ".bias", bias.detach());
     std::vector<std::string> inputs = {input};
     if (!residual.empty()) inputs.push_back(residual);
-    return b.node("linear", name, inputs, params, {{"act", act}});
+    return b.node(OpKind::kLinear, name, inputs, params, {{"act", act}});
   }
 
   std::string linear(const std::string& name, const torch::nn::LinearImpl& l, const std::string& input,
@@ -107,19 +107,19 @@ struct VisionLowering {
 
   std::string layer_norm(const std::string& name, const torch::nn::LayerNormImpl& ln, const std::string& input) {
     HOTPATH_CHECK(ln.options.elementwise_affine(), "lowering: layer norm ", name, " has no affine parameters");
-    return b.node("layer_norm", name, {input},
+    return b.node(OpKind::kLayerNorm, name, {input},
                   {{"weight", b.param(name + ".weight", ln.weight)}, {"bias", b.param(name + ".bias", ln.bias)}},
                   {{"eps", ln.options.eps()}});
   }
 
   std::string avg_pool(const std::string& name, const std::string& input, bool keepdims) {
-    return b.node("global_avg_pool", name, {input}, {}, {{"keepdims", std::int64_t{keepdims ? 1 : 0}}});
+    return b.node(OpKind::kGlobalAvgPool, name, {input}, {}, {{"keepdims", std::int64_t{keepdims ? 1 : 0}}});
   }
 
   std::string max_pool(const std::string& name, const std::string& input, std::int64_t kernel, std::int64_t stride,
                        std::int64_t padding) {
     size = (size + 2 * padding - kernel) / stride + 1;
-    return b.node("max_pool2d", name, {input}, {},
+    return b.node(OpKind::kMaxPool2d, name, {input}, {},
                   {{"kernel", Ints{kernel, kernel}}, {"stride", Ints{stride, stride}}, {"padding", Ints{padding, padding}}});
   }
 };
@@ -219,7 +219,7 @@ std::string lower_efficientnet(VisionLowering& v, const models::EfficientNet& m,
           const std::string s2 = v.conv(sub + ".fc2", child_as<torch::nn::Conv2dImpl>(kids, "fc2", sub), nullptr, s1,
                                         "sigmoid");
           v.size = keep;
-          x = v.b.node("mul", sub + ".scale", {x, s2});
+          x = v.b.node(OpKind::kMul, sub + ".scale", {x, s2});
           continue;
         }
         const auto& conv = child_as<torch::nn::Conv2dImpl>(kids, "0", sub);
@@ -242,7 +242,7 @@ std::string lower_vit(VisionLowering& v, const models::ViT& m, std::string x) {
   HOTPATH_CHECK(v.size == config.options.image_size, "lowering: this ViT is built for ", config.options.image_size,
                 "×", config.options.image_size, " images (its pos_embedding), the input is ", v.size, "×", v.size);
   x = v.conv("conv_proj", *m.conv_proj, nullptr, x, "none");
-  x = v.b.node("vit_embed", "encoder.embed", {x},
+  x = v.b.node(OpKind::kVitEmbed, "encoder.embed", {x},
                {{"class_token", v.b.param("class_token", m.class_token)},
                 {"pos_embedding", v.b.param("encoder.pos_embedding", m.pos_embedding)}});
   for (std::size_t i = 0; i < m.layers.size(); ++i) {
@@ -250,7 +250,7 @@ std::string lower_vit(VisionLowering& v, const models::ViT& m, std::string x) {
     const std::string name = "encoder.layers.encoder_layer_" + std::to_string(i);
     std::string h = v.layer_norm(name + ".ln_1", *layer.ln_1, x);
     h = v.linear(name + ".self_attention.in_proj", layer.in_proj_weight, layer.in_proj_bias, h);
-    h = v.b.node("attention", name + ".self_attention", {h}, {}, {{"heads", config.num_heads}});
+    h = v.b.node(OpKind::kAttention, name + ".self_attention", {h}, {}, {{"heads", config.num_heads}});
     x = v.linear(name + ".self_attention.out_proj", *layer.out_proj, h, "none", x);
     h = v.layer_norm(name + ".ln_2", *layer.ln_2, x);
     const auto* fc1 = (*layer.mlp)[0]->as<torch::nn::LinearImpl>();
@@ -260,7 +260,7 @@ std::string lower_vit(VisionLowering& v, const models::ViT& m, std::string x) {
     x = v.linear(name + ".mlp.3", *fc2, h, "none", x);
   }
   // LayerNorm is per token: normalising only the class token gives the same features.
-  x = v.b.node("select", "encoder.class_token", {x}, {}, {{"dim", std::int64_t{1}}, {"index", std::int64_t{0}}});
+  x = v.b.node(OpKind::kSelect, "encoder.class_token", {x}, {}, {{"dim", std::int64_t{1}}, {"index", std::int64_t{0}}});
   x = v.layer_norm("encoder.ln", *m.ln, x);
   return v.linear("heads.head", *m.head, x);
 }

@@ -1,4 +1,4 @@
-#include "internal/graph_builder.h"
+#include "graph_builder.h"
 
 #include <ATen/ops/contiguous.h>
 
@@ -13,10 +13,10 @@ std::string GraphBuilder::param(const std::string& key, const at::Tensor& t) {
   return key;
 }
 
-std::string GraphBuilder::node(std::string op, std::string name, std::vector<std::string> inputs,
+std::string GraphBuilder::node(OpKind op, std::string name, std::vector<std::string> inputs,
                                std::map<std::string, std::string> params, std::map<std::string, AttrValue> attrs) {
   Node n;
-  n.op = std::move(op);
+  n.op = op;
   n.output = name;
   n.name = std::move(name);
   n.inputs = std::move(inputs);

@@ -1,4 +1,4 @@
-#include "internal/int8_nodes.h"
+#include "int8_nodes.h"
 
 #include <optional>
 

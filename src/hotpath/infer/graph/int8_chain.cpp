@@ -9,7 +9,7 @@
 namespace hotpath::infer {
 namespace {
 
-bool static_int8_conv(const Node& n) { return n.op == "conv2d" && n.attr_str("quant", "") == "static_int8"; }
+bool static_int8_conv(const Node& n) { return n.op == OpKind::kConv2d && n.attr_str("quant", "") == "static_int8"; }
 
 }  // namespace
 

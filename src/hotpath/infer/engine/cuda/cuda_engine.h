@@ -1,4 +1,4 @@
-// infer/cuda/cuda_engine.h (private to hotpath_infer) — what Engine does differently on a CUDA device:
+// infer/engine/cuda/cuda_engine.h (private to hotpath_infer) — what Engine does differently on a CUDA device:
 // the device and dtype checks, pinned input staging, the describe() line. engine.cpp calls these at
 // its few device-dependent points; the ops themselves are the same ATen calls (cuDNN, cuBLAS, SDPA).
 //

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
+#include <ostream>
 #include <sstream>
 #include <set>
 #include <unordered_set>
@@ -50,7 +52,7 @@ AttrRule number(std::string_view name, double lo, double hi, bool required = tru
 // Per op: required params, optional params, attributes (with their bounds), how many inputs (min, max).
 // "act" and "quant" are strings every op may carry; validate_attrs checks them against their lists.
 struct OpRule {
-  std::string_view op;
+  OpKind op;
   std::vector<std::string_view> required_params;
   std::vector<std::string_view> optional_params;
   std::vector<AttrRule> attrs;
@@ -62,34 +64,40 @@ const std::vector<OpRule>& op_rules() {
   // Static int8 convs carry their input quantization (and, once chained, their output's): scales positive
   // and finite, uint8 zero points.
   static const std::vector<OpRule> rules = {
-      {"conv2d", {"weight"}, {"bias", "weight_scale"},
+      {OpKind::kConv2d, {"weight"}, {"bias", "weight_scale"},
        {ints("stride", 2, 1, kMaxSpatial), ints("padding", 4, 0, kMaxSpatial), ints("dilation", 2, 1, kMaxSpatial),
         integer("groups", 1, kMaxChannels), number("input_scale", 1e-30, 1e30, false),
         integer("input_zero_point", 0, 255, false), number("output_scale", 1e-30, 1e30, false),
         integer("output_zero_point", 0, 255, false)},
        1, 2},
-      {"max_pool2d", {}, {},
+      {OpKind::kMaxPool2d, {}, {},
        {ints("kernel", 2, 1, kMaxSpatial), ints("stride", 2, 1, kMaxSpatial), ints("padding", 2, 0, kMaxSpatial)}, 1, 1},
-      {"global_avg_pool", {}, {}, {integer("keepdims", 0, 1, false)}, 1, 1},
-      {"add", {}, {}, {}, 2, 2},
-      {"mul", {}, {}, {}, 2, 2},
-      {"linear", {"weight"}, {"bias", "weight_scale"}, {}, 1, 2},
-      {"layer_norm", {"weight", "bias"}, {}, {number("eps", 1e-30, 1)}, 1, 2},
-      {"attention", {}, {}, {integer("heads", 1, kMaxChannels)}, 1, 2},
-      {"vit_embed", {"class_token", "pos_embedding"}, {}, {}, 1, 1},
-      {"bert_embed", {"word", "position", "ln_weight", "ln_bias"}, {"token_type"}, {number("eps", 1e-30, 1)}, 1, 2},
-      {"select", {}, {}, {integer("dim", -8, 7), integer("index", -kMaxIndex, kMaxIndex)}, 1, 1},  // negative: from the end
-      {"mean_pool", {}, {}, {}, 2, 2},
-      {"l2_normalize", {}, {}, {}, 1, 1},
+      {OpKind::kGlobalAvgPool, {}, {}, {integer("keepdims", 0, 1, false)}, 1, 1},
+      {OpKind::kAdd, {}, {}, {}, 2, 2},
+      {OpKind::kMul, {}, {}, {}, 2, 2},
+      {OpKind::kLinear, {"weight"}, {"bias", "weight_scale"}, {}, 1, 2},
+      {OpKind::kLayerNorm, {"weight", "bias"}, {}, {number("eps", 1e-30, 1)}, 1, 2},
+      {OpKind::kAttention, {}, {}, {integer("heads", 1, kMaxChannels)}, 1, 2},
+      {OpKind::kVitEmbed, {"class_token", "pos_embedding"}, {}, {}, 1, 1},
+      {OpKind::kBertEmbed, {"word", "position", "ln_weight", "ln_bias"}, {"token_type"}, {number("eps", 1e-30, 1)}, 1, 2},
+      {OpKind::kSelect, {}, {}, {integer("dim", -8, 7), integer("index", -kMaxIndex, kMaxIndex)}, 1, 1},  // negative: from the end
+      {OpKind::kMeanPool, {}, {}, {}, 2, 2},
+      {OpKind::kL2Normalize, {}, {}, {}, 1, 1},
   };
   return rules;
 }
 
-const OpRule& rule_for(const Node& node) {
-  for (const OpRule& r : op_rules()) {
-    if (r.op == node.op) return r;
-  }
-  throw Error("graph: node " + node.name + " has unknown op '" + node.op + "'");
+// One row per op, in OpKind's order (checked once, and by GraphOps.EveryTableHasOneRowPerOp).
+const OpRule& rule_for(OpKind op) {
+  static const bool in_order = [] {
+    const auto& rules = op_rules();
+    HOTPATH_ASSERT(rules.size() == kOpCount);
+    for (std::size_t i = 0; i < rules.size(); ++i) HOTPATH_ASSERT(op_index(rules[i].op) == i);
+    return true;
+  }();
+  (void)in_order;
+  HOTPATH_CHECK(op_index(op) < kOpCount, "graph: op number ", op_index(op), " is not in the op table");
+  return op_rules()[op_index(op)];
 }
 
 std::string type_name(const AttrValue& v) {
@@ -123,7 +131,7 @@ std::string bounds(const AttrRule& r) {
 
 // One line naming the node, the attribute, its value and what the op expects of it.
 void check_attrs(const Node& node, const OpRule& rule) {
-  const auto where = [&](const std::string& key) { return "graph: node " + node.name + " (" + node.op + ") attribute '" + key + "'"; };
+  const auto where = [&](const std::string& key) { return "graph: node " + node.name + " (" + std::string(op_name(node.op)) + ") attribute '" + key + "'"; };
   for (const auto& entry : node.attrs) {
     const std::string& key = entry.first;
     if (key == "act" || key == "quant") continue;
@@ -162,7 +170,7 @@ void check_attrs(const Node& node, const OpRule& rule) {
   HOTPATH_CHECK(contains(kActivations, act), "graph: node ", node.name, " has unknown activation '", act, "'");
   const std::string quant = node.attr_str("quant", "");
   if (!quant.empty()) {
-    HOTPATH_CHECK((node.op == "linear" && quant == "dynamic_int8") || (node.op == "conv2d" && quant == "static_int8"),
+    HOTPATH_CHECK((node.op == OpKind::kLinear && quant == "dynamic_int8") || (node.op == OpKind::kConv2d && quant == "static_int8"),
                   "graph: node ", node.name, " (", node.op, ") has unknown quantization '", quant, "'");
   }
   if (quant == "static_int8") {
@@ -172,7 +180,7 @@ void check_attrs(const Node& node, const OpRule& rule) {
   }
   HOTPATH_CHECK(node.attrs.count("output_scale") == node.attrs.count("output_zero_point"), "graph: node ", node.name,
                 " has one of output_scale and output_zero_point, expected both or neither");
-  if (node.op == "max_pool2d") {
+  if (node.op == OpKind::kMaxPool2d) {
     // at::max_pool2d's own rule, said here instead of from inside the kernel.
     const auto kernel = node.attr_ints("kernel", {}), padding = node.attr_ints("padding", {});
     for (std::size_t i = 0; i < 2; ++i) {
@@ -215,7 +223,7 @@ void check_neighbour_shapes(const Graph& g) {
   };
   for (const Node& n : g.nodes) {
     Features out;
-    if (n.op == "conv2d") {
+    if (n.op == OpKind::kConv2d) {
       const at::Tensor& w = weight(n);
       const std::int64_t groups = n.attr_int("groups", 1);
       HOTPATH_CHECK(w.dim() == 4, "graph: node ", n.name, " (conv2d) weight is ", w.sizes(),
@@ -231,12 +239,12 @@ void check_neighbour_shapes(const Graph& g) {
       expect(n, n.input(0), true, w.size(1) * groups, what.str());
       out = {true, w.size(0)};
       expect(n, n.input(1), true, out.size, "residual");
-    } else if (n.op == "max_pool2d") {
+    } else if (n.op == OpKind::kMaxPool2d) {
       out = of(n.input(0));
-    } else if (n.op == "global_avg_pool") {
+    } else if (n.op == OpKind::kGlobalAvgPool) {
       const Features in = of(n.input(0));
       out = {in.image && n.attr_int("keepdims", 0) != 0, in.image ? in.size : -1};
-    } else if (n.op == "linear") {
+    } else if (n.op == OpKind::kLinear) {
       const at::Tensor& w = weight(n);
       HOTPATH_CHECK(w.dim() == 2 && w.size(0) >= 1 && w.size(1) >= 1, "graph: node ", n.name, " (linear) weight is ",
                     w.sizes(), ", expected [out >= 1, in >= 1]");
@@ -245,11 +253,11 @@ void check_neighbour_shapes(const Graph& g) {
       expect(n, n.input(0), false, w.size(1), what.str());
       out = {false, w.size(0)};
       expect(n, n.input(1), false, out.size, "residual");
-    } else if (n.op == "layer_norm") {
+    } else if (n.op == OpKind::kLayerNorm) {
       out = {false, weight(n).size(0)};
       expect(n, n.input(0), false, out.size, "weight");
       expect(n, n.input(1), false, out.size, "residual");
-    } else if (n.op == "attention") {
+    } else if (n.op == OpKind::kAttention) {
       // heads >= 1 is validate_attrs' business: 3 * heads is never 0 here.
       const std::int64_t heads = n.attr_int("heads", 1);
       const Features in = of(n.input(0));
@@ -259,24 +267,24 @@ void check_neighbour_shapes(const Graph& g) {
                       in.size, ", not a multiple of 3 x heads)");
         out = {false, in.size / 3};
       }
-    } else if (n.op == "vit_embed") {
+    } else if (n.op == OpKind::kVitEmbed) {
       const std::int64_t d = weight(n, "class_token").size(-1);
       expect(n, n.input(0), true, d, "class_token");
       out = {false, d};
-    } else if (n.op == "bert_embed") {
+    } else if (n.op == OpKind::kBertEmbed) {
       out = {false, weight(n, "word").size(-1)};
-    } else if (n.op == "add" || n.op == "mul") {
+    } else if (n.op == OpKind::kAdd || n.op == OpKind::kMul) {
       const Features a = of(n.input(0)), b = of(n.input(1));
       out = a.size >= 1 ? a : b;
       if (a.size >= 1 && b.size >= 1 && a.image == b.image && a.size != 1 && b.size != 1) {  // 1 broadcasts
         HOTPATH_CHECK(a.size == b.size, "graph: node ", n.name, " (", n.op, ") adds or multiplies ", n.input(0), " (",
                       a.size, " features) and ", n.input(1), " (", b.size, ")");
       }
-    } else if (n.op == "select") {
+    } else if (n.op == OpKind::kSelect) {
       const Features in = of(n.input(0));
       const std::int64_t dim = n.attr_int("dim", 1);
       if (!in.image && (dim >= 0 ? dim <= 1 : dim <= -2)) out = in;  // [B, L, H] along B or L: H stays last
-    } else if (n.op == "mean_pool" || n.op == "l2_normalize") {
+    } else if (n.op == OpKind::kMeanPool || n.op == OpKind::kL2Normalize) {
       const Features in = of(n.input(0));
       if (!in.image) out = in;
     }
@@ -284,7 +292,23 @@ void check_neighbour_shapes(const Graph& g) {
   }
 }
 
+// "conv2d, max_pool2d, ...": what an unknown op's message lists.
+std::string op_list() {
+  std::string out;
+  for (std::string_view name : kOpNames) out += (out.empty() ? "" : ", ") + std::string(name);
+  return out;
+}
+
 }  // namespace
+
+std::optional<OpKind> op_from_name(std::string_view name) {
+  for (std::size_t i = 0; i < kOpCount; ++i) {
+    if (kOpNames[i] == name) return static_cast<OpKind>(i);
+  }
+  return std::nullopt;
+}
+
+std::ostream& operator<<(std::ostream& os, OpKind op) { return os << op_name(op); }
 
 std::int64_t Node::attr_int(const std::string& key, std::int64_t fallback) const {
   const auto* v = typed_attr<std::int64_t>(*this, key, "an integer");
@@ -339,7 +363,7 @@ void Graph::validate() const {
   for (const Node& node : nodes) {
     HOTPATH_CHECK(!node.name.empty(), "graph: a ", node.op, " node has no name");
     HOTPATH_CHECK(node_names.insert(node.name).second, "graph: node name ", node.name, " is used twice");
-    const OpRule& rule = rule_for(node);
+    const OpRule& rule = rule_for(node.op);
     HOTPATH_CHECK(node.inputs.size() >= rule.min_inputs && node.inputs.size() <= rule.max_inputs, "graph: node ",
                   node.name, " (", node.op, ") has ", node.inputs.size(), " inputs, expected ", rule.min_inputs,
                   rule.min_inputs == rule.max_inputs ? "" : " to " + std::to_string(rule.max_inputs));
@@ -389,7 +413,7 @@ void Graph::validate() const {
 }
 
 void Graph::validate_attrs() const {
-  for (const Node& node : nodes) check_attrs(node, rule_for(node));
+  for (const Node& node : nodes) check_attrs(node, rule_for(node.op));
 }
 
 // ---- JSON ----------------------------------------------------------------------------------------
@@ -463,7 +487,7 @@ nlohmann::ordered_json graph_to_json(const Graph& graph) {
   j["outputs"] = graph.outputs;
   auto& nodes = j["nodes"] = nlohmann::ordered_json::array();
   for (const Node& n : graph.nodes) {
-    nlohmann::ordered_json node = {{"op", n.op}, {"name", n.name}, {"inputs", n.inputs}, {"output", n.output}};
+    nlohmann::ordered_json node = {{"op", op_name(n.op)}, {"name", n.name}, {"inputs", n.inputs}, {"output", n.output}};
     if (!n.params.empty()) node["params"] = n.params;
     if (!n.attrs.empty()) {
       nlohmann::ordered_json attrs = nlohmann::ordered_json::object();
@@ -500,7 +524,10 @@ Graph graph_from_json(const nlohmann::json& j, const std::string& where) {
     const std::string at = where + ".nodes[" + std::to_string(i) + "]";
     const nlohmann::json& n = nodes[i];
     Node node;
-    node.op = string_field(n, "op", at);
+    const std::string op = string_field(n, "op", at);
+    const std::optional<OpKind> kind = op_from_name(op);
+    HOTPATH_CHECK(kind.has_value(), at, ".op: unknown op '", op, "', expected one of ", op_list());
+    node.op = *kind;
     node.name = string_field(n, "name", at);
     node.inputs = string_list(field(n, "inputs", at), at + ".inputs");
     node.output = string_field(n, "output", at);
@@ -536,7 +563,7 @@ Graph graph_from_json(const nlohmann::json& j, const std::string& where) {
 
 std::optional<TextEmbedding> text_embedding(const Graph& graph) {
   for (const Node& n : graph.nodes) {
-    if (n.op != "bert_embed") continue;
+    if (n.op != OpKind::kBertEmbed) continue;
     const auto param = [&](const char* role) -> const at::Tensor* {
       const auto it = n.params.find(role);
       if (it == n.params.end()) return nullptr;
