@@ -33,6 +33,7 @@
 namespace fs = std::filesystem;
 using hotpath::infer::Graph;
 using hotpath::infer::Node;
+using hotpath::infer::OpKind;
 using hotpath::infer::Package;
 using hotpath::infer::PackageKind;
 
@@ -45,10 +46,10 @@ constexpr std::string_view kSeparator = "\n--preprocess--\n";
   std::abort();
 }
 
-Node node(std::string op, std::string name, std::vector<std::string> inputs, std::string output,
+Node node(hotpath::infer::OpKind op, std::string name, std::vector<std::string> inputs, std::string output,
           std::map<std::string, std::string> params, std::map<std::string, hotpath::infer::AttrValue> attrs) {
   Node n;
-  n.op = std::move(op);
+  n.op = op;
   n.name = std::move(name);
   n.inputs = std::move(inputs);
   n.output = std::move(output);
@@ -62,17 +63,17 @@ Graph image_graph() {
   Graph g;
   g.inputs = {{"image", at::kFloat, {-1, 3, 8, 8}, {"batch", "", "", ""}}};
   g.nodes = {
-      node("conv2d", "conv1", {"image"}, "c1", {{"weight", "conv1.weight"}, {"bias", "conv1.bias"}},
+      node(OpKind::kConv2d, "conv1", {"image"}, "c1", {{"weight", "conv1.weight"}, {"bias", "conv1.bias"}},
            {{"stride", std::vector<std::int64_t>{1, 1}}, {"padding", std::vector<std::int64_t>{1, 1, 1, 1}},
             {"dilation", std::vector<std::int64_t>{1, 1}}, {"groups", std::int64_t{1}}, {"act", std::string("relu")}}),
-      node("max_pool2d", "pool1", {"c1"}, "p1", {},
+      node(OpKind::kMaxPool2d, "pool1", {"c1"}, "p1", {},
            {{"kernel", std::vector<std::int64_t>{2, 2}}, {"stride", std::vector<std::int64_t>{2, 2}},
             {"padding", std::vector<std::int64_t>{0, 0}}}),
-      node("conv2d", "conv2", {"p1", "p1"}, "c2", {{"weight", "conv2.weight"}},
+      node(OpKind::kConv2d, "conv2", {"p1", "p1"}, "c2", {{"weight", "conv2.weight"}},
            {{"stride", std::vector<std::int64_t>{1, 1}}, {"padding", std::vector<std::int64_t>{1, 1, 1, 1}},
             {"dilation", std::vector<std::int64_t>{1, 1}}, {"groups", std::int64_t{4}}, {"act", std::string("relu6")}}),
-      node("global_avg_pool", "gap", {"c2"}, "g", {}, {{"keepdims", std::int64_t{0}}}),
-      node("linear", "fc", {"g"}, "logits", {{"weight", "fc.weight"}, {"bias", "fc.bias"}}, {}),
+      node(OpKind::kGlobalAvgPool, "gap", {"c2"}, "g", {}, {{"keepdims", std::int64_t{0}}}),
+      node(OpKind::kLinear, "fc", {"g"}, "logits", {{"weight", "fc.weight"}, {"bias", "fc.bias"}}, {}),
   };
   g.outputs = {"logits"};
   g.params = {{"conv1.weight", at::randn({4, 3, 3, 3})}, {"conv1.bias", at::randn({4})},
@@ -86,14 +87,14 @@ Graph text_graph() {
   g.inputs = {{"input_ids", at::kLong, {-1, -1}, {"batch", "sequence"}},
               {"attention_mask", at::kLong, {-1, -1}, {"batch", "sequence"}}};
   g.nodes = {
-      node("bert_embed", "emb", {"input_ids"}, "h0",
+      node(OpKind::kBertEmbed, "emb", {"input_ids"}, "h0",
            {{"word", "emb.word"}, {"position", "emb.position"}, {"ln_weight", "emb.ln.weight"}, {"ln_bias", "emb.ln.bias"}},
            {{"eps", 1e-12}}),
-      node("linear", "qkv", {"h0"}, "qkv", {{"weight", "qkv.weight"}, {"bias", "qkv.bias"}}, {}),
-      node("attention", "attn", {"qkv", "attention_mask"}, "a", {}, {{"heads", std::int64_t{2}}}),
-      node("layer_norm", "ln", {"a", "h0"}, "h1", {{"weight", "ln.weight"}, {"bias", "ln.bias"}}, {{"eps", 1e-12}}),
-      node("select", "cls", {"h1"}, "c", {}, {{"dim", std::int64_t{1}}, {"index", std::int64_t{0}}}),
-      node("linear", "fc", {"c"}, "logits", {{"weight", "fc.weight"}}, {{"act", std::string("none")}}),
+      node(OpKind::kLinear, "qkv", {"h0"}, "qkv", {{"weight", "qkv.weight"}, {"bias", "qkv.bias"}}, {}),
+      node(OpKind::kAttention, "attn", {"qkv", "attention_mask"}, "a", {}, {{"heads", std::int64_t{2}}}),
+      node(OpKind::kLayerNorm, "ln", {"a", "h0"}, "h1", {{"weight", "ln.weight"}, {"bias", "ln.bias"}}, {{"eps", 1e-12}}),
+      node(OpKind::kSelect, "cls", {"h1"}, "c", {}, {{"dim", std::int64_t{1}}, {"index", std::int64_t{0}}}),
+      node(OpKind::kLinear, "fc", {"c"}, "logits", {{"weight", "fc.weight"}}, {{"act", std::string("none")}}),
   };
   g.outputs = {"logits"};
   g.params = {{"emb.word", at::randn({16, 8})},   {"emb.position", at::randn({12, 8})},
