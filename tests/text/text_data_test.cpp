@@ -308,6 +308,27 @@ TEST(Batcher, BucketingReducesPaddingOnSkewedLengths) {
   EXPECT_FALSE(std::is_sorted(maxima.begin(), maxima.end()));
 }
 
+TEST(Batcher, ComparePaddingRanksTheStrategiesOnOneEpoch) {
+  const TextCorpus c = synthetic_corpus(skewed_lengths(640));
+  const PaddingComparison cmp = compare_padding(c, {.max_length = 128, .batch_size = 32, .bucket_batches = 5});
+  EXPECT_EQ(cmp.samples, 640U);
+  EXPECT_EQ(cmp.tokens, c.ids.size());
+  EXPECT_LE(cmp.longest, 128U);
+  ASSERT_EQ(cmp.rows.size(), 5U);
+  for (const PaddingComparisonRow& row : cmp.rows) {
+    EXPECT_EQ(row.stats.samples, 640) << row.batching;
+    EXPECT_EQ(row.stats.real_tokens, static_cast<std::int64_t>(c.ids.size())) << row.batching;
+  }
+  const auto fraction = [&](std::size_t i) { return cmp.rows[i].stats.padding_fraction(); };
+  EXPECT_EQ(cmp.rows[0].batching, "fixed (pad to max_length)");
+  EXPECT_EQ(cmp.rows[0].stats.padded_tokens, 640 * 128);  // every row padded to max_length
+  EXPECT_LT(fraction(1), fraction(0));                     // dynamic beats fixed
+  EXPECT_GE(fraction(2), fraction(1));                     // a multiple of 8 only adds padding
+  EXPECT_EQ(cmp.rows[2].batching, "dynamic, multiple of 8");
+  EXPECT_LT(fraction(3), fraction(1));                     // bucketing beats plain dynamic
+  EXPECT_EQ(cmp.rows[4].options.max_tokens, 32 * 128);     // default budget: batch × max_length
+}
+
 TEST(Batcher, TokenBudgetIsNeverExceededAndAnOverlongSampleGetsABatchOfOne) {
   auto lengths = skewed_lengths(2000);
   lengths[17] = 900;  // longer than the budget on its own

@@ -35,6 +35,9 @@
 
 namespace hotpath::infer {
 
+// How many classes a classification answer lists when the caller names no k (predict, serve's /v1 classify).
+inline constexpr int kDefaultTopK = 5;
+
 enum class PackageKind { kImageClassifier, kTextClassifier, kSentenceEmbedder };
 const char* package_kind_name(PackageKind kind);  // "image_classifier" | "text_classifier" | "sentence_embedder"
 

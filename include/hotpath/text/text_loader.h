@@ -72,6 +72,30 @@ struct PaddingStats {
 PaddingStats padding_stats(std::span<const std::uint32_t> lengths, const std::vector<std::vector<std::uint32_t>>& plan,
                            const BatchPlanOptions& options);
 
+// What one epoch of a corpus pays in padding under each batching strategy (`hotpath data text-stats`): fixed
+// padding to max_length, dynamic padding to the batch's longest, dynamic to a multiple, length bucketing, and
+// bucketing under a token budget. The corpus is read truncated to max_length.
+struct PaddingComparisonOptions {
+  std::size_t max_length = 128;        // truncation, and the fixed-padding baseline's length
+  int batch_size = 32;
+  int bucket_batches = 100;            // the bucketing window, in batches
+  std::int64_t max_tokens = 0;         // the token-budget row's budget; 0: batch_size × max_length
+  std::size_t pad_to_multiple_of = 8;  // the "multiple of" row's
+  std::uint64_t seed = 0;              // epoch 0's shuffle
+};
+struct PaddingComparisonRow {
+  std::string batching;  // "fixed (pad to max_length)", "dynamic (pad to longest)", ...
+  BatchPlanOptions options;
+  PaddingStats stats;
+};
+struct PaddingComparison {
+  std::size_t samples = 0;
+  std::size_t tokens = 0;
+  std::uint32_t longest = 0;  // after truncation
+  std::vector<PaddingComparisonRow> rows;
+};
+PaddingComparison compare_padding(const TextCorpus& corpus, const PaddingComparisonOptions& options);
+
 // One batch, [batch_size, length] row-major int32 (right padding).
 struct TextBatch {
   std::int64_t batch_size = 0;

@@ -18,57 +18,32 @@
 namespace hotpath::cli {
 namespace {
 
+// What the command line sets: the benchmark's own options (their defaults are the library's, loader_bench.h),
+// plus the strings turned into library values in run().
 struct BenchArgs {
+  bench::DataBenchOptions options;
   std::vector<std::string> shards;
-  int batch_size = 256;
-  int workers = 2;
-  int size = 224;
-  int channels = 3;
-  int batches = 20;
-  int warmup_batches = 3;
-  int prefetch = 2;
-  int repeats = 3;
-  std::string dtype = "float32";
-  std::string layout = "nchw";
   bool no_dct_scaling = false;
-  std::string compare;
   std::string json_path;
-  std::string python;
-  std::uint64_t seed = 0;
   std::string device = "cpu";
   std::string decode = "cpu";
-  double nvjpeg_cpu_share = -1;
 };
 
-void run(const BenchArgs& a) {
+void run(BenchArgs a) {
   HOTPATH_CHECK(a.decode == "cpu" || a.device == "cuda", "data bench: --decode nvjpeg needs --device cuda");
   HOTPATH_CHECK(a.device == "cpu" || at::globalContext().hasCUDA(),
                 "data bench: --device cuda was asked for but no CUDA device is available");
-  bench::DataBenchOptions b;
+  bench::DataBenchOptions& b = a.options;
   data::LoaderOptions& o = b.loader;
   o.shards = data::resolve_shards(a.shards);
-  o.batch_size = a.batch_size;
-  o.workers = a.workers;
-  o.prefetch = a.prefetch;
-  o.size = a.size;
-  o.channels = a.channels;
   o.crop = data::CropMode::kRandomResizedCrop;
   o.allow_dct_scaling = !a.no_dct_scaling;
-  o.seed = a.seed;
-  o.format.type = a.dtype == "uint8"      ? data::PixelType::kUInt8
-                  : a.dtype == "bfloat16" ? data::PixelType::kBFloat16
+  o.format.type = b.dtype == "uint8"      ? data::PixelType::kUInt8
+                  : b.dtype == "bfloat16" ? data::PixelType::kBFloat16
                                           : data::PixelType::kFloat32;
-  o.format.layout = a.layout == "nhwc" ? data::PixelLayout::kHWC : data::PixelLayout::kCHW;
+  o.format.layout = b.layout == "nhwc" ? data::PixelLayout::kHWC : data::PixelLayout::kCHW;
   o.device = a.device == "cuda" ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
   o.decode = a.decode == "nvjpeg" ? data::DecodeBackend::kNvjpeg : data::DecodeBackend::kCpu;
-  o.nvjpeg_cpu_share = a.nvjpeg_cpu_share;
-  b.warmup_batches = a.warmup_batches;
-  b.batches = a.batches;
-  b.repeats = a.repeats;
-  b.dtype = a.dtype;
-  b.layout = a.layout;
-  b.compare = a.compare;
-  b.python = a.python;
   const bench::BenchReport report = bench::run_data_bench(b, &std::cerr);
   print_bench_report(report.json, a.json_path, {report.table_row});
 }
@@ -80,28 +55,28 @@ void add_loader_bench(CLI::App& parent, const char* name) {
       name, "Images/s of the train transform (RandomResizedCrop + flip + normalize -> batch), vs the decoder "
             "ceiling and, with --compare torch, the PyTorch DataLoader pipeline");
   cmd->add_option("shards", args->shards, "Shard files, brace patterns or globs")->required();
-  cmd->add_option("--batch-size", args->batch_size, "Samples per batch")->check(CLI::Range(1, 65536));
-  cmd->add_option("--workers", args->workers, "Decode threads (and DataLoader workers for the peer)")->check(CLI::Range(1, 256));
-  cmd->add_option("--size", args->size, "Output height and width")->check(CLI::Range(1, 8192));
-  cmd->add_option("--channels", args->channels, "3 (RGB) or 1 (gray)")->check(CLI::IsMember({1, 3}));
-  cmd->add_option("--batches", args->batches, "Timed batches")->check(CLI::Range(1, 1000000));
-  cmd->add_option("--warmup-batches", args->warmup_batches, "Untimed batches first")->check(CLI::Range(0, 1000000));
-  cmd->add_option("--prefetch", args->prefetch, "Batches prepared ahead")->check(CLI::Range(1, 64));
-  cmd->add_option("--repeats", args->repeats, "Runs of each pipeline, interleaved; the best counts")
+  cmd->add_option("--batch-size", args->options.loader.batch_size, "Samples per batch")->check(CLI::Range(1, 65536));
+  cmd->add_option("--workers", args->options.loader.workers, "Decode threads (and DataLoader workers for the peer)")->check(CLI::Range(1, 256));
+  cmd->add_option("--size", args->options.loader.size, "Output height and width")->check(CLI::Range(1, 8192));
+  cmd->add_option("--channels", args->options.loader.channels, "3 (RGB) or 1 (gray)")->check(CLI::IsMember({1, 3}));
+  cmd->add_option("--batches", args->options.batches, "Timed batches")->check(CLI::Range(1, 1000000));
+  cmd->add_option("--warmup-batches", args->options.warmup_batches, "Untimed batches first")->check(CLI::Range(0, 1000000));
+  cmd->add_option("--prefetch", args->options.loader.prefetch, "Batches prepared ahead")->check(CLI::Range(1, 64));
+  cmd->add_option("--repeats", args->options.repeats, "Runs of each pipeline, interleaved; the best counts")
       ->check(CLI::Range(1, 100));
-  cmd->add_option("--dtype", args->dtype, "Batch dtype")->check(CLI::IsMember({"float32", "bfloat16", "uint8"}));
-  cmd->add_option("--layout", args->layout, "nchw, or nhwc (channels-last)")->check(CLI::IsMember({"nchw", "nhwc"}));
+  cmd->add_option("--dtype", args->options.dtype, "Batch dtype")->check(CLI::IsMember({"float32", "bfloat16", "uint8"}));
+  cmd->add_option("--layout", args->options.layout, "nchw, or nhwc (channels-last)")->check(CLI::IsMember({"nchw", "nhwc"}));
   cmd->add_flag("--no-dct-scaling", args->no_dct_scaling, "Always decode JPEGs at full resolution");
-  cmd->add_option("--compare", args->compare, "Also run the peer pipeline in this invocation")->check(CLI::IsMember({"torch"}));
+  cmd->add_option("--compare", args->options.compare, "Also run the peer pipeline in this invocation")->check(CLI::IsMember({"torch"}));
   cmd->add_option("--json", args->json_path, "Write the JSON report here ('-' = stdout)");
-  cmd->add_option("--python", args->python, "Python of the venv for --compare (default: the setup venv)");
-  cmd->add_option("--seed", args->seed, "Shuffle/augmentation seed");
+  cmd->add_option("--python", args->options.python, "Python of the venv for --compare (default: the setup venv)");
+  cmd->add_option("--seed", args->options.loader.seed, "Shuffle/augmentation seed");
   cmd->add_option("--device", args->device,
                   "cuda: the loader's CUDA mode (batches finished on GPU 0), side by side with the CPU path")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--decode", args->decode, "nvjpeg: decode the JPEGs on the GPU (needs --device cuda)")
       ->check(CLI::IsMember({"cpu", "nvjpeg"}));
-  cmd->add_option("--nvjpeg-cpu-share", args->nvjpeg_cpu_share,
+  cmd->add_option("--nvjpeg-cpu-share", args->options.loader.nvjpeg_cpu_share,
                   "With --decode nvjpeg: the fraction of each batch the decode threads decode on the CPU (0..1; "
                   "default: adapted so that both sides are busy)")
       ->check(CLI::Range(-1.0, 1.0));

@@ -28,67 +28,38 @@ struct PackTextArgs {
 struct TextStatsArgs {
   std::vector<std::string> shards;
   std::string tokenizer;
-  std::size_t max_length = 128;
-  int batch_size = 32;
-  int bucket_batches = 100;
-  std::int64_t max_tokens = 0;  // 0: batch_size × max_length
-  std::size_t pad_to_multiple_of = 8;
-  unsigned workers = 2;
-  std::uint64_t seed = 0;
+  text::PaddingComparisonOptions options;
+  unsigned workers = text::TextLoaderOptions{}.workers;
   bool json = false;
 };
 
 void run_text_stats(const TextStatsArgs& args) {
   const auto shards = data::resolve_shards(args.shards);
-  const text::TextCorpus corpus = text::read_text_corpus(shards, args.tokenizer, args.max_length, args.workers);
-  std::vector<std::uint32_t> lengths(corpus.size());
-  std::uint64_t longest = 0;
-  for (std::size_t i = 0; i < lengths.size(); ++i) {
-    lengths[i] = corpus.length(i);
-    longest = std::max<std::uint64_t>(longest, lengths[i]);
-  }
-  const text::BatchPlanOptions base{.batch_size = args.batch_size, .seed = args.seed};
-  struct Row {
-    std::string name;
-    text::BatchPlanOptions options;
-  };
-  std::vector<Row> rows;
-  rows.push_back({"fixed (pad to max_length)", base});
-  rows.back().options.fixed_length = args.max_length;
-  rows.push_back({"dynamic (pad to longest)", base});
-  rows.push_back({"dynamic, multiple of " + std::to_string(args.pad_to_multiple_of), base});
-  rows.back().options.pad_to_multiple_of = args.pad_to_multiple_of;
-  rows.push_back({"bucketed (" + std::to_string(args.bucket_batches) + "-batch windows)", base});
-  rows.back().options.bucket_batches = args.bucket_batches;
-  const std::int64_t budget =
-      args.max_tokens > 0 ? args.max_tokens : static_cast<std::int64_t>(args.batch_size) * static_cast<std::int64_t>(args.max_length);
-  rows.push_back({"bucketed + token budget " + std::to_string(budget), base});
-  rows.back().options.bucket_batches = args.bucket_batches;
-  rows.back().options.max_tokens = budget;
+  const text::TextCorpus corpus = text::read_text_corpus(shards, args.tokenizer, args.options.max_length, args.workers);
+  const text::PaddingComparison cmp = text::compare_padding(corpus, args.options);
 
   nlohmann::ordered_json out;
-  out["samples"] = corpus.size();
-  out["tokens"] = corpus.ids.size();
-  out["longest"] = longest;
-  out["max_length"] = args.max_length;
-  out["batch_size"] = args.batch_size;
+  out["samples"] = cmp.samples;
+  out["tokens"] = cmp.tokens;
+  out["longest"] = cmp.longest;
+  out["max_length"] = args.options.max_length;
+  out["batch_size"] = args.options.batch_size;
   nlohmann::ordered_json table = nlohmann::ordered_json::array();
   if (!args.json) {
-    std::printf("%zu samples, %zu tokens (mean %.1f, longest %llu after truncation to %zu)\n", corpus.size(),
-                corpus.ids.size(), static_cast<double>(corpus.ids.size()) / static_cast<double>(corpus.size()),
-                static_cast<unsigned long long>(longest), args.max_length);
+    std::printf("%zu samples, %zu tokens (mean %.1f, longest %u after truncation to %zu)\n", cmp.samples, cmp.tokens,
+                static_cast<double>(cmp.tokens) / static_cast<double>(cmp.samples), cmp.longest, args.options.max_length);
     std::printf("%-40s %8s %12s %12s %9s\n", "batching", "batches", "real", "padded", "padding");
   }
-  for (const Row& row : rows) {
-    const auto stats = text::padding_stats(lengths, text::plan_batches(lengths, row.options, 0), row.options);
+  for (const text::PaddingComparisonRow& row : cmp.rows) {
+    const text::PaddingStats& stats = row.stats;
     if (args.json) {
-      table.push_back({{"batching", row.name},
+      table.push_back({{"batching", row.batching},
                        {"batches", stats.batches},
                        {"real_tokens", stats.real_tokens},
                        {"padded_tokens", stats.padded_tokens},
                        {"padding_fraction", stats.padding_fraction()}});
     } else {
-      std::printf("%-40s %8lld %12lld %12lld %8.1f%%\n", row.name.c_str(), static_cast<long long>(stats.batches),
+      std::printf("%-40s %8lld %12lld %12lld %8.1f%%\n", row.batching.c_str(), static_cast<long long>(stats.batches),
                   static_cast<long long>(stats.real_tokens), static_cast<long long>(stats.padded_tokens),
                   100.0 * stats.padding_fraction());
     }
@@ -139,14 +110,14 @@ void add_data_text(CLI::App& data) {
                     "vs a token budget");
   st->add_option("SHARDS", stats->shards, "shard paths, brace ranges or globs")->required();
   st->add_option("--tokenizer", stats->tokenizer, "tokenizer directory (needed for KEY.txt shards)");
-  st->add_option("--max-length", stats->max_length, "truncation length")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  st->add_option("--batch-size", stats->batch_size, "batch size")->capture_default_str()->check(CLI::Range(1, 1 << 20));
-  st->add_option("--bucket-batches", stats->bucket_batches, "bucketing window, in batches")->capture_default_str()->check(CLI::Range(0, 1 << 20));
-  st->add_option("--max-tokens", stats->max_tokens, "token budget (default: batch size × max length)")
+  st->add_option("--max-length", stats->options.max_length, "truncation length")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  st->add_option("--batch-size", stats->options.batch_size, "batch size")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  st->add_option("--bucket-batches", stats->options.bucket_batches, "bucketing window, in batches")->capture_default_str()->check(CLI::Range(0, 1 << 20));
+  st->add_option("--max-tokens", stats->options.max_tokens, "token budget (default: batch size × max length)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 30));
-  st->add_option("--pad-to-multiple-of", stats->pad_to_multiple_of, "")->capture_default_str()->check(CLI::Range(0, 65536));
+  st->add_option("--pad-to-multiple-of", stats->options.pad_to_multiple_of, "")->capture_default_str()->check(CLI::Range(0, 65536));
   st->add_option("--workers", stats->workers, "tokenizer threads")->capture_default_str()->check(CLI::Range(std::int64_t{0}, hotpath::max_threads()));
-  st->add_option("--seed", stats->seed, "shuffle seed")->capture_default_str();
+  st->add_option("--seed", stats->options.seed, "shuffle seed")->capture_default_str();
   st->add_flag("--json", stats->json, "print JSON");
   st->callback([stats] { run_text_stats(*stats); });
 }

@@ -33,8 +33,8 @@ struct EmbedArgs {
   std::string model;
   std::string input = "-";
   std::string output;  // "" = JSON lines on stdout
-  std::size_t batch_size = 32;
-  std::size_t max_length = 0;  // 0: sentence_bert_config.json's max_seq_length, else the model's positions
+  std::size_t batch_size = infer::SentenceEncodeOptions{}.batch_size;
+  std::size_t max_length = infer::SentenceEncoderLoadOptions{}.max_length;  // 0: sentence_bert_config.json's, else the model's positions
   int threads = 0;             // 0: LibTorch's default
 };
 

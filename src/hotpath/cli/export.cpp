@@ -24,21 +24,21 @@ namespace {
 struct ExportArgs {
   infer::ExportSource source;
   std::string out;
-  std::string precision = "fp32";
+  // The library's defaults (infer/export.h), one source for both; the names are the flags' spellings of them.
+  std::string precision = infer::precision_name(infer::ExportOptions{}.precision);
   std::string format = "package";
   std::vector<std::string> calibration;
-  // The library's defaults (infer/export.h), one source for both.
   std::int64_t calibration_samples = infer::ExportOptions{}.calibration_samples;
   std::int64_t max_bad_samples = infer::ExportOptions{}.max_bad_samples;
   double max_output_error = infer::ExportOptions{}.max_output_error;
   double min_output_cosine = infer::ExportOptions{}.min_output_cosine;
-  std::string weight_rounding = "gptq";
+  std::string weight_rounding = infer::ExportOptions{}.gptq ? "gptq" : "nearest";
   int clip_candidates = infer::ExportOptions{}.clip_candidates;
   std::vector<std::string> keep_float;
   double min_agreement = infer::ExportOptions{}.min_agreement;
-  bool allow_accuracy_loss = false;
-  bool overwrite = false;
-  int threads = 0;
+  bool allow_accuracy_loss = infer::ExportOptions{}.allow_accuracy_loss;
+  bool overwrite = infer::ExportOptions{}.overwrite;
+  int threads = infer::ExportOptions{}.threads;
 };
 
 void run(const ExportArgs& a) {

@@ -25,7 +25,7 @@ struct PredictArgs {
   std::string model;
   bool pretrained = false;
   std::vector<std::string> images;
-  int top_k = 5;
+  int top_k = infer::kDefaultTopK;
   int threads = 0;
   bool json = false;
 };

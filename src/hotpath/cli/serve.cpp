@@ -25,26 +25,19 @@
 namespace hotpath::cli {
 namespace {
 
+// The command line's values: batching and transport options bind to the library's structs (their defaults are
+// the library's); the durations are whole numbers of the unit in the flag's name, converted in run().
 struct ServeArgs {
   std::vector<std::string> packages;
   std::vector<std::string> named;  // NAME=PKG
-  std::string host = "127.0.0.1";
-  int port = 8000;
-  std::int64_t max_batch_size = 32;
-  std::int64_t max_queue_delay_us = 1000;
-  std::vector<std::int64_t> preferred_batch_sizes;
-  std::size_t max_queue_size = 128;
-  std::int64_t queue_timeout_ms = 10000;
-  int threads = 0;
-  int io_threads = 1;
-  std::int64_t request_timeout_ms = 30000;
-  std::int64_t idle_timeout_ms = 60000;
-  double drain_timeout_s = 30;
-  std::size_t max_body_bytes = serve::HttpServerOptions{}.max_body_bytes;
-  std::size_t max_header_bytes = serve::HttpServerOptions{}.max_header_bytes;
-  std::size_t max_buffered_bytes = serve::HttpServerOptions{}.max_buffered_bytes;
-  std::size_t max_connections = serve::HttpServerOptions{}.max_connections;
+  serve::BatchingOptions batching;
+  serve::HttpServerOptions http;
+  std::int64_t max_queue_delay_us = serve::BatchingOptions{}.max_queue_delay.count();
+  std::int64_t queue_timeout_ms = serve::BatchingOptions{}.queue_timeout.count();
+  std::int64_t request_timeout_ms = serve::HttpServerOptions{}.request_timeout.count();
+  std::int64_t idle_timeout_ms = serve::HttpServerOptions{}.idle_timeout.count();
   int parse_threads = serve::RouterOptions{}.parse_threads;
+  double drain_timeout_s = 30;  // the command's own: how long SIGTERM waits for the requests in flight
 };
 
 bool valid_model_name(const std::string& name) {
@@ -84,23 +77,12 @@ void run(const ServeArgs& a) {
   }
   HOTPATH_CHECK(a.drain_timeout_s >= 0, "serve: --drain-timeout-s must be >= 0");
 
-  serve::BatchingOptions batching;
-  batching.max_batch_size = a.max_batch_size;
+  serve::BatchingOptions batching = a.batching;
   batching.max_queue_delay = std::chrono::microseconds(a.max_queue_delay_us);
-  batching.preferred_batch_sizes = a.preferred_batch_sizes;
-  batching.max_queue_size = a.max_queue_size;
   batching.queue_timeout = std::chrono::milliseconds(a.queue_timeout_ms);
-  batching.threads = a.threads;
 
   serve::Router* router_ptr = nullptr;  // set once the models are warm; the server starts after that
-  serve::HttpServerOptions http;
-  http.host = a.host;
-  http.port = a.port;
-  http.io_threads = a.io_threads;
-  http.max_body_bytes = a.max_body_bytes;
-  http.max_header_bytes = a.max_header_bytes;
-  http.max_buffered_bytes = a.max_buffered_bytes;
-  http.max_connections = a.max_connections;
+  serve::HttpServerOptions http = a.http;
   http.request_timeout = std::chrono::milliseconds(a.request_timeout_ms);
   http.idle_timeout = std::chrono::milliseconds(a.idle_timeout_ms);
   http.on_transport_error = [&router_ptr](const serve::HttpResponse& response) {
@@ -146,7 +128,7 @@ void run(const ServeArgs& a) {
   server.start();
   std::string names;
   for (const Model& m : models) names += (names.empty() ? "" : ", ") + m.name;
-  std::printf("serve: ready on http://%s:%d (models: %s)\n", a.host.c_str(), server.port(), names.c_str());
+  std::printf("serve: ready on http://%s:%d (models: %s)\n", a.http.host.c_str(), server.port(), names.c_str());
   std::fflush(stdout);
 
   const int signal = server.wait_for_signal();
@@ -181,22 +163,22 @@ void add_serve(CLI::App& app) {
       "serve", "Serve model packages over HTTP: KServe v2 / Triton protocol, dynamic batching (docs/serving.md)");
   cmd->add_option("packages", args->packages, "Model package directories (hotpath export); named by their folder");
   cmd->add_option("--name", args->named, "NAME=PKG: a package under another name (repeatable)");
-  cmd->add_option("--host", args->host, "Address to listen on");
-  cmd->add_option("--port", args->port, "TCP port (0: any free port, printed in the ready line)")->check(CLI::Range(0, 65535));
-  cmd->add_option("--max-batch-size", args->max_batch_size, "Rows per engine call")->check(CLI::Range(1, 4096));
+  cmd->add_option("--host", args->http.host, "Address to listen on");
+  cmd->add_option("--port", args->http.port, "TCP port (0: any free port, printed in the ready line)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--max-batch-size", args->batching.max_batch_size, "Rows per engine call")->check(CLI::Range(1, 4096));
   cmd->add_option("--max-queue-delay-us", args->max_queue_delay_us,
                   "Wait at most this long for more rows before running a partial batch")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{10'000'000}));
-  cmd->add_option("--preferred-batch-sizes", args->preferred_batch_sizes,
+  cmd->add_option("--preferred-batch-sizes", args->batching.preferred_batch_sizes,
                   "Run a batch as soon as it reaches one of these sizes")
       ->delimiter(',');
-  cmd->add_option("--max-queue-size", args->max_queue_size, "Queued requests per model; beyond: 503 + Retry-After")
+  cmd->add_option("--max-queue-size", args->batching.max_queue_size, "Queued requests per model; beyond: 503 + Retry-After")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
   cmd->add_option("--queue-timeout-ms", args->queue_timeout_ms, "A request queued longer is answered 504")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{3'600'000}));
-  cmd->add_option("--threads", args->threads, "Engine intra-op threads per model (0: LibTorch's default)")
+  cmd->add_option("--threads", args->batching.threads, "Engine intra-op threads per model (0: LibTorch's default)")
       ->check(CLI::Range(std::int64_t{0}, hotpath::max_threads()));
-  cmd->add_option("--io-threads", args->io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64));
+  cmd->add_option("--io-threads", args->http.io_threads, "HTTP I/O threads")->check(CLI::Range(1, 64));
   cmd->add_option("--request-timeout-ms", args->request_timeout_ms,
                   "A request not fully received this long after its first byte gets 408")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{3'600'000}));
@@ -205,19 +187,19 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--drain-timeout-s", args->drain_timeout_s,
                   "On SIGTERM/SIGINT: finish queued and in-flight requests within this many seconds")
       ->check(CLI::Range(0.0, 3600.0));
-  cmd->add_option("--max-body-bytes", args->max_body_bytes,
+  cmd->add_option("--max-body-bytes", args->http.max_body_bytes,
                   "Larger request bodies get 413 (the body is read and dropped)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 32))
       ->capture_default_str();
-  cmd->add_option("--max-header-bytes", args->max_header_bytes, "Larger request headers get 431")
+  cmd->add_option("--max-header-bytes", args->http.max_header_bytes, "Larger request headers get 431")
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 20))
       ->capture_default_str();
-  cmd->add_option("--max-buffered-bytes", args->max_buffered_bytes,
+  cmd->add_option("--max-buffered-bytes", args->http.max_buffered_bytes,
                   "Request bytes all connections may hold together; a request past it gets 503 + Retry-After before "
                   "its body is read (at least --max-body-bytes + --max-header-bytes)")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40))
       ->capture_default_str();
-  cmd->add_option("--max-connections", args->max_connections,
+  cmd->add_option("--max-connections", args->http.max_connections,
                   "Open connections; one more is answered 503 + Retry-After and closed")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20))
       ->capture_default_str();

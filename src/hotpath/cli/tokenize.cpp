@@ -30,24 +30,20 @@ namespace {
 // Lengths a flag may ask for: far above any model (512, 8192), far below an allocation that fails.
 constexpr std::size_t kMaxTokens = std::size_t{1} << 20;
 
+// The flags that have a field in text::EncodeOptions bind to it (its defaults are the library's); the strings
+// (truncation, padding, offsets) are turned into its enums in run().
 struct TokenizeArgs {
   std::string tokenizer;
   std::string input = "-";
   bool pair = false;
-  std::size_t max_length = 0;
+  text::EncodeOptions encode;
   std::string truncation = "longest_first";
-  std::size_t stride = 0;
-  bool overflowing = false;
-  bool special_tokens_mask = false;
   bool length = false;
   std::string padding = "none";
-  std::size_t pad_length = 0;
-  std::size_t pad_to_multiple_of = 0;
   bool offsets = false;
   bool char_offsets = false;
   bool no_special_tokens = false;
-  unsigned threads = 1;
-  std::size_t batch_size = 4096;
+  std::size_t batch_size = 4096;  // lines per encode_batch call (and per --bench batch)
   bool bench = false;
   int repeats = 3;
 };
@@ -60,24 +56,17 @@ std::string read_input(const std::string& path) {
 void run(const TokenizeArgs& a) {
   using namespace hotpath::text;
   const Tokenizer tok = Tokenizer::from_directory(a.tokenizer);
-  EncodeOptions o;
+  EncodeOptions o = a.encode;
   o.add_special_tokens = !a.no_special_tokens;
   // Without truncation nothing overflows: the flags would be silently ignored.
-  HOTPATH_CHECK(a.max_length > 0 || (a.stride == 0 && !a.overflowing),
+  HOTPATH_CHECK(o.max_length > 0 || (o.stride == 0 && !o.return_overflowing_tokens),
                 "tokenize: --stride and --return-overflowing-tokens need --max-length (nothing is cut without it)");
-  o.max_length = a.max_length;
-  o.stride = a.stride;
-  o.return_overflowing_tokens = a.overflowing;
-  o.return_special_tokens_mask = a.special_tokens_mask;
   o.truncation = a.truncation == "only_first"    ? TruncationStrategy::kOnlyFirst
                  : a.truncation == "only_second" ? TruncationStrategy::kOnlySecond
                                                  : TruncationStrategy::kLongestFirst;
   o.padding = a.padding == "longest" ? Padding::kLongest : a.padding == "max_length" ? Padding::kMaxLength : Padding::kNone;
-  o.pad_length = a.pad_length;
-  o.pad_to_multiple_of = a.pad_to_multiple_of;
   o.return_offsets = a.offsets || a.char_offsets;
   o.offset_unit = a.char_offsets ? OffsetUnit::kChars : OffsetUnit::kBytes;
-  o.threads = a.threads;
 
   const std::string source = a.input == "-" ? std::string("stdin") : a.input;
   const std::string text = read_input(a.input);
@@ -127,7 +116,7 @@ void run(const TokenizeArgs& a) {
       throw;
     }
     out.clear();
-    if (a.overflowing) {
+    if (o.return_overflowing_tokens) {
       const FlatEncodings flat = flatten_overflowing(std::move(encodings));
       for (std::size_t row = 0; row < flat.encodings.size(); ++row) {
         append_json(out, flat.encodings[row],
@@ -155,29 +144,29 @@ void add_tokenize(CLI::App& app) {
       ->required();
   cmd->add_option("--input", args->input, "Text file, one input per line ('-' = stdin)");
   cmd->add_flag("--pair", args->pair, "Each line is first<TAB>second: a pair with token_type_ids 0/1");
-  cmd->add_option("--max-length", args->max_length, "Truncate to this many tokens, special tokens included (0: no)")
+  cmd->add_option("--max-length", args->encode.max_length, "Truncate to this many tokens, special tokens included (0: no)")
       ->check(CLI::Range(std::size_t{0}, kMaxTokens));
   cmd->add_option("--truncation", args->truncation, "Which text of a pair loses tokens")
       ->check(CLI::IsMember({"longest_first", "only_first", "only_second"}));
-  cmd->add_option("--stride", args->stride,
+  cmd->add_option("--stride", args->encode.stride,
                   "With --max-length: overlap of consecutive windows, in tokens (HF stride)")
       ->check(CLI::Range(std::size_t{0}, kMaxTokens));
-  cmd->add_flag("--return-overflowing-tokens", args->overflowing,
+  cmd->add_flag("--return-overflowing-tokens", args->encode.return_overflowing_tokens,
                 "Also write the windows truncation cuts off, one line each, with \"overflow_to_sample_mapping\" "
                 "(the 0-based input line)");
-  cmd->add_flag("--special-tokens-mask,--return-special-tokens-mask", args->special_tokens_mask,
+  cmd->add_flag("--special-tokens-mask,--return-special-tokens-mask", args->encode.return_special_tokens_mask,
                 "Add special_tokens_mask: 1 for [CLS]/[SEP]/padding, 0 for the text's tokens");
   cmd->add_flag("--return-length", args->length, "Add \"length\": the number of tokens, padding included");
   cmd->add_option("--padding", args->padding, "longest: within each batch; max_length: to --pad-length or --max-length")
       ->check(CLI::IsMember({"none", "longest", "max_length"}));
-  cmd->add_option("--pad-length", args->pad_length, "Length for --padding max_length (0: --max-length)")
+  cmd->add_option("--pad-length", args->encode.pad_length, "Length for --padding max_length (0: --max-length)")
       ->check(CLI::Range(std::size_t{0}, kMaxTokens));
-  cmd->add_option("--pad-to-multiple-of", args->pad_to_multiple_of, "Round padded lengths up to a multiple of this")
+  cmd->add_option("--pad-to-multiple-of", args->encode.pad_to_multiple_of, "Round padded lengths up to a multiple of this")
       ->check(CLI::Range(std::size_t{0}, kMaxTokens));
   cmd->add_flag("--offsets", args->offsets, "Add offset_mapping: byte offsets into each line");
   cmd->add_flag("--char-offsets", args->char_offsets, "Add offset_mapping in code points (what HF's python API gives)");
   cmd->add_flag("--no-special-tokens", args->no_special_tokens, "No [CLS]/[SEP]");
-  cmd->add_option("--threads", args->threads, "Encoding threads (0: all cores); the output does not depend on it")
+  cmd->add_option("--threads", args->encode.threads, "Encoding threads (0: all cores); the output does not depend on it")
       ->check(CLI::Range(std::int64_t{0}, hotpath::max_threads()));
   cmd->add_option("--batch-size", args->batch_size, "Lines per batch")->check(CLI::Range(std::size_t{1}, std::size_t{1} << 24));
   cmd->add_flag("--bench", args->bench, "Print throughput (lines/s, tokens/s) as JSON instead of the encodings");

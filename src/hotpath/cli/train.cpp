@@ -54,12 +54,8 @@ struct TrainArgs {
   int nproc = 1;
   std::string config;
   std::vector<std::string> overrides;
-  bool resume = false;
-  bool overwrite = false;
   bool print_config = false;
-  std::string trace;
-  std::int64_t trace_steps = 5;
-  bool quiet = false;
+  train::TrainOptions options;  // --resume, --overwrite, --trace, --trace-steps, --quiet; the library's defaults
 };
 
 void train_this_rank(const TrainArgs& a);
@@ -81,15 +77,10 @@ void train_this_rank(const TrainArgs& a) {
     return;
   }
   StopOnSigint sigint;
-  train::TrainOptions options;
-  options.resume = a.resume;
-  options.overwrite = a.overwrite;
-  options.trace_path = a.trace;
-  options.trace_steps = a.trace_steps;
+  train::TrainOptions options = a.options;
   options.stop = sigint.flag();
   options.out = &std::cerr;
   options.is_tty = stream_is_tty(stderr);
-  options.quiet = a.quiet;
   const train::TrainResult r = train::train(recipe, options);
 
   // One write per line (std::cerr is unbuffered): ranks sharing a stderr under torchrun must not interleave.
@@ -129,13 +120,13 @@ void add_train(CLI::App& app) {
       ->trigger_on_parse();
   cmd->add_option("config", args->config, "Recipe file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", args->overrides, "Override a recipe key: --set train.epochs=5 (repeatable)");
-  cmd->add_flag("--resume", args->resume, "Continue from the latest checkpoint in the run directory");
-  cmd->add_flag("--overwrite", args->overwrite,
+  cmd->add_flag("--resume", args->options.resume, "Continue from the latest checkpoint in the run directory");
+  cmd->add_flag("--overwrite", args->options.overwrite,
                 "The run directory holds another run: delete its outputs (checkpoints, metrics, model) first");
-  cmd->add_option("--trace", args->trace, "Write a Chrome-trace JSON of a few steps (chrome://tracing, Perfetto)");
-  cmd->add_option("--trace-steps", args->trace_steps, "Steps to trace")->check(CLI::Range(1, 1000));
+  cmd->add_option("--trace", args->options.trace_path, "Write a Chrome-trace JSON of a few steps (chrome://tracing, Perfetto)");
+  cmd->add_option("--trace-steps", args->options.trace_steps, "Steps to trace")->check(CLI::Range(1, 1000));
   cmd->add_flag("--print-config", args->print_config, "Print the resolved recipe and exit");
-  cmd->add_flag("--quiet", args->quiet, "No progress lines");
+  cmd->add_flag("--quiet", args->options.quiet, "No progress lines");
   cmd->add_option("--nproc", args->nproc,
                   "Data-parallel ranks on this host, launched here (as torchrun --nproc-per-node N --no-python would)")
       ->check(CLI::Range(1, 256));

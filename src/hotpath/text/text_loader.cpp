@@ -173,6 +173,37 @@ PaddingStats padding_stats(std::span<const std::uint32_t> lengths, const std::ve
   return stats;
 }
 
+PaddingComparison compare_padding(const TextCorpus& corpus, const PaddingComparisonOptions& options) {
+  PaddingComparison out;
+  out.samples = corpus.size();
+  out.tokens = corpus.ids.size();
+  std::vector<std::uint32_t> lengths(corpus.size());
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    lengths[i] = corpus.length(i);
+    out.longest = std::max(out.longest, lengths[i]);
+  }
+  const BatchPlanOptions base{.batch_size = options.batch_size, .seed = options.seed};
+  const auto add = [&](std::string name, BatchPlanOptions plan) {
+    PaddingStats stats = padding_stats(lengths, plan_batches(lengths, plan, 0), plan);
+    out.rows.push_back({std::move(name), plan, stats});
+  };
+  BatchPlanOptions plan = base;
+  plan.fixed_length = options.max_length;
+  add("fixed (pad to max_length)", plan);
+  add("dynamic (pad to longest)", base);
+  plan = base;
+  plan.pad_to_multiple_of = options.pad_to_multiple_of;
+  add("dynamic, multiple of " + std::to_string(options.pad_to_multiple_of), plan);
+  plan = base;
+  plan.bucket_batches = options.bucket_batches;
+  add("bucketed (" + std::to_string(options.bucket_batches) + "-batch windows)", plan);
+  plan.max_tokens = options.max_tokens > 0 ? options.max_tokens
+                                           : static_cast<std::int64_t>(options.batch_size) *
+                                                 static_cast<std::int64_t>(options.max_length);
+  add("bucketed + token budget " + std::to_string(plan.max_tokens), plan);
+  return out;
+}
+
 TextBatch collate(const TextCorpus& corpus, std::span<const std::uint32_t> samples, const BatchPlanOptions& options,
                   std::int32_t pad_id) {
   TextBatch batch;
