@@ -28,6 +28,7 @@
 #include "hotpath/models/text/bert.h"
 #include "hotpath/models/weights.h"
 #include "support/test_support.h"
+#include "support/tiny_models.h"
 
 namespace hotpath::infer {
 namespace {
@@ -37,24 +38,7 @@ using test::TempDir;
 
 // An image run directory as `hotpath train` leaves it: model.json + model.safetensors of a cnn_small.
 fs::path write_image_run(const TempDir& dir, models::ModelHandle& model) {
-  at::manual_seed(21);
-  model = models::create_model("cnn_small", {.num_classes = 3, .in_channels = 1});
-  model->eval();
-  const fs::path run = dir.path() / "run";
-  fs::create_directories(run);
-  Package p;
-  p.architecture = "cnn_small";
-  p.num_classes = 3;
-  p.image.channels = 1;
-  p.image.image_size = 12;
-  p.image.crop = EvalCrop::kResize;
-  p.image.resize_shorter = 12;
-  p.image.mean = {0.5};
-  p.image.std = {0.25};
-  p.labels = {"circle", "square", "line"};
-  test::write_file((run / "model.json").string(), run_directory_json(p));
-  models::save_safetensors(*model, (run / "model.safetensors").string());
-  return run;
+  return test::write_tiny_image_run(dir.path() / "run", model);
 }
 
 // `good` 12×12 gray PNG samples with labels 0..2, then `corrupt` samples whose PNG is cut short.
@@ -340,39 +324,9 @@ TEST(Export, UnknownModelFamilyIsOneLineNamingIt) {
   }
 }
 
-formats::BertConfig tiny_config() {
-  formats::BertConfig c;
-  c.vocab_size = 30;
-  c.hidden_size = 16;
-  c.num_hidden_layers = 1;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 24;
-  c.max_position_embeddings = 32;
-  c.num_labels = 2;
-  return c;
-}
-
 // A Hugging Face directory: config.json, model.safetensors under HF's key names, vocab.txt.
 fs::path write_hf_dir(const TempDir& dir, bool classifier) {
-  const fs::path hf = dir.path() / (classifier ? "hf-cls" : "hf-emb");
-  fs::create_directories(hf);
-  at::manual_seed(5);
-  const std::string arch = classifier ? R"("architectures": ["BertForSequenceClassification"], )" : "";
-  test::write_file((hf / "config.json").string(),
-                   "{" + arch + R"("model_type": "bert", "vocab_size": 30, "hidden_size": 16, "num_hidden_layers": 1,
-                     "num_attention_heads": 2, "intermediate_size": 24, "max_position_embeddings": 32,
-                     "type_vocab_size": 2, "hidden_act": "gelu", "layer_norm_eps": 1e-12})");
-  if (classifier) {
-    models::BertForSequenceClassification m(tiny_config());
-    models::save_safetensors(m, (hf / "model.safetensors").string());
-  } else {
-    models::BertModel m(tiny_config());
-    models::save_safetensors(m, (hf / "model.safetensors").string());
-  }
-  std::string vocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n";
-  for (const char* w : {"the", "cat", "sat", "on", "mat", "a", "dog", "ran", "far", "away"}) vocab += std::string(w) + "\n";
-  test::write_file((hf / "vocab.txt").string(), vocab);
-  return hf;
+  return test::write_tiny_hf_bert(dir.path() / (classifier ? "hf-cls" : "hf-emb"), classifier);
 }
 
 TEST(Export, HuggingFaceClassifierAndEmbedderDirectories) {

@@ -24,6 +24,7 @@
 #include "hotpath/models/weights.h"
 #include "hotpath/serve/metrics.h"
 #include "support/test_support.h"
+#include "support/tiny_models.h"
 
 namespace hotpath::serve {
 namespace {
@@ -56,33 +57,7 @@ fs::path text_package(bool classifier) {
   static const test::TempDir dir;
   const fs::path pkg = dir.path() / (classifier ? "cls-pkg" : "emb-pkg");
   if (fs::exists(pkg)) return pkg;
-  const fs::path hf = dir.path() / (classifier ? "hf-cls" : "hf-emb");
-  fs::create_directories(hf);
-  const std::string arch = classifier ? R"("architectures": ["BertForSequenceClassification"], )" : "";
-  test::write_file((hf / "config.json").string(),
-                   "{" + arch + R"("model_type": "bert", "vocab_size": 30, "hidden_size": 16, "num_hidden_layers": 1,
-                     "num_attention_heads": 2, "intermediate_size": 24, "max_position_embeddings": 32,
-                     "type_vocab_size": 2, "hidden_act": "gelu", "layer_norm_eps": 1e-12})");
-  std::string vocab = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n";
-  for (const char* w : {"the", "cat", "sat", "on", "mat", "a", "dog", "ran", "far", "away"}) vocab += std::string(w) + "\n";
-  test::write_file((hf / "vocab.txt").string(), vocab);
-  // Random weights under HF's key names, written by the training model of that shape.
-  formats::BertConfig c;
-  c.vocab_size = 30;
-  c.hidden_size = 16;
-  c.num_hidden_layers = 1;
-  c.num_attention_heads = 2;
-  c.intermediate_size = 24;
-  c.max_position_embeddings = 32;
-  c.num_labels = 2;
-  at::manual_seed(5);
-  if (classifier) {
-    models::BertForSequenceClassification m(c);
-    models::save_safetensors(m, (hf / "model.safetensors").string());
-  } else {
-    models::BertModel m(c);
-    models::save_safetensors(m, (hf / "model.safetensors").string());
-  }
+  const fs::path hf = test::write_tiny_hf_bert(dir.path() / (classifier ? "hf-cls" : "hf-emb"), classifier);
   infer::ExportSource source;
   source.model_dir = hf.string();
   infer::ExportOptions options;

@@ -4,46 +4,34 @@
 //   at::Tensor x = c.preprocess().load_image("shoe.png").unsqueeze(0);   // [1, C, H, W]
 //   for (const TopK& t : c.classify(x, 5).front()) std::cout << t.label << " " << t.prob << "\n";
 //
-// What `hotpath predict` prints and the server will answer come from here, so both see the same
-// preprocessing (the package's) and the same softmax + top-k.
+// A view of one Predictor (predictor.h), which decides how the model runs and owns the package's preprocessing
+// and softmax + top-k: what `hotpath predict`, `hotpath eval` and hotpath.infer.ImageClassifier run.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
-#include <functional>
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "hotpath/infer/engine.h"
 #include "hotpath/infer/evaluate.h"
 #include "hotpath/infer/package.h"
-#include "hotpath/infer/package.h"
+#include "hotpath/infer/predictor.h"
 #include "hotpath/infer/preprocess.h"
 #include "hotpath/models/registry.h"
 
 namespace hotpath::infer {
 
-struct TopK {
-  std::int64_t index = 0;
-  std::string label;  // the class name, or the index as text when the package has no names
-  double prob = 0;    // softmax probability
-};
-
-// Softmax over logits [N, C] → for each row the min(k, C) most probable classes, most probable first, named by
-// `labels` (the index as text past its end). The one post-processing of every classifier.
-std::vector<std::vector<TopK>> top_k(const at::Tensor& logits, std::int64_t k, const std::vector<std::string>& labels);
-
 class Classifier {
  public:
-  // `model` in eval mode; class_names may be empty.
+  // An image model held in memory, in eval mode; class_names may be empty (classes named by index).
   Classifier(models::ModelHandle model, EvalPreprocess preprocess, std::vector<std::string> class_names);
-  // An image classifier package (package.h), in the one place that decides how it runs: a model package in the
-  // engine at its precision (`threads`: 0 = all cores), a run directory's training model eagerly, under `autocast`
-  // (bf16 or fp16; refused for a model package, which runs at its exported precision).
+  // An image_classifier Predictor; anything else is an error naming the package.
+  explicit Classifier(Predictor predictor);
+  // An image classifier package: Predictor::load with `threads` (0: all cores) and, for a run directory,
+  // `autocast` (bf16 or fp16; refused for a model package, which runs at its exported precision).
   static Classifier from_package(const Package& package, int threads = 0,
                                  std::optional<at::ScalarType> autocast = std::nullopt);
   // A registry model with its pretrained weights (models/vision/pretrained.h): its ImageNet
@@ -52,9 +40,10 @@ class Classifier {
   // from_package(read_package(dir)).
   static Classifier from_dir(const std::string& dir, int threads = 0);
 
-  [[nodiscard]] const EvalPreprocess& preprocess() const { return preprocess_; }
+  [[nodiscard]] const EvalPreprocess& preprocess() const { return predictor_.image(); }
+  [[nodiscard]] const Predictor& predictor() const { return predictor_; }
   // The training model (nullptr for a package, which the engine runs).
-  [[nodiscard]] const models::ModelHandle& model() const { return model_; }
+  [[nodiscard]] const models::ModelHandle& model() const { return predictor_.model(); }
   // Logits [N, classes] float32 of a preprocessed batch, without autograd.
   [[nodiscard]] at::Tensor logits(const at::Tensor& batch) const;
 
@@ -63,13 +52,7 @@ class Classifier {
   [[nodiscard]] std::vector<std::vector<TopK>> classify(const at::Tensor& batch, std::int64_t k) const;
 
  private:
-  Classifier(std::shared_ptr<const Engine> engine, EvalPreprocess preprocess, std::vector<std::string> class_names);
-
-  models::ModelHandle model_;
-  std::optional<at::ScalarType> autocast_;  // the eager model's
-  std::shared_ptr<const Engine> engine_;
-  EvalPreprocess preprocess_;
-  std::vector<std::string> class_names_;
+  Predictor predictor_;
 };
 
 struct DirEvalOptions {

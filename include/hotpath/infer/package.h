@@ -4,7 +4,9 @@
 //   model package (`hotpath export`; the engine runs it):
 //     PKG/config.json               {"hotpath_package": 1, kind, architecture, precision, num_classes, source, graph}
 //     PKG/model.safetensors         the graph's weights (folded; int8 weights + f32 scales as plain tensors)
-//     PKG/preprocess.json           image: the eval transform (infer/preprocess.h); text: max_length
+//     PKG/preprocess.json           image: the eval transform (infer/preprocess.h); text: max_length, vocab_size,
+//                                   type_vocab_size, pad_id, truncation
+//     (config.json "postprocess")   {"output": "class_scores", "top_k"} or {"output": "embedding", pooling, normalize}
 //     PKG/labels.txt                one class name per line (classifiers)
 //     PKG/quantization_report.json  the export's accuracy report (every export writes one)
 //     PKG/tokenizer.json, vocab.txt, tokenizer_config.json, ...   text packages: the tokenizer files
@@ -14,8 +16,7 @@
 //     RUN/model.safetensors         the registry model's state dict
 //
 //   Package pkg = read_package("pkg/resnet50-int8");                // either layout; one-line errors
-//   if (pkg.layout == PackageLayout::kModelPackage) engine = Engine::from_graph(load_package_graph(pkg), ...);
-//   else model = load_package_model(pkg);                            // built, weights loaded, eval mode
+//   Predictor p = Predictor::load(pkg);                              // predictor.h: engine or eager, decided there
 //
 // The fields have one name in both layouts (model.json's "model" is `architecture`, its "class_names" `labels`,
 // its flat transform `image`); both files keep their keys, so every run directory and package written before loads.
@@ -23,6 +24,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,7 @@
 #include "hotpath/infer/graph.h"
 #include "hotpath/infer/preprocess.h"
 #include "hotpath/models/registry.h"
+#include "hotpath/text/tokenizer.h"
 
 namespace hotpath::infer {
 
@@ -43,8 +46,25 @@ const char* package_kind_name(PackageKind kind);  // "image_classifier" | "text_
 
 enum class PackageLayout { kModelPackage, kRunDirectory };
 
+// How a text package turns texts into its inputs (preprocess.json). Packages written before these fields held
+// max_length only: read_package leaves the rest unrecorded and Predictor takes them from the weights and the
+// tokenizer, so they still load.
 struct TextPreprocess {
-  std::int64_t max_length = 128;  // tokens per sequence, [CLS] and [SEP] included
+  std::int64_t max_length = 128;     // tokens per sequence, [CLS] and [SEP] included
+  std::int64_t vocab_size = 0;       // word-embedding rows: every input id is below it (0: not recorded)
+  std::int64_t type_vocab_size = 0;  // token-type rows (0: not recorded)
+  std::optional<std::int64_t> pad_id;  // the id padding holds (the tokenizer's); unset: not recorded
+  text::TruncationStrategy truncation = text::TruncationStrategy::kLongestFirst;  // which text of a pair is cut
+  bool tokenizer = false;            // tokenizer.json or vocab.txt lies in the package (not a field: the files)
+};
+
+// What a caller gets from the raw output (config.json "postprocess"; packages written before: from the kind).
+enum class OutputKind { kClassScores, kEmbedding };
+struct Postprocess {
+  OutputKind output = OutputKind::kClassScores;
+  std::int64_t top_k = kDefaultTopK;  // class scores: softmax, then this many labels when the caller names no k
+  std::string pooling;                // embeddings: how the graph pools the tokens: "mean" or "none" (no pooling node)
+  bool normalize = false;             // embeddings: L2-normalised by the graph's last node
 };
 
 struct Package {
@@ -57,6 +77,7 @@ struct Package {
   std::vector<std::string> labels;  // classifiers: one per class (a run directory's may be empty: named by index)
   EvalPreprocess image;             // image classifiers: the eval transform; its channels are the model's input's
   TextPreprocess text;              // text packages
+  Postprocess postprocess;          // logits → softmax + top-k, or the embedding as it is
   Graph graph;                      // model packages: structure only; load_package_graph attaches the weights
   std::string weights = "model.safetensors";  // relative to dir
   nlohmann::json source = nlohmann::json::object();  // model packages: what was exported, from where, how

@@ -17,14 +17,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <memory>
 #include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
 
-#include "hotpath/infer/engine.h"
 #include "hotpath/infer/package.h"
+#include "hotpath/infer/predictor.h"
 #include "hotpath/models/text/bert.h"
 #include "hotpath/text/tokenizer.h"
 
@@ -47,8 +46,8 @@ class SentenceEncoder {
   // The tokenizer (tokenizer.json or vocab.txt), config.json + weights and the sentence-transformers
   // pipeline files (1_Pooling/config.json, modules.json) of a model directory.
   static SentenceEncoder from_directory(const std::filesystem::path& dir, const SentenceEncoderLoadOptions& options = {});
-  // A sentence_embedder model package (package.h): its tokenizer files, the engine on its graph (fp32,
-  // bf16 or int8 as exported); max_length 0 takes the package's.
+  // A sentence_embedder model package (package.h) through its Predictor (predictor.h): its tokenizer, the engine
+  // on its graph (fp32, bf16 or int8 as exported, pooled and normalised inside); max_length 0 takes the package's.
   static SentenceEncoder from_package(const Package& package, const SentenceEncoderLoadOptions& options = {});
   // The one choice `hotpath embed --model` and hotpath.infer.SentenceEncoder make: a sentence_embedder model package
   // (package.h) in the engine, else a sentence-transformers / Hugging Face directory eagerly.
@@ -67,12 +66,11 @@ class SentenceEncoder {
   [[nodiscard]] std::int64_t dimension() const { return dimension_; }
 
  private:
-  SentenceEncoder(text::Tokenizer tokenizer, std::shared_ptr<const Engine> engine, std::int64_t dimension,
-                  std::size_t max_length);
+  explicit SentenceEncoder(Predictor predictor);
 
   text::Tokenizer tokenizer_;
   std::optional<models::SentenceEmbedder> embedder_;
-  std::shared_ptr<const Engine> engine_;  // set for packages: pooled and normalised inside the graph
+  std::optional<Predictor> predictor_;  // set for packages: pooled and normalised inside the graph
   std::int64_t dimension_ = 0;
   std::size_t max_length_;
 };

@@ -1,5 +1,6 @@
-// hotpath/infer/text_classifier.h — a text_classifier model package ready to answer: its tokenizer and max length,
-// the engine at the package's precision, softmax + top-k with its labels. What hotpath.infer.TextClassifier runs.
+// hotpath/infer/text_classifier.h — a text_classifier model package ready to answer, as a view of one Predictor
+// (predictor.h: its tokenizer, max length, pad id and truncation, the engine at the package's precision, softmax
+// + top-k with its labels), batching the texts. What hotpath.infer.TextClassifier runs.
 //
 //   TextClassifier c = TextClassifier::from_dir("pkg/minilm-reuters-int8");
 //   std::vector<std::string_view> texts{"Oil prices rose.", "The bank cut rates."};
@@ -9,15 +10,13 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
-#include "hotpath/infer/classifier.h"
-#include "hotpath/infer/package.h"
-#include "hotpath/text/tokenizer.h"
+#include "hotpath/infer/predictor.h"
 
 namespace hotpath::infer {
 
@@ -28,7 +27,7 @@ class TextClassifier {
   static TextClassifier from_dir(const std::string& dir, int threads = 0);
 
   // Logits [N, labels] float32. `pairs`: empty, or one second text per text (sentence-pair tasks). Texts are
-  // truncated to the package's max_length (longest first for pairs) and run in batches of `batch_size`, each
+  // truncated to the package's max_length (pairs: with the package's truncation) and run in batches of `batch_size`, each
   // padded to its longest row.
   [[nodiscard]] at::Tensor logits(std::span<const std::string_view> texts, std::span<const std::string_view> pairs = {},
                                   std::int64_t batch_size = 32) const;
@@ -37,17 +36,14 @@ class TextClassifier {
                                                         std::span<const std::string_view> pairs = {},
                                                         std::int64_t k = 5, std::int64_t batch_size = 32) const;
 
-  [[nodiscard]] const std::vector<std::string>& labels() const { return labels_; }
-  [[nodiscard]] std::int64_t max_length() const { return max_length_; }
+  [[nodiscard]] const std::vector<std::string>& labels() const { return predictor_.labels(); }
+  [[nodiscard]] std::int64_t max_length() const { return predictor_.text().max_length; }
+  [[nodiscard]] const Predictor& predictor() const { return predictor_; }
 
  private:
-  TextClassifier(std::shared_ptr<const Engine> engine, text::Tokenizer tokenizer, std::int64_t max_length,
-                 std::vector<std::string> labels);
+  explicit TextClassifier(Predictor predictor) : predictor_(std::move(predictor)) {}
 
-  std::shared_ptr<const Engine> engine_;
-  text::Tokenizer tokenizer_;
-  std::int64_t max_length_ = 0;
-  std::vector<std::string> labels_;
+  Predictor predictor_;
 };
 
 }  // namespace hotpath::infer

@@ -26,7 +26,7 @@ inline constexpr const char* kServerVersion = "0.1.0";
 
 struct RouterOptions {
   std::FILE* log = stderr;  // one JSON line per request; nullptr: none
-  int default_top_k = infer::kDefaultTopK;  // /v1 classify without ?top_k=
+  int default_top_k = 0;  // /v1 classify without ?top_k=; 0: each package's own (config.json postprocess.top_k)
   // Parsing, decoding and tokenizing are work: an I/O thread that did them for a 28 MB JSON body kept every other
   // connection waiting for seconds. Bodies over inline_body_bytes and every /v1 request are handled on
   // parse_threads worker threads instead; small requests (health, metadata, a small infer) stay on the I/O thread.

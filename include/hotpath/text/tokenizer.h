@@ -31,6 +31,9 @@
 namespace hotpath::text {
 
 enum class TruncationStrategy { kLongestFirst, kOnlyFirst, kOnlySecond };
+// HF's names ("longest_first", "only_first", "only_second"); parse throws naming `where` and the three names.
+const char* truncation_strategy_name(TruncationStrategy strategy);
+TruncationStrategy parse_truncation_strategy(std::string_view name, std::string_view where);
 enum class Side { kRight, kLeft };
 enum class Padding { kNone, kLongest, kMaxLength };
 enum class OffsetUnit { kBytes, kChars };  // kChars: code points, what HF's python API returns

@@ -25,6 +25,7 @@
 #include "hotpath/formats/npy.h"
 #include "hotpath/infer/engine.h"
 #include "hotpath/infer/package.h"
+#include "hotpath/infer/predictor.h"
 #include "hotpath/models/registry.h"
 #include "hotpath/models/text/bert.h"
 #include "hotpath/models/vision/pretrained.h"
@@ -96,15 +97,13 @@ struct TextIds {
   std::int64_t sep = 0;
 };
 
-TextIds text_ids(const Package& pkg, const infer::Graph& g) {
-  const std::optional<infer::TextEmbedding> embedding = infer::text_embedding(g);
-  TextIds t{.vocab = embedding ? embedding->vocab : 30522, .cls = 101, .sep = 102};
-  const fs::path dir(pkg.dir);
-  if (fs::exists(dir / "tokenizer.json") || fs::exists(dir / "vocab.txt")) {
-    const text::Tokenizer tok = text::Tokenizer::from_directory(dir);
-    t.vocab = std::min<std::int64_t>(t.vocab, static_cast<std::int64_t>(tok.vocab_size()));
-    t.cls = tok.token_to_id("[CLS]").value_or(0);
-    t.sep = tok.token_to_id("[SEP]").value_or(0);
+TextIds text_ids(const infer::Predictor& predictor) {
+  const Package& pkg = predictor.package();
+  TextIds t{.vocab = pkg.text.vocab_size, .cls = 101, .sep = 102};
+  if (const text::Tokenizer* tok = predictor.tokenizer()) {
+    t.vocab = std::min<std::int64_t>(t.vocab, static_cast<std::int64_t>(tok->vocab_size()));
+    t.cls = tok->token_to_id("[CLS]").value_or(0);
+    t.sep = tok->token_to_id("[SEP]").value_or(0);
   }
   HOTPATH_CHECK(t.vocab >= 1, "bench infer: ", pkg.dir, ": the package's vocabulary is empty");
   if (t.cls >= t.vocab) t.cls = 0;
@@ -378,7 +377,7 @@ Json best_runs(const std::map<std::string, EngineRuns>& runs, const std::vector<
     row["median_per_s"] = median(rates);
     row["runs_per_s"] = rates;
     if (name == "hotpath") {
-      row["runs"] = std::string("hotpath::infer::Engine::load(PKG) (") + infer::precision_name(pkg.precision) +
+      row["runs"] = std::string("hotpath::infer::Predictor::open(PKG) (") + infer::precision_name(pkg.precision) +
                     " package), " + std::to_string(a.threads) + " threads" +
                     (a.device == "cuda" ? ", cuda:0 fp16 (pinned input staging, outputs back to the CPU)" : "");
       row["accuracy"] = hotpath_accuracy;
@@ -414,16 +413,18 @@ Json run_infer_bench(const InferBenchOptions& a, std::ostream* log, std::vector<
   const std::vector<std::string> peers = peer_engines(a);
   at::set_num_threads(a.threads);
 
-  const Package pkg = infer::read_package(a.package);
   HOTPATH_CHECK(a.device == "cpu" || a.device == "cuda", "bench infer: --device takes cpu or cuda, got '", a.device, "'");
-  const Engine engine = Engine::load(a.package, {.threads = a.threads,
-                                                 .device = a.device == "cuda" ? at::Device(at::kCUDA, 0)
-                                                                              : at::Device(at::kCPU)});
+  const infer::Predictor predictor = infer::Predictor::open(
+      a.package, {.threads = a.threads, .device = a.device == "cuda" ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU)});
+  HOTPATH_CHECK(predictor.engine() != nullptr, "bench infer: ", a.package, " is a training run directory: export it "
+                "first (hotpath export)");
+  const Package& pkg = predictor.package();
+  const Engine& engine = *predictor.engine();
   const infer::Graph& graph = engine.graph();
   const bool text = pkg.kind != PackageKind::kImageClassifier;
   const bool embeddings = pkg.kind == PackageKind::kSentenceEmbedder;
   const std::int64_t seq_len = text ? (a.seq_len > 0 ? a.seq_len : pkg.text.max_length) : 0;
-  const std::vector<at::Tensor> inputs = make_inputs(graph, a, seq_len, text ? text_ids(pkg, graph) : TextIds{});
+  const std::vector<at::Tensor> inputs = make_inputs(graph, a, seq_len, text ? text_ids(predictor) : TextIds{});
   const std::int64_t n = a.batch;
 
   // Batch-1 queries: sample i of the batch, alone.

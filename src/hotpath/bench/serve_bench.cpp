@@ -38,8 +38,7 @@
 #include "hotpath/bench/infer_scenario.h"
 #include "hotpath/core/bounded.h"
 #include "hotpath/core/error.h"
-#include "hotpath/infer/engine.h"
-#include "hotpath/infer/package.h"
+#include "hotpath/infer/predictor.h"
 
 namespace hotpath::bench {
 namespace {
@@ -160,13 +159,13 @@ struct Workload {
 
 std::string dtype_name(at::ScalarType t) { return t == at::kLong ? "INT64" : "FP32"; }
 
-Workload make_workload(const infer::Package& pkg, const infer::Engine& engine, const ServeBenchOptions& o) {
+Workload make_workload(const infer::Predictor& predictor, const ServeBenchOptions& o) {
   Workload w;
-  const infer::Graph& g = engine.graph();
-  w.output_name = g.outputs.front();
+  const infer::Package& pkg = predictor.package();
+  const std::vector<infer::ValueSpec> specs = predictor.input_specs();
+  w.output_name = predictor.output_names().front();
   const bool text = pkg.kind != infer::PackageKind::kImageClassifier;
-  const std::optional<infer::TextEmbedding> embedding = infer::text_embedding(g);
-  const std::int64_t vocab = embedding ? embedding->vocab : 0;
+  const std::int64_t vocab = pkg.text.vocab_size;
   const std::int64_t len = o.seq_len > 0 ? o.seq_len : std::min<std::int64_t>(64, pkg.text.max_length);
   HOTPATH_CHECK(!text || len <= pkg.text.max_length, "bench serve: --seq-len ", len, " exceeds the package's max_length ",
                 pkg.text.max_length);
@@ -184,7 +183,7 @@ Workload make_workload(const infer::Package& pkg, const infer::Engine& engine, c
     for (std::size_t k = 0; k < in.size(); ++k) {
       const at::Tensor& t = in[k];
       const auto bytes = static_cast<std::size_t>(t.nbytes());
-      header["inputs"].push_back({{"name", g.inputs[k].name},
+      header["inputs"].push_back({{"name", specs[k].name},
                                   {"shape", t.sizes().vec()},
                                   {"datatype", dtype_name(t.scalar_type())},
                                   {"parameters", {{"binary_data_size", bytes}}}});
@@ -193,7 +192,7 @@ Workload make_workload(const infer::Package& pkg, const infer::Engine& engine, c
     const std::string h = header.dump();
     w.header_len.push_back(h.size());
     w.bodies.push_back(h + binary);
-    w.expected.push_back(engine.run(in).front().reshape({-1}).clone());
+    w.expected.push_back(predictor.run(in).front().reshape({-1}).clone());
     w.inputs.push_back(std::move(in));
   }
   // fp32 rows do not depend on their batch beyond float rounding; int8 quantizes activations per batch and
@@ -426,10 +425,11 @@ Json run_serve_bench(const ServeBenchOptions& o, std::ostream* log, std::vector<
   const std::string exe = o.hotpath_exe.empty() ? std::filesystem::read_symlink("/proc/self/exe").string() : o.hotpath_exe;
   const int threads = o.threads > 0 ? o.threads : at::get_num_threads();
 
-  const infer::Package pkg = infer::read_package(o.package);
-  const infer::Engine engine =
-      infer::Engine::from_graph(infer::load_package_graph(pkg), {.threads = threads, .precision = pkg.precision});
-  const Workload w = make_workload(pkg, engine, o);
+  const infer::Predictor predictor = infer::Predictor::open(o.package, {.threads = threads});
+  HOTPATH_CHECK(predictor.engine() != nullptr, "bench serve: ", o.package, " is a training run directory; the server "
+                "runs model packages (hotpath export)");
+  const infer::Package& pkg = predictor.package();
+  const Workload w = make_workload(predictor, o);
   const ScratchDir scratch("hotpath-bench-serve");
 
   // Offline: the engine on batches of max_batch_size distinct rows, back to back (infer_scenario's offline rule).
@@ -444,7 +444,7 @@ Json run_serve_bench(const ServeBenchOptions& o, std::ostream* log, std::vector<
   const auto offline = [&](int) {
     const ScenarioFigures f = run_scenario({.scenario = Scenario::kOffline, .warmup = 2, .min_queries = 10,
                                             .min_seconds = 3.0, .max_seconds = 60.0},
-                                           o.max_batch_size, [&](std::int64_t) { (void)engine.run(batch); });
+                                           o.max_batch_size, [&](std::int64_t) { (void)predictor.run(batch); });
     return RunFigures{f.per_s, f.to_json()};
   };
 

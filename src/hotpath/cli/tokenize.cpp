@@ -61,9 +61,7 @@ void run(const TokenizeArgs& a) {
   // Without truncation nothing overflows: the flags would be silently ignored.
   HOTPATH_CHECK(o.max_length > 0 || (o.stride == 0 && !o.return_overflowing_tokens),
                 "tokenize: --stride and --return-overflowing-tokens need --max-length (nothing is cut without it)");
-  o.truncation = a.truncation == "only_first"    ? TruncationStrategy::kOnlyFirst
-                 : a.truncation == "only_second" ? TruncationStrategy::kOnlySecond
-                                                 : TruncationStrategy::kLongestFirst;
+  o.truncation = text::parse_truncation_strategy(a.truncation, "tokenize: --truncation");
   o.padding = a.padding == "longest" ? Padding::kLongest : a.padding == "max_length" ? Padding::kMaxLength : Padding::kNone;
   o.return_offsets = a.offsets || a.char_offsets;
   o.offset_unit = a.char_offsets ? OffsetUnit::kChars : OffsetUnit::kBytes;

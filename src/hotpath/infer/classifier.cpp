@@ -1,9 +1,5 @@
 #include "hotpath/infer/classifier.h"
 
-#include <ATen/ops/softmax.h>
-#include <ATen/ops/topk.h>
-#include <torch/csrc/autograd/grad_mode.h>
-
 #include <algorithm>
 #include <optional>
 #include <utility>
@@ -12,44 +8,26 @@
 #include "hotpath/data/loader.h"
 #include "hotpath/data/shard_list.h"
 #include "hotpath/models/vision/pretrained.h"
-#include "hotpath/ops/autocast_ops.h"
 
 namespace hotpath::infer {
 
 Classifier::Classifier(models::ModelHandle model, EvalPreprocess preprocess, std::vector<std::string> class_names)
-    : model_(std::move(model)), preprocess_(std::move(preprocess)), class_names_(std::move(class_names)) {
-  HOTPATH_ASSERT(model_ != nullptr);
-}
+    : predictor_(Predictor::from_model(std::move(model), std::move(preprocess), std::move(class_names))) {}
 
-Classifier::Classifier(std::shared_ptr<const Engine> engine, EvalPreprocess preprocess,
-                       std::vector<std::string> class_names)
-    : engine_(std::move(engine)), preprocess_(std::move(preprocess)), class_names_(std::move(class_names)) {
-  HOTPATH_ASSERT(engine_ != nullptr);
+Classifier::Classifier(Predictor predictor) : predictor_(std::move(predictor)) {
+  HOTPATH_CHECK(predictor_.kind() == PackageKind::kImageClassifier, predictor_.package().dir, ": a ",
+                package_kind_name(predictor_.kind()), " package, expected an image_classifier");
 }
 
 Classifier Classifier::from_package(const Package& package, int threads, std::optional<at::ScalarType> autocast) {
   HOTPATH_CHECK(package.kind == PackageKind::kImageClassifier, package.dir, ": a ", package_kind_name(package.kind),
                 " package, expected an image_classifier");
-  if (package.layout == PackageLayout::kRunDirectory) {
-    Classifier c(load_package_model(package), package.image, package.labels);
-    c.autocast_ = autocast;
-    return c;
-  }
-  HOTPATH_CHECK(!autocast, package.dir, ": a model package runs at its exported precision (",
-                precision_name(package.precision), "), not under autocast");
-  auto engine = std::make_shared<const Engine>(
-      Engine::from_graph(load_package_graph(package), {.threads = threads, .precision = package.precision}));
-  return {std::move(engine), package.image, package.labels};
+  return Classifier(Predictor::load(package, {.threads = threads, .autocast = autocast}));
 }
 
 Classifier Classifier::from_dir(const std::string& dir, int threads) { return from_package(read_package(dir), threads); }
 
-at::Tensor Classifier::logits(const at::Tensor& batch) const {
-  if (engine_) return engine_->run({batch}).front();
-  torch::NoGradGuard no_grad;
-  const ops::AutocastGuard autocast(batch.device().type(), autocast_);
-  return model_->forward(batch).to(at::kFloat);
-}
+at::Tensor Classifier::logits(const at::Tensor& batch) const { return predictor_.run({batch}).front(); }
 
 Classifier Classifier::from_pretrained(const std::string& model) {
   const models::Preprocessing& pre = models::pretrained_preprocessing(model);
@@ -63,29 +41,7 @@ Classifier Classifier::from_pretrained(const std::string& model) {
 }
 
 std::vector<std::vector<TopK>> Classifier::classify(const at::Tensor& batch, std::int64_t k) const {
-  return top_k(logits(batch), k, class_names_);
-}
-
-std::vector<std::vector<TopK>> top_k(const at::Tensor& logits, std::int64_t k, const std::vector<std::string>& labels) {
-  HOTPATH_CHECK(k >= 1, "classify: k is ", k, ", expected at least 1");
-  const at::Tensor probs = at::softmax(logits, 1);
-  k = std::min(k, probs.size(1));
-  const auto [values, indices] = probs.topk(k, 1);
-  const at::Tensor values_cpu = values.to(at::kDouble).cpu().contiguous();
-  const at::Tensor indices_cpu = indices.cpu().contiguous();
-  const double* v = values_cpu.const_data_ptr<double>();
-  const std::int64_t* ix = indices_cpu.const_data_ptr<std::int64_t>();
-  std::vector<std::vector<TopK>> out(static_cast<std::size_t>(probs.size(0)));
-  for (std::size_t n = 0; n < out.size(); ++n) {
-    for (std::int64_t i = 0; i < k; ++i) {
-      const std::size_t at = n * static_cast<std::size_t>(k) + static_cast<std::size_t>(i);
-      const std::int64_t index = ix[at];
-      std::string label = index < static_cast<std::int64_t>(labels.size()) ? labels[static_cast<std::size_t>(index)]
-                                                                           : std::to_string(index);
-      out[n].push_back({.index = index, .label = std::move(label), .prob = v[at]});
-    }
-  }
-  return out;
+  return predictor_.top_k(logits(batch), k);
 }
 
 DirEvalResult evaluate_dir(const std::string& dir, const std::vector<std::string>& shard_patterns,

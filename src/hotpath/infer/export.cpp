@@ -166,6 +166,7 @@ Source from_text_dir(const fs::path& dir, const ExportSource& src) {
   }
   s.lowered.tokenizer_files = std::move(tokenizer);
   Package& p = s.lowered.package;
+  p.text.pad_id = text::Tokenizer::from_directory(dir).pad_id();  // what the package's rows are padded with
   // Default: sentence-transformers' max_seq_length when the directory says it (what `embed --model DIR`
   // truncates to), else min(128, positions).
   std::int64_t fallback = std::min<std::int64_t>(128, positions);
@@ -263,6 +264,7 @@ Source load_source(const ExportSource& src) {
   HOTPATH_CHECK(p.text.max_length >= 2 && p.text.max_length <= config.max_position_embeddings, "export: --max-length ",
                 p.text.max_length, " outside [2, ", config.max_position_embeddings, "]");
   p.source = {{"config", src.bert_config}, {"weights", "random-init"}, {"seed", 0}};
+  p.text.pad_id = config.pad_token_id;  // no tokenizer: token ids only, padded with the config's id
   if (src.task == "embed") {
     return from_sentence_embedder(
         std::make_shared<models::SentenceEmbedder>(

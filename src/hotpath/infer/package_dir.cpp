@@ -129,6 +129,82 @@ void check_param_shapes(const Node& n, const std::map<std::string, const formats
   }
 }
 
+constexpr std::int64_t kMaxVocab = std::int64_t{1} << 24;
+constexpr std::int64_t kMaxTopK = 1 << 20;
+
+// preprocess.json of a text package. Only max_length is required: the other fields came later (TextPreprocess).
+TextPreprocess text_preprocess_from_json(const nlohmann::json& j, const std::string& where) {
+  HOTPATH_CHECK(j.is_object(), where, ": expected a JSON object");
+  const JsonFields f{j, where};
+  TextPreprocess t;
+  t.max_length = f.integer("max_length", std::nullopt, 2, kMaxLength);
+  t.vocab_size = f.integer("vocab_size", 0, 1, kMaxVocab);
+  t.type_vocab_size = f.integer("type_vocab_size", 0, 1, kMaxVocab);
+  if (f.has("pad_id")) t.pad_id = f.integer("pad_id", std::nullopt, 0, kMaxVocab - 1);
+  HOTPATH_CHECK(!t.pad_id || t.vocab_size == 0 || *t.pad_id < t.vocab_size, where, ": pad_id ", t.pad_id.value_or(0),
+                " is not below vocab_size ", t.vocab_size);
+  t.truncation = text::parse_truncation_strategy(f.text("truncation", "longest_first"), where);
+  return t;
+}
+
+nlohmann::ordered_json text_preprocess_to_json(const TextPreprocess& t) {
+  nlohmann::ordered_json j;
+  j["max_length"] = t.max_length;
+  if (t.vocab_size > 0) j["vocab_size"] = t.vocab_size;
+  if (t.type_vocab_size > 0) j["type_vocab_size"] = t.type_vocab_size;
+  if (t.pad_id) j["pad_id"] = *t.pad_id;
+  j["truncation"] = text::truncation_strategy_name(t.truncation);
+  return j;
+}
+
+const char* output_kind_name(OutputKind kind) { return kind == OutputKind::kEmbedding ? "embedding" : "class_scores"; }
+
+// What the graph says of its output: an embedder's pooling and normalisation are its own nodes.
+Postprocess derived_postprocess(PackageKind kind, const Graph& graph) {
+  Postprocess p;
+  if (kind != PackageKind::kSentenceEmbedder) return p;
+  p.output = OutputKind::kEmbedding;
+  p.pooling = "none";  // a graph without a pooling node returns what its last node computes
+  for (const Node& n : graph.nodes) {
+    if (n.op == OpKind::kMeanPool) p.pooling = "mean";
+    if (n.output == graph.outputs.front()) p.normalize = n.op == OpKind::kL2Normalize;
+  }
+  return p;
+}
+
+Postprocess postprocess_from_json(const nlohmann::json& j, PackageKind kind, const std::string& where) {
+  const std::string at = where + ".postprocess";
+  HOTPATH_CHECK(j.is_object(), at, ": expected a JSON object");
+  const JsonFields f{j, at};
+  Postprocess p;
+  const std::string output = f.text("output", "");
+  const OutputKind expected = kind == PackageKind::kSentenceEmbedder ? OutputKind::kEmbedding : OutputKind::kClassScores;
+  HOTPATH_CHECK(output == output_kind_name(expected), at, ".output: '", output, "', expected '",
+                output_kind_name(expected), "' for a ", package_kind_name(kind), " package");
+  p.output = expected;
+  if (p.output == OutputKind::kClassScores) {
+    p.top_k = f.integer("top_k", kDefaultTopK, 1, kMaxTopK);
+  } else {
+    p.pooling = f.text("pooling", "mean");
+    HOTPATH_CHECK(p.pooling == "mean" || p.pooling == "none", at, ".pooling: '", p.pooling,
+                  "', expected 'mean' or 'none'");
+    p.normalize = f.boolean("normalize", false);
+  }
+  return p;
+}
+
+nlohmann::ordered_json postprocess_to_json(const Postprocess& p) {
+  nlohmann::ordered_json j;
+  j["output"] = output_kind_name(p.output);
+  if (p.output == OutputKind::kClassScores) {
+    j["top_k"] = p.top_k;
+  } else {
+    j["pooling"] = p.pooling;
+    j["normalize"] = p.normalize;
+  }
+  return j;
+}
+
 }  // namespace
 
 const char* package_kind_name(PackageKind kind) {
@@ -192,13 +268,11 @@ Package read_model_package(const fs::path& dir) {
                   pre_path.string(), ": channels ", p.image.channels, " and image_size ", p.image.image_size,
                   " contradict the graph input ", c10::IntArrayRef(shape));
   } else {
-    auto it = pre.find("max_length");
-    HOTPATH_CHECK(pre.is_object() && it != pre.end() && it->is_number_integer(), pre_path.string(),
-                  ": field 'max_length' missing or not an integer");
-    p.text.max_length = it->get<std::int64_t>();
-    HOTPATH_CHECK(p.text.max_length >= 2 && p.text.max_length <= kMaxLength, pre_path.string(), ": max_length ",
-                  p.text.max_length, " outside [2, ", kMaxLength, "]");
+    p.text = text_preprocess_from_json(pre, pre_path.string());
+    p.text.tokenizer = fs::is_regular_file(dir / "tokenizer.json") || fs::is_regular_file(dir / "vocab.txt");
   }
+  p.postprocess = config.contains("postprocess") ? postprocess_from_json(config["postprocess"], p.kind, where)
+                                                 : derived_postprocess(p.kind, p.graph);
 
   if (p.kind != PackageKind::kSentenceEmbedder) {
     const fs::path labels_path = dir / "labels.txt";
@@ -317,6 +391,10 @@ void write_package_dir(const fs::path& dir, const Package& package, const Graph&
   config["precision"] = precision_name(package.precision);
   if (!package.labels.empty()) config["num_classes"] = package.labels.size();
   config["source"] = package.source;
+  // The graph's own pooling and normalisation; the caller's top_k.
+  Postprocess post = derived_postprocess(package.kind, graph);
+  post.top_k = package.postprocess.top_k;
+  config["postprocess"] = postprocess_to_json(post);
   config["graph"] = graph_to_json(graph);
   write_file_atomic((dir / "config.json").string(), config.dump(2) + "\n");
 
@@ -324,7 +402,12 @@ void write_package_dir(const fs::path& dir, const Package& package, const Graph&
   if (package.kind == PackageKind::kImageClassifier) {
     pre = to_json(package.image);
   } else {
-    pre["max_length"] = package.text.max_length;
+    TextPreprocess t = package.text;
+    if (const std::optional<TextEmbedding> e = text_embedding(graph)) {  // the embedding tables' rows, as written
+      t.vocab_size = e->vocab;
+      t.type_vocab_size = e->type_vocab;
+    }
+    pre = text_preprocess_to_json(t);
   }
   write_file_atomic((dir / "preprocess.json").string(), pre.dump(2) + "\n");
   if (!package.labels.empty()) {

@@ -94,28 +94,18 @@ SentenceEncoder SentenceEncoder::from_dir(const std::filesystem::path& dir, cons
 SentenceEncoder SentenceEncoder::from_package(const Package& package, const SentenceEncoderLoadOptions& options) {
   HOTPATH_CHECK(package.kind == PackageKind::kSentenceEmbedder, package.dir, ": a ", package_kind_name(package.kind),
                 " package, expected a sentence_embedder (export a sentence-transformers directory)");
-  text::Tokenizer tok = text::Tokenizer::from_directory(package.dir);
-  Graph graph = load_package_graph(package);
-  const std::optional<TextEmbedding> embedding = text_embedding(graph);
-  HOTPATH_CHECK(embedding.has_value(), package.dir, "/config.json: the graph has no bert_embed node");
-  const std::int64_t vocab = embedding->vocab, dimension = embedding->hidden;
-  HOTPATH_CHECK(tok.vocab_size() <= static_cast<std::size_t>(vocab), package.dir, ": the tokenizer has ",
-                tok.vocab_size(), " tokens but the model's word embeddings hold ", vocab);
-  const std::size_t max_length =
-      options.max_length != 0 ? options.max_length : static_cast<std::size_t>(package.text.max_length);
-  auto engine = std::make_shared<const Engine>(Engine::from_graph(std::move(graph), {.precision = package.precision}));
-  return SentenceEncoder(std::move(tok), std::move(engine), dimension, max_length);
+  HOTPATH_CHECK(package.text.tokenizer, package.dir, ": the package has no tokenizer files (tokenizer.json or "
+                "vocab.txt) to read sentences with");
+  HOTPATH_CHECK(options.max_length <= (std::size_t{1} << 16), "embed: max length ", options.max_length,
+                " outside [2, 65536]");
+  return SentenceEncoder(Predictor::load(package, {.max_length = static_cast<std::int64_t>(options.max_length)}));
 }
 
-SentenceEncoder::SentenceEncoder(text::Tokenizer tokenizer, std::shared_ptr<const Engine> engine,
-                                 std::int64_t dimension, std::size_t max_length)
-    : tokenizer_(std::move(tokenizer)),
-      engine_(std::move(engine)),
-      dimension_(dimension),
-      max_length_(max_length) {
-  HOTPATH_CHECK(max_length_ >= 2 && max_length_ <= (std::size_t{1} << 16), "embed: max length ", max_length_,
-                " outside [2, 65536]");
-}
+SentenceEncoder::SentenceEncoder(Predictor predictor)
+    : tokenizer_(*predictor.tokenizer()),
+      predictor_(std::move(predictor)),
+      dimension_(predictor_->output_width()),
+      max_length_(static_cast<std::size_t>(predictor_->text().max_length)) {}
 
 SentenceEncoder::SentenceEncoder(text::Tokenizer tokenizer, SentenceEmbedder embedder, std::size_t max_length)
     : tokenizer_(std::move(tokenizer)), embedder_(std::move(embedder)), max_length_(max_length) {
@@ -139,7 +129,8 @@ at::Tensor SentenceEncoder::encode(std::span<const std::string_view> lines, cons
   o.max_length = max_length_;
   o.threads = options.threads != 0 ? options.threads : static_cast<unsigned>(std::max(1, at::get_num_threads()));
   // Unpadded: each batch then pads only to its own longest line.
-  const std::vector<text::Encoding> enc = tokenizer_.encode_batch(lines, o);
+  const std::vector<text::Encoding> enc =
+      predictor_ ? predictor_->encode(lines, {}, o.threads) : tokenizer_.encode_batch(lines, o);
   const std::vector<std::size_t> order = longest_first_order(enc);
 
   // No autograd state at all (no version counters, no graph): cheaper than NoGradGuard.
@@ -154,7 +145,7 @@ at::Tensor SentenceEncoder::encode(std::span<const std::string_view> lines, cons
   const at::Tensor mask_buf = at::empty({max_b * max_l}, at::kLong);
   const at::Tensor types_buf = at::empty({max_b * max_l}, at::kLong);
   const at::Tensor rows_buf = at::empty({max_b}, at::kLong);
-  const std::int64_t pad = tokenizer_.pad_id();
+  const std::int64_t pad = predictor_ ? *predictor_->text().pad_id : tokenizer_.pad_id();
   for (std::size_t begin = 0; begin < order.size(); begin += options.batch_size) {
     const std::size_t end = std::min(order.size(), begin + options.batch_size);
     const auto b = static_cast<std::int64_t>(end - begin);
@@ -169,8 +160,8 @@ at::Tensor SentenceEncoder::encode(std::span<const std::string_view> lines, cons
     const at::Tensor ids = ids_buf.narrow(0, 0, b * l).view({b, l});
     const at::Tensor mask = mask_buf.narrow(0, 0, b * l).view({b, l});
     const at::Tensor types = types_buf.narrow(0, 0, b * l).view({b, l});
-    if (engine_) {  // the package's graph pools and normalises itself
-      result.index_copy_(0, rows_buf.narrow(0, 0, b), engine_->run({ids, mask, types}).front());
+    if (predictor_) {  // the package's graph pools and normalises itself
+      result.index_copy_(0, rows_buf.narrow(0, 0, b), predictor_->run({ids, mask, types}).front());
       continue;
     }
     const at::Tensor hidden = embedder_->model->forward(ids, mask, types);

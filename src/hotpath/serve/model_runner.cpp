@@ -24,10 +24,9 @@
 #include <utility>
 
 #include "hotpath/core/error.h"
-#include "hotpath/infer/engine.h"
+#include "hotpath/infer/predictor.h"
 #include "hotpath/serve/metrics.h"
 #include "hotpath/text/text_batch_tensor.h"
-#include "hotpath/text/tokenizer.h"
 
 namespace hotpath::serve {
 namespace {
@@ -53,14 +52,9 @@ std::string shape_text(c10::IntArrayRef shape) {
   return s + "]";
 }
 
-bool has_tokenizer_files(const std::string& dir) {
-  return std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json") ||
-         std::filesystem::exists(std::filesystem::path(dir) / "vocab.txt");
-}
-
 std::chrono::microseconds micros(Clock::duration d) { return std::chrono::duration_cast<std::chrono::microseconds>(d); }
 
-void check_options(const BatchingOptions& o, const std::string& name) {
+BatchingOptions checked(BatchingOptions o, const std::string& name) {
   HOTPATH_CHECK(o.max_batch_size >= 1 && o.max_batch_size <= 4096, "serve: model ", name, ": max_batch_size ",
                 o.max_batch_size, " outside [1, 4096]");
   HOTPATH_CHECK(o.max_queue_delay.count() >= 0 && o.max_queue_delay <= std::chrono::seconds(10), "serve: model ",
@@ -77,6 +71,15 @@ void check_options(const BatchingOptions& o, const std::string& name) {
   }
   HOTPATH_CHECK(o.threads >= 0 && o.threads <= 1024, "serve: model ", name, ": threads ", o.threads,
                 " outside [0, 1024]");
+  return o;
+}
+
+// A model package (the server runs packages in the engine, never a run directory's training model).
+infer::Package read_model_package(const std::filesystem::path& dir) {
+  infer::Package p = infer::read_package(dir);
+  HOTPATH_CHECK(p.layout == infer::PackageLayout::kModelPackage, dir.string(),
+                ": a training run directory (model.json), not a model package; export it first with hotpath export");
+  return p;
 }
 
 }  // namespace
@@ -122,13 +125,11 @@ struct ModelRunner::Impl {
   std::string name;
   BatchingOptions options;
   Metrics& metrics;
-  infer::Package package;
-  std::optional<infer::Engine> engine;
-  std::optional<text::Tokenizer> tokenizer;  // text packages
+  infer::Predictor predictor;  // the engine, the package's tokenizer and text facts (vocab sizes, pad id)
+  const infer::Package& package;
   ModelMetadata metadata;
   bool text = false;
-  std::int64_t vocab = 0, type_vocab = 0;  // text: the embeddings' rows, to refuse ids the engine would index past
-  std::int32_t pad_id = 0;
+  std::int64_t pad_id = 0;
   std::vector<std::int64_t> buckets;  // text: sorted, each ≤ max_length, the last == max_length
 
   std::mutex engine_mutex;  // Engine::run is one caller at a time: the batcher, or warm_up before it serves
@@ -143,21 +144,16 @@ struct ModelRunner::Impl {
   std::thread batcher;
 
   Impl(std::string n, const std::filesystem::path& dir, BatchingOptions o, Metrics& m)
-      : name(std::move(n)), options(std::move(o)), metrics(m), package(infer::read_package(dir)) {
-    check_options(options, name);
+      : name(std::move(n)),
+        options(checked(std::move(o), name)),
+        metrics(m),
+        predictor(infer::Predictor::load(read_model_package(dir), {.threads = options.threads})),
+        package(predictor.package()) {
     text = package.kind != PackageKind::kImageClassifier;
-    infer::Graph graph = infer::load_package_graph(package);
     if (text) {
       // Packages exported from a bare config (benchmark shapes) have no tokenizer: they take KServe tensors
       // only, and the /v1 text conveniences answer 400.
-      if (has_tokenizer_files(package.dir)) {
-        tokenizer.emplace(text::Tokenizer::from_directory(package.dir));
-        pad_id = tokenizer->pad_id();
-      }
-      const std::optional<infer::TextEmbedding> embedding = infer::text_embedding(graph);
-      HOTPATH_CHECK(embedding.has_value(), package.dir, "/config.json: the text graph has no bert_embed node");
-      vocab = embedding->vocab;
-      type_vocab = embedding->type_vocab;
+      pad_id = *package.text.pad_id;
       const std::int64_t max_length = package.text.max_length;
       for (const std::int64_t b : options.length_buckets) {
         if (b < max_length) buckets.push_back(b);
@@ -166,8 +162,6 @@ struct ModelRunner::Impl {
       std::sort(buckets.begin(), buckets.end());
       buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
     }
-    engine.emplace(infer::Engine::from_graph(std::move(graph), {.threads = options.threads,
-                                                               .precision = package.precision}));
     build_metadata();
     batcher = std::thread([this] { batcher_loop(); });
   }
@@ -187,7 +181,7 @@ struct ModelRunner::Impl {
     metadata.kind = package.kind;
     metadata.labels = package.labels;
     metadata.max_batch_size = options.max_batch_size;
-    for (const infer::ValueSpec& spec : engine->graph().inputs) {
+    for (const infer::ValueSpec& spec : predictor.input_specs()) {
       TensorSpec t{spec.name, kserve_datatype(spec.dtype), spec.shape};
       if (!t.shape.empty()) t.shape[0] = -1;
       if (!text && t.shape.size() == 4) {
@@ -196,8 +190,9 @@ struct ModelRunner::Impl {
       metadata.inputs.push_back(std::move(t));
     }
     // Output widths from one probe row: whatever the graph ends with, the metadata says what it returns.
-    const std::vector<at::Tensor> out = engine->run(probe_inputs(1, text ? std::min<std::int64_t>(buckets.front(), 8) : 0));
-    const auto& names = engine->graph().outputs;
+    const std::vector<at::Tensor> out =
+        predictor.run(probe_inputs(1, text ? std::min<std::int64_t>(buckets.front(), 8) : 0));
+    const std::vector<std::string> names = predictor.output_names();
     for (std::size_t i = 0; i < names.size(); ++i) {
       std::vector<std::int64_t> shape(out[i].sizes().begin(), out[i].sizes().end());
       if (!shape.empty()) shape[0] = -1;
@@ -210,7 +205,7 @@ struct ModelRunner::Impl {
     if (!text) {
       return {at::zeros({rows, package.image.channels, package.image.image_size, package.image.image_size}, at::kFloat)};
     }
-    return {at::full({rows, length}, static_cast<std::int64_t>(pad_id), at::kLong),
+    return {at::full({rows, length}, pad_id, at::kLong),
             at::full({rows, length}, std::int64_t{1}, at::kLong), at::zeros({rows, length}, at::kLong)};
   }
 
@@ -274,7 +269,7 @@ struct ModelRunner::Impl {
                                 " tokens, the package's max_length is " + std::to_string(max_length));
     }
     // [input_ids, attention_mask, token_type_ids]; each value range the engine relies on.
-    const std::int64_t hi[3] = {vocab - 1, 1, type_vocab - 1};
+    const std::int64_t hi[3] = {package.text.vocab_size - 1, 1, package.text.type_vocab_size - 1};
     for (std::size_t i = 0; i < in.size() && i < 3; ++i) {
       const at::Tensor t = in[i].contiguous();
       const std::int64_t* p = t.const_data_ptr<std::int64_t>();
@@ -384,7 +379,7 @@ struct ModelRunner::Impl {
     std::int64_t longest = 0;
     for (const Request& r : batch) longest = std::max(longest, r.length);
     const std::int64_t l = bucket_of(longest);
-    std::vector<at::Tensor> out = {at::full({rows, l}, static_cast<std::int64_t>(pad_id), at::kLong),
+    std::vector<at::Tensor> out = {at::full({rows, l}, pad_id, at::kLong),
                                    at::zeros({rows, l}, at::kLong), at::zeros({rows, l}, at::kLong)};
     std::int64_t row = 0;
     for (const Request& r : batch) {
@@ -403,7 +398,7 @@ struct ModelRunner::Impl {
     try {
       const std::vector<at::Tensor> in = batch_inputs(batch, rows);
       const std::lock_guard engine_lock(engine_mutex);
-      outputs = engine->run(in);
+      outputs = predictor.run(in);
     } catch (const std::exception& e) {
       error = std::make_exception_ptr(ServeError(500, "model " + name + ": inference failed: " + one_line_message(e)));
     }
@@ -437,7 +432,7 @@ struct ModelRunner::Impl {
     for (const std::int64_t l : lengths) {
       for (const std::int64_t rows : {options.max_batch_size, std::int64_t{1}}) {
         const std::lock_guard engine_lock(engine_mutex);
-        (void)engine->run(probe_inputs(rows, l));
+        (void)predictor.run(probe_inputs(rows, l));
       }
     }
     ready = true;
@@ -482,7 +477,7 @@ std::vector<NamedTensor> ModelRunner::inputs_from_image(std::span<const std::uin
   }
   if (encoded.empty()) throw ServeError(400, "model " + m.name + ": the request body is empty, expected a JPEG or PNG image");
   try {
-    at::Tensor x = m.package.image.apply(std::as_bytes(encoded));
+    at::Tensor x = m.predictor.image_input(std::as_bytes(encoded));
     return {{m.metadata.inputs.front().name, x.unsqueeze(0).contiguous()}};
   } catch (const std::exception& e) {
     throw ServeError(400, "model " + m.name + ": the body is not a decodable JPEG/PNG image: " + one_line_message(e));
@@ -492,7 +487,7 @@ std::vector<NamedTensor> ModelRunner::inputs_from_image(std::span<const std::uin
 std::vector<NamedTensor> ModelRunner::inputs_from_texts(std::span<const std::string> texts) const {
   const Impl& m = *impl_;
   if (!m.text) throw ServeError(400, "model " + m.name + " is an image_classifier: send an image, not text");
-  if (!m.tokenizer) {
+  if (m.predictor.tokenizer() == nullptr) {
     throw ServeError(400, "model " + m.name + ": the package has no tokenizer files (tokenizer.json or vocab.txt): "
                               "send input_ids, attention_mask and token_type_ids tensors to /v2/models/" + m.name + "/infer");
   }
@@ -502,13 +497,12 @@ std::vector<NamedTensor> ModelRunner::inputs_from_texts(std::span<const std::str
                               std::to_string(m.options.max_batch_size));
   }
   std::vector<std::string_view> views(texts.begin(), texts.end());
-  std::vector<text::Encoding> enc;
+  text::TextBatchTensors t;
   try {
-    enc = m.tokenizer->encode_batch(views, {.max_length = static_cast<std::size_t>(m.package.text.max_length)});
+    t = m.predictor.text_inputs(views);
   } catch (const std::exception& e) {
     throw ServeError(400, "model " + m.name + ": " + one_line_message(e));
   }
-  text::TextBatchTensors t = text::to_padded_tensors(enc, m.tokenizer->pad_id());
   return {{"input_ids", std::move(t.input_ids)}, {"attention_mask", std::move(t.attention_mask)},
           {"token_type_ids", std::move(t.token_type_ids)}};
 }

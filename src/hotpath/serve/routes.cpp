@@ -480,7 +480,8 @@ void Router::classify_or_embed_v1(const std::shared_ptr<Call>& call, ModelRunner
     const std::vector<std::string> lines = body_texts(req.body, req.header("content-type"));
     inputs = runner.inputs_from_texts(lines);
   }
-  int top_k = options_.default_top_k;
+  int top_k = options_.default_top_k > 0 ? options_.default_top_k
+                                         : static_cast<int>(runner.package().postprocess.top_k);
   if (const std::string k = query_value(req.query(), "top_k"); !k.empty()) {
     const auto [end, ec] = std::from_chars(k.data(), k.data() + k.size(), top_k);
     if (ec != std::errc() || end != k.data() + k.size() || top_k < 1) {

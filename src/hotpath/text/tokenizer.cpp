@@ -691,6 +691,24 @@ std::string_view Tokenizer::id_to_token(std::int32_t id) const {
 
 std::size_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
 
+const char* truncation_strategy_name(TruncationStrategy strategy) {
+  switch (strategy) {
+    case TruncationStrategy::kLongestFirst: return "longest_first";
+    case TruncationStrategy::kOnlyFirst: return "only_first";
+    case TruncationStrategy::kOnlySecond: return "only_second";
+  }
+  return "longest_first";
+}
+
+TruncationStrategy parse_truncation_strategy(std::string_view name, std::string_view where) {
+  for (const TruncationStrategy s :
+       {TruncationStrategy::kLongestFirst, TruncationStrategy::kOnlyFirst, TruncationStrategy::kOnlySecond}) {
+    if (name == truncation_strategy_name(s)) return s;
+  }
+  throw Error(std::string(where) + ": truncation '" + std::string(name) +
+              "' is not one of longest_first, only_first, only_second");
+}
+
 std::int32_t Tokenizer::unk_id() const { return impl_->unk_id; }
 std::int32_t Tokenizer::pad_id() const { return impl_->pad_id; }
 std::size_t Tokenizer::num_special_tokens(bool pair) const {
