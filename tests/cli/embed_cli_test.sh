@@ -37,19 +37,11 @@ assert np.abs(npy - got).max() < 1e-5, np.abs(npy - got).max()  # batch size 1 v
 PY
 
 # Errors: one line on stderr, exit 1.
-one_line_error() {
-  local name=$1
-  shift
-  "$@" > /dev/null 2> err.txt
-  local rc=$?
-  [ "$rc" -eq 1 ] || fail "$name: exit $rc (expected 1)"
-  [ "$(wc -l < err.txt)" -eq 1 ] || fail "$name: stderr is not one line: $(cat err.txt)"
-}
 printf 'fine\n\xff\xfe broken\n' > bad.txt
-one_line_error "invalid utf-8" "$hp" embed --model "$model" --input bad.txt
+one_line_error "invalid utf-8" "" "$hp" embed --model "$model" --input bad.txt
 grep -q "bad.txt:2: invalid UTF-8" err.txt || fail "invalid UTF-8 error does not name the line: $(cat err.txt)"
 mkdir broken && cp "$model/tokenizer.json" broken/ && echo '{"model_type": "bert", "vocab_size": 30522}' > broken/config.json
-one_line_error "config" "$hp" embed --model broken < sentences.txt
+one_line_error "config" "" "$hp" embed --model broken < sentences.txt
 grep -q 'config.json: missing required field "hidden_size"' err.txt || fail "config error: $(cat err.txt)"
 
 finish "embed cli: all checks passed"

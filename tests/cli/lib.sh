@@ -4,6 +4,7 @@
 #   fail "what"                        # a FAIL line on stderr, counted; the script goes on
 #   die "what"                         # a FAIL line on stderr, exit 1 now (a fixture that cannot be made)
 #   finish "name: all checks passed"   # that line and exit 0 when nothing failed, else the count and exit 1
+#   one_line_error NAME TEXT CMD...    # CMD must exit 1 with one line on stderr holding TEXT ("" for any)
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 die() { echo "FAIL: $*" >&2; exit 1; }
@@ -31,4 +32,14 @@ finish() {
   fi
   echo "$1"
   exit 0
+}
+
+one_line_error() {
+  local name=$1 pattern=$2
+  shift 2
+  "$@" > /dev/null 2> err.txt
+  local rc=$?
+  [ "$rc" -eq 1 ] || fail "$name: exit $rc (expected 1): $(cat err.txt)"
+  [ "$(wc -l < err.txt)" -eq 1 ] || fail "$name: stderr is not one line: $(cat err.txt)"
+  grep -qF -- "$pattern" err.txt || fail "$name: expected '$pattern' in: $(cat err.txt)"
 }

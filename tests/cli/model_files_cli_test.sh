@@ -22,15 +22,6 @@ fresh() {
   done
   ln -s "$model/1_Pooling/config.json" "$1/1_Pooling/config.json"
 }
-one_line_error() {
-  local name=$1 pattern=$2
-  shift 2
-  "$@" > /dev/null 2> err.txt
-  local rc=$?
-  [ "$rc" -eq 1 ] || fail "$name: exit $rc (expected 1): $(cat err.txt)"
-  [ "$(wc -l < err.txt)" -eq 1 ] || fail "$name: stderr is not one line: $(cat err.txt)"
-  grep -qF -- "$pattern" err.txt || fail "$name: expected '$pattern' in: $(cat err.txt)"
-}
 
 # pytorch_model.bin (torch.save of the safetensors weights) embeds like model.safetensors.
 fresh bin && rm bin/model.safetensors

@@ -55,19 +55,10 @@ PY
   || fail "the default k is not the package's top_k (2)"
 
 # Errors: one line on stderr, exit 1.
-one_line_error() {
-  local want=$1
-  shift
-  "$@" > /dev/null 2> err.txt
-  local rc=$?
-  [ "$rc" -eq 1 ] || fail "$* exited $rc, expected 1"
-  [ "$(wc -l < err.txt)" -eq 1 ] || fail "$*: expected one line on stderr, got: $(cat err.txt)"
-  grep -qF "$want" err.txt || fail "$*: expected '$want' in: $(cat err.txt)"
-}
 "$py" -c 'from PIL import Image; Image.new("RGB", (32, 32)).save("x.png")' || die "cannot write an image"
-one_line_error "is a text_classifier: give --text or --texts FILE, not image files" "$hp" predict --model-dir txt x.png
-one_line_error "is an image_classifier: give image files, not --text" "$hp" predict --model-dir img --text "the cat"
-one_line_error "is a sentence_embedder package: hotpath embed --model emb" "$hp" predict --model-dir emb --text "a"
-one_line_error "2 --text-pair for 1 texts" "$hp" predict --model-dir txt --text "a" --text-pair b --text-pair c
-one_line_error "give image files, or --text / --texts FILE, not both" "$hp" predict --model-dir txt --text a x.png
+one_line_error "image for a text package" "is a text_classifier: give --text or --texts FILE, not image files" "$hp" predict --model-dir txt x.png
+one_line_error "text for an image package" "is an image_classifier: give image files, not --text" "$hp" predict --model-dir img --text "the cat"
+one_line_error "an embedder" "is a sentence_embedder package: hotpath embed --model emb" "$hp" predict --model-dir emb --text "a"
+one_line_error "pairs per text" "2 --text-pair for 1 texts" "$hp" predict --model-dir txt --text "a" --text-pair b --text-pair c
+one_line_error "images and texts" "give image files, or --text / --texts FILE, not both" "$hp" predict --model-dir txt --text a x.png
 finish "predict_text_cli_test: all checks passed"
