@@ -6,6 +6,9 @@ sentence embeddings with a sentence-transformers directory or a package.
     for p in clf.predict("dog.jpg", k=3):
         print(p.label, p.prob)
 
+    p = hotpath.infer.Predictor("pkg/minilm-reuters-int8")           # any package: its inputs, raw outputs, top-k
+    logits = p(**p.text_inputs(["Wheat prices rose."]))[0]
+
     enc = hotpath.infer.SentenceEncoder.from_dir("all-MiniLM-L6-v2")
     emb = enc.encode(["The cat sat.", "A dog barked."])               # float32 [2, 384], rows of norm 1
 
@@ -27,7 +30,8 @@ import torch
 from . import _C
 
 __all__ = [
-    "EvalResult", "ExportResult", "ImageClassifier", "Prediction", "SentenceEncoder", "TextClassifier", "evaluate", "export",
+    "EvalResult", "ExportResult", "ImageClassifier", "Prediction", "Predictor", "SentenceEncoder", "TextClassifier",
+    "evaluate", "export",
 ]
 
 Image = Union[str, os.PathLike, bytes, torch.Tensor, Any]  # path, encoded JPEG/PNG, uint8 tensor, PIL image
@@ -43,6 +47,25 @@ def _png(image: Any) -> bytes:
     out = io.BytesIO()
     image.save(out, format="PNG")  # lossless: the pixels reach the C++ preprocessing unchanged
     return out.getvalue()
+
+
+def _preprocess(image: Image, from_file: Any, from_bytes: Any) -> torch.Tensor:
+    """Every image form through the package's C++ preprocessing: a path (from_file), encoded bytes, a PIL image
+    or a uint8 tensor (as lossless PNG, from_bytes)."""
+    if isinstance(image, (str, os.PathLike)):
+        return from_file(os.fspath(image))
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        return from_bytes(bytes(image))
+    if isinstance(image, torch.Tensor):
+        if image.dtype != torch.uint8 or image.dim() not in (2, 3):
+            raise ValueError(f"image: expected a uint8 tensor [H, W, C] or [H, W], got {image.dtype} "
+                             f"{list(image.shape)}")
+        from PIL import Image as PILImage
+
+        return from_bytes(_png(PILImage.fromarray(image.cpu().numpy())))
+    if hasattr(image, "save") and hasattr(image, "mode"):  # a PIL image
+        return from_bytes(_png(image))
+    raise ValueError(f"image: expected a path, bytes, a PIL image or a uint8 tensor, got {type(image).__name__}")
 
 
 class ImageClassifier:
@@ -69,20 +92,7 @@ class ImageClassifier:
     def preprocess(self, image: Image) -> torch.Tensor:
         """One image → the model's input [C, H, W] float32, exactly as `hotpath predict` and the eval loader make
         it. image: a path, encoded JPEG/PNG bytes, a PIL image, or a uint8 tensor [H, W, C] / [H, W]."""
-        if isinstance(image, (str, os.PathLike)):
-            return self._core.preprocess_file(os.fspath(image))
-        if isinstance(image, (bytes, bytearray, memoryview)):
-            return self._core.preprocess_bytes(bytes(image))
-        if isinstance(image, torch.Tensor):
-            if image.dtype != torch.uint8 or image.dim() not in (2, 3):
-                raise ValueError(f"image: expected a uint8 tensor [H, W, C] or [H, W], got {image.dtype} "
-                                 f"{list(image.shape)}")
-            from PIL import Image as PILImage
-
-            return self._core.preprocess_bytes(_png(PILImage.fromarray(image.cpu().numpy())))
-        if hasattr(image, "save") and hasattr(image, "mode"):  # a PIL image
-            return self._core.preprocess_bytes(_png(image))
-        raise ValueError(f"image: expected a path, bytes, a PIL image or a uint8 tensor, got {type(image).__name__}")
+        return _preprocess(image, self._core.preprocess_file, self._core.preprocess_bytes)
 
     def logits(self, batch: torch.Tensor) -> torch.Tensor:
         """Logits [N, classes] float32 of a preprocessed batch [N, C, H, W], without autograd."""
@@ -140,6 +150,96 @@ class TextClassifier:
         top = [[Prediction(label, prob, index) for index, label, prob in row]
                for row in self._core.classify(texts, pairs, k, batch_size)]
         return top[0] if single else top
+
+
+class Predictor:
+    """Any `hotpath export` package or `hotpath train` run directory as every front end runs it (the one place that
+    decides engine or eager), for code that wants the model's raw outputs in its own PyTorch script: the package's
+    own inputs (images through its eval transform; texts through its tokenizer, max_length, pad id and
+    truncation), the outputs as torch tensors, and its softmax + top-k with its labels and default k.
+
+        p = hotpath.infer.Predictor("pkg/minilm-reuters-int8")
+        logits = p(**p.text_inputs(["Wheat prices rose.", "The bank cut rates."]))[0]   # float32 [2, labels]
+        p.top_k(logits)                                                                  # the package's k
+        p = hotpath.infer.Predictor("pkg/lite0")
+        logits = p(p.image_inputs(["dog.jpg", "cat.png"]))[0]                            # [2, 1000]
+    """
+
+    def __init__(self, directory: str | os.PathLike, threads: int = 0, max_length: int = 0) -> None:
+        """threads: the engine's (0: all cores); max_length: text packages' tokens per sequence (0: the package's)."""
+        self._core = _C.Predictor.open(os.fspath(directory), threads, max_length)
+
+    @property
+    def kind(self) -> str:
+        """"image_classifier", "text_classifier" or "sentence_embedder"."""
+        return self._core.kind
+
+    @property
+    def labels(self) -> list[str]:
+        return self._core.labels
+
+    @property
+    def in_engine(self) -> bool:
+        """True for a model package (the engine at its precision), False for a run directory (its model, eagerly)."""
+        return self._core.in_engine
+
+    @property
+    def precision(self) -> str:
+        return self._core.precision
+
+    @property
+    def input_names(self) -> list[str]:
+        return self._core.input_names
+
+    @property
+    def output_names(self) -> list[str]:
+        return self._core.output_names
+
+    @property
+    def output_width(self) -> int:
+        """The classes, or the embedding's dimension."""
+        return self._core.output_width
+
+    @property
+    def max_length(self) -> int:
+        return self._core.max_length
+
+    def image_inputs(self, images: Image | Sequence[Image]) -> torch.Tensor:
+        """Images (path, bytes, PIL image or uint8 tensor; one or a list) → float32 [N, C, H, W] through the
+        package's eval transform."""
+        def from_file(path: str) -> torch.Tensor:
+            with open(path, "rb") as f:
+                return self._core.image_input(f.read())
+
+        images = list(images) if isinstance(images, (list, tuple)) else [images]
+        return torch.stack([_preprocess(image, from_file, self._core.image_input) for image in images])
+
+    def text_inputs(self, texts: str | Sequence[str], text_pair: str | Sequence[str] | None = None
+                    ) -> dict[str, torch.Tensor]:
+        """Texts (and one second text each) → {"input_ids", "attention_mask", "token_type_ids"}: int64 [N, L],
+        truncated and padded to the longest as the package says."""
+        _, texts, pairs = _texts_and_pairs(texts, text_pair)
+        return dict(zip(("input_ids", "attention_mask", "token_type_ids"), self._core.text_inputs(texts, pairs)))
+
+    def __call__(self, *inputs: torch.Tensor, **named: torch.Tensor) -> list[torch.Tensor]:
+        """The model on its inputs, by position (input_names order) or by name → its float32 outputs, no autograd."""
+        if named:
+            missing = [n for n in self.input_names if n not in named]
+            extra = [n for n in named if n not in self.input_names]
+            if inputs or missing or extra:
+                raise ValueError(f"inputs: expected {self.input_names} by position or by name; missing {missing}, "
+                                 f"unknown {extra}")
+            inputs = tuple(named[n] for n in self.input_names)
+        return self._core.run(list(inputs))
+
+    run = __call__
+
+    def top_k(self, logits: torch.Tensor, k: int | None = None) -> list[list[Prediction]]:
+        """Softmax + the k most probable labels per row, most probable first (k None: the package's)."""
+        if k is not None and k < 1:
+            raise ValueError(f"k: expected at least 1, got {k}")
+        return [[Prediction(label, prob, index) for index, label, prob in row]
+                for row in self._core.top_k(logits, 0 if k is None else k)]
 
 
 class SentenceEncoder:

@@ -1,6 +1,7 @@
 // python/src/infer_bindings.cpp — hotpath._C.Classifier: infer::Classifier, what `hotpath predict` runs (a run
 // directory, a model package run by the engine, or a registry model with its pretrained weights): the package's
-// own preprocessing, softmax and top-k. Inference runs with the GIL released.
+// own preprocessing, softmax and top-k; hotpath._C.TextClassifier; hotpath._C.Predictor: infer::Predictor, any
+// package's inputs, raw outputs and top-k. Inference runs with the GIL released.
 #include <ATen/core/Tensor.h>
 #include <pybind11/stl.h>
 
@@ -16,6 +17,7 @@
 #include "bindings.h"
 #include "hotpath/core/error.h"
 #include "hotpath/infer/classifier.h"
+#include "hotpath/infer/predictor.h"
 #include "hotpath/infer/text_classifier.h"
 
 namespace py = pybind11;
@@ -75,9 +77,89 @@ py::dict evaluate(const std::string& dir, const std::vector<std::string>& shards
   return d;
 }
 
+std::vector<std::string> names(const std::vector<infer::ValueSpec>& specs) {
+  std::vector<std::string> out;
+  for (const infer::ValueSpec& s : specs) out.push_back(s.name);
+  return out;
+}
+
+void bind_predictor(py::module_& m) {
+  py::class_<infer::Predictor>(m, "Predictor", "Any model package or run directory (hotpath/infer/predictor.h)")
+      .def_static(
+          "open",
+          [](const std::string& dir, int threads, std::int64_t max_length) {
+            py::gil_scoped_release release;
+            return infer::Predictor::open(dir, {.threads = threads, .max_length = max_length});
+          },
+          py::arg("dir"), py::arg("threads") = 0, py::arg("max_length") = 0)
+      .def_property_readonly("kind", [](const infer::Predictor& p) { return infer::package_kind_name(p.kind()); })
+      .def_property_readonly("labels", &infer::Predictor::labels)
+      .def_property_readonly("in_engine", [](const infer::Predictor& p) { return p.engine() != nullptr; })
+      .def_property_readonly("precision", [](const infer::Predictor& p) { return infer::precision_name(p.package().precision); })
+      .def_property_readonly("input_names", [](const infer::Predictor& p) { return names(p.input_specs()); })
+      .def_property_readonly("output_names", &infer::Predictor::output_names)
+      .def_property_readonly("output_width", &infer::Predictor::output_width)
+      .def_property_readonly("max_length", [](const infer::Predictor& p) { return p.text().max_length; })
+      .def_property_readonly("default_top_k", [](const infer::Predictor& p) { return p.postprocess().top_k; })
+      .def(
+          "image_input",
+          [](const infer::Predictor& p, const py::bytes& encoded) {
+            const std::string_view view = encoded;  // the bytes object outlives the call
+            const std::span<const std::byte> data(reinterpret_cast<const std::byte*>(view.data()), view.size());
+            at::Tensor x;
+            {
+              py::gil_scoped_release release;
+              x = p.image_input(data);
+            }
+            return tensor_to_python(x);
+          },
+          py::arg("encoded"))
+      .def(
+          "text_inputs",
+          [](const infer::Predictor& p, const py::list& texts, const py::object& pairs) {
+            const TextArgs a(texts, pairs);
+            text::TextBatchTensors t;
+            {
+              py::gil_scoped_release release;
+              t = p.text_inputs(a.texts, a.pairs);
+            }
+            return std::make_tuple(tensor_to_python(t.input_ids), tensor_to_python(t.attention_mask),
+                                   tensor_to_python(t.token_type_ids));
+          },
+          py::arg("texts"), py::arg("pairs"))
+      .def(
+          "run",
+          [](const infer::Predictor& p, const py::list& inputs) {
+            std::vector<at::Tensor> in;
+            for (std::size_t i = 0; i < inputs.size(); ++i) in.push_back(tensor_from_python(inputs[i], "inputs"));
+            std::vector<at::Tensor> out;
+            {
+              py::gil_scoped_release release;
+              out = p.run(in);
+            }
+            py::list result;
+            for (const at::Tensor& t : out) result.append(tensor_to_python(t));
+            return result;
+          },
+          py::arg("inputs"))
+      .def(
+          "top_k",
+          [](const infer::Predictor& p, py::handle logits, std::int64_t k) {
+            const at::Tensor x = tensor_from_python(logits, "logits");
+            std::vector<std::vector<infer::TopK>> top;
+            {
+              py::gil_scoped_release release;
+              top = k == 0 ? p.top_k(x) : p.top_k(x, k);
+            }
+            return predictions(std::move(top));
+          },
+          py::arg("logits"), py::arg("k") = 0);
+}
+
 }  // namespace
 
 void bind_infer(py::module_& m) {
+  bind_predictor(m);
   m.def("evaluate", &evaluate, py::arg("dir"), py::arg("shards"), py::arg("settings"),
         "hotpath eval: top-1/top-5/loss over image shards; use hotpath.infer.evaluate");
   py::class_<infer::Classifier>(m, "Classifier", "An image classifier ready to answer (hotpath/infer/classifier.h)")

@@ -73,6 +73,7 @@ TEST(Predictor, ModelPackageRunsInTheEngineAndRunDirectoryEagerlyWithTheSameAnsw
   EXPECT_EQ(engine.output_width(), 3);
   EXPECT_EQ(engine.input_specs().front().shape, (std::vector<std::int64_t>{-1, 1, 12, 12}));
   EXPECT_EQ(eager.input_specs().front().shape, (std::vector<std::int64_t>{-1, 1, 12, 12}));
+  EXPECT_EQ(eager.input_specs().front().name, engine.input_specs().front().name);
 
   const at::Tensor x = at::randn({4, 1, 12, 12});
   const at::Tensor want = pair.model->forward(x).detach();

@@ -1,6 +1,7 @@
 """hotpath.infer.ImageClassifier: the same top-k as `hotpath predict` (pretrained EfficientNet-Lite0 and a package
 written by `hotpath export`), every image form (path, bytes, PIL, uint8 tensor) through the package's own
-preprocessing, and bad input named in the exception. hotpath.infer.SentenceEncoder: the same embeddings as
+preprocessing, and bad input named in the exception. hotpath.infer.Predictor: the same answers as `hotpath predict`
+and the TextClassifier from a package's own inputs and raw outputs. hotpath.infer.SentenceEncoder: the same embeddings as
 `hotpath embed` (bit for bit) and as sentence-transformers."""
 
 import json
@@ -70,6 +71,26 @@ class ImageClassifierTest(unittest.TestCase):
         logits = self.pretrained.logits(reference.unsqueeze(0))
         self.assertEqual(logits.shape, (1, 1000))
         self.assertEqual(int(logits.argmax()), batch[0][0].index)
+
+    def test_predictor_answers_what_hotpath_predict_answers(self):
+        p = hotpath.infer.Predictor(self.package)
+        self.assertEqual((p.kind, p.in_engine, p.precision, p.input_names, p.output_width),
+                         ("image_classifier", True, "fp32", ["images"], 1000))
+        x = p.image_inputs(PHOTOS)
+        self.assertEqual(x.shape, (2, 3, 224, 224))
+        self.assertTrue(torch.equal(x[0], p.image_inputs(PHOTOS[0])[0]))
+        logits = p(x)[0]
+        self.assertEqual(logits.shape, (2, 1000))
+        self.assertTrue(torch.equal(p(images=x)[0], logits))
+        for row, photo in zip(p.top_k(logits, 3), PHOTOS):
+            self.assertSameTop(row, cli_predict(["--model-dir", self.package], photo, 3))
+        self.assertEqual(len(p.top_k(logits)[0]), 5)  # the package's default k
+        with self.assertRaisesRegex(ValueError, r"expected \['images'\] by position or by name"):
+            p(input=x)
+        with self.assertRaisesRegex(ValueError, "k: expected at least 1"):
+            p.top_k(logits, 0)
+        with self.assertRaisesRegex(ValueError, "an image_classifier takes images, not text"):
+            p.text_inputs(["a"])
 
     def test_bad_input_is_named(self):
         with self.assertRaisesRegex(OSError, "/nonexistent.jpg"):
@@ -182,6 +203,22 @@ class TextClassifierTest(unittest.TestCase):
             self.assertAlmostEqual(row[0].prob, float(p.max()), places=4)
         one = self.clf.predict(self.lines[0], k=5)
         self.assertEqual([p.label for p in one], [p.label for p in top[0]] + [one[2].label])
+
+    def test_predictor_gives_the_classifiers_logits(self):
+        p = hotpath.infer.Predictor(self.package)
+        self.assertEqual((p.kind, p.labels, p.max_length, p.output_width),
+                         ("text_classifier", ["world", "sports", "business"], 64, 3))
+        self.assertEqual(p.input_names, ["input_ids", "attention_mask", "token_type_ids"])
+        inputs = p.text_inputs(self.lines[:8], self.pairs[:8])
+        self.assertEqual(inputs["input_ids"].dtype, torch.int64)
+        self.assertLessEqual(inputs["input_ids"].shape[1], 64)
+        logits = p(**inputs)[0]
+        self.assertTrue(torch.equal(logits, self.clf.logits(self.lines[:8], self.pairs[:8])))
+        self.assertTrue(torch.equal(p(*inputs.values())[0], logits))
+        self.assertEqual([[t.label for t in row] for row in p.top_k(logits, 2)],
+                         [[t.label for t in row] for row in self.clf.predict(self.lines[:8], self.pairs[:8], k=2)])
+        self.assertEqual(hotpath.infer.Predictor(self.package, max_length=8).text_inputs(self.lines[:2])["input_ids"].shape,
+                         (2, 8))
 
     def test_bad_input_is_named(self):
         with self.assertRaisesRegex(ValueError, r"texts\[1\]: expected a str"):

@@ -99,7 +99,11 @@ Predictor Predictor::from_model(models::ModelHandle model, EvalPreprocess image,
 std::vector<ValueSpec> Predictor::input_specs() const {
   if (engine_) return engine_->graph().inputs;
   const EvalPreprocess& im = package_->image;
-  return {{.name = "input", .dtype = at::kFloat, .shape = {-1, im.channels, im.image_size, im.image_size}, .dim_names = {}}};
+  // The name and shape the lowered image graphs take (lower_vision.cpp), so a run directory and its package agree.
+  return {{.name = "images",
+           .dtype = at::kFloat,
+           .shape = {-1, im.channels, im.image_size, im.image_size},
+           .dim_names = {}}};
 }
 
 std::vector<std::string> Predictor::output_names() const {
