@@ -95,7 +95,8 @@ void bind_predictor(py::module_& m) {
       .def_property_readonly("kind", [](const infer::Predictor& p) { return infer::package_kind_name(p.kind()); })
       .def_property_readonly("labels", &infer::Predictor::labels)
       .def_property_readonly("in_engine", [](const infer::Predictor& p) { return p.engine() != nullptr; })
-      .def_property_readonly("precision", [](const infer::Predictor& p) { return infer::precision_name(p.package().precision); })
+      .def_property_readonly("precision",
+                             [](const infer::Predictor& p) { return infer::precision_name(p.package().precision); })
       .def_property_readonly("input_names", [](const infer::Predictor& p) { return names(p.input_specs()); })
       .def_property_readonly("output_names", &infer::Predictor::output_names)
       .def_property_readonly("output_width", &infer::Predictor::output_width)

@@ -138,7 +138,7 @@ TEST(Predictor, TextPackageRecordsItsTokenizerFactsAndItsOutput) {
   EXPECT_EQ(Predictor::open(pkg).top_k(logits).front().size(), 1U);
   // A longer max length than the package's positions is refused, a shorter one truncates.
   EXPECT_NE(error_of([&] { (void)Predictor::open(pkg, {.max_length = 64}); })
-                .find("max_length 64 exceeds the model's 32 position embeddings"),
+                .find(pkg.string() + ": max length 64 exceeds the model's 32 position embeddings"),
             std::string::npos);
   EXPECT_EQ(Predictor::open(pkg, {.max_length = 4}).text_inputs(texts).input_ids.size(1), 4);
   const std::vector<std::uint8_t> png{1, 2, 3};

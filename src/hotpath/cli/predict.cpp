@@ -86,8 +86,10 @@ void run(const PredictArgs& a) {
   const infer::PackageKind kind = package ? package->kind : infer::PackageKind::kImageClassifier;
   HOTPATH_CHECK(kind != infer::PackageKind::kSentenceEmbedder, "predict: ", a.model_dir,
                 " is a sentence_embedder package: hotpath embed --model ", a.model_dir);
-  HOTPATH_CHECK(text == (kind == infer::PackageKind::kTextClassifier), "predict: ", a.model_dir.empty() ? a.model : a.model_dir,
-                " is a", text ? "n image_classifier: give image files, not --text" : " text_classifier: give --text or --texts FILE, not image files");
+  HOTPATH_CHECK(text == (kind == infer::PackageKind::kTextClassifier), "predict: ",
+                a.model_dir.empty() ? a.model : a.model_dir,
+                text ? " is an image_classifier: give image files, not --text"
+                     : " is a text_classifier: give --text or --texts FILE, not image files");
   if (text) return predict_texts(a);
   const infer::Classifier classifier = package ? infer::Classifier::from_package(*package, a.threads)
                                                : infer::Classifier::from_pretrained(a.model);

@@ -19,18 +19,19 @@ constexpr std::int64_t kMaxLength = 1 << 16;
 // The text facts the engine and the server rely on, from the weights (the truth) and the tokenizer: recorded
 // values must agree with them; a package written before they were recorded gets them here.
 // Returns the hidden width (a sentence embedding's dimension).
-std::int64_t resolve_text(Package& p, const Graph& graph, const text::Tokenizer* tokenizer) {
+std::int64_t resolve_text(Package& p, const Graph& graph, const text::Tokenizer* tokenizer, bool max_length_given) {
   const std::string pre = (std::filesystem::path(p.dir) / "preprocess.json").string();
   const std::optional<TextEmbedding> e = text_embedding(graph);
-  HOTPATH_CHECK(e.has_value(), p.dir, "/config.json: the text graph has no bert_embed node with word and position tables");
+  HOTPATH_CHECK(e.has_value(), p.dir,
+                "/config.json: the text graph has no bert_embed node with word and position tables");
   HOTPATH_CHECK(p.text.vocab_size == 0 || p.text.vocab_size == e->vocab, pre, ": vocab_size ", p.text.vocab_size,
                 ", but the word embeddings hold ", e->vocab, " rows");
   HOTPATH_CHECK(p.text.type_vocab_size == 0 || p.text.type_vocab_size == e->type_vocab, pre, ": type_vocab_size ",
                 p.text.type_vocab_size, ", but the token-type embeddings hold ", e->type_vocab, " rows");
   p.text.vocab_size = e->vocab;
   p.text.type_vocab_size = e->type_vocab;
-  HOTPATH_CHECK(p.text.max_length <= e->positions, pre, ": max_length ", p.text.max_length, " exceeds the model's ",
-                e->positions, " position embeddings");
+  HOTPATH_CHECK(p.text.max_length <= e->positions, max_length_given ? p.dir + ": max length" : pre + ": max_length",
+                " ", p.text.max_length, " exceeds the model's ", e->positions, " position embeddings");
   if (tokenizer != nullptr) {
     HOTPATH_CHECK(tokenizer->vocab_size() <= static_cast<std::size_t>(e->vocab), p.dir, ": the tokenizer has ",
                   tokenizer->vocab_size(), " tokens but the model's word embeddings hold ", e->vocab);
@@ -65,9 +66,11 @@ Predictor Predictor::load(const Package& package, const PredictorOptions& option
                 precision_name(pkg->precision), "), not under autocast");
   Graph graph = load_package_graph(*pkg);
   if (pkg->kind != PackageKind::kImageClassifier) {
-    if (pkg->text.tokenizer) p.tokenizer_ = std::make_shared<const text::Tokenizer>(text::Tokenizer::from_directory(pkg->dir));
+    if (pkg->text.tokenizer) {
+      p.tokenizer_ = std::make_shared<const text::Tokenizer>(text::Tokenizer::from_directory(pkg->dir));
+    }
     if (options.max_length != 0) pkg->text.max_length = options.max_length;
-    p.output_width_ = resolve_text(*pkg, graph, p.tokenizer_.get());
+    p.output_width_ = resolve_text(*pkg, graph, p.tokenizer_.get(), options.max_length != 0);
   }
   if (pkg->kind != PackageKind::kSentenceEmbedder) p.output_width_ = static_cast<std::int64_t>(pkg->labels.size());
   p.engine_ = std::make_shared<const Engine>(
