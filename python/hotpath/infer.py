@@ -353,7 +353,8 @@ def evaluate(
     **settings: Any,
 ) -> EvalResult:
     """`hotpath eval`: top-1, top-5 and loss of a trained run (eager) or a model package (its engine, at its
-    precision) over image shards (paths or patterns), through the model's own eval preprocessing.
+    precision) over image shards (paths or patterns), through the model's own eval preprocessing; or of a
+    text_classifier package over text shards (KEY.txt [+ KEY.pair.txt] or KEY.ids, with KEY.cls).
 
     Settings, defaulting as the CLI: batch_size (256), workers (decode threads, 2), threads (a package's engine
     threads, 0 = all cores), precision (run directories: 'fp32', 'bf16' or 'fp16' autocast).

@@ -21,6 +21,7 @@
 
 #include "hotpath/core/error.h"
 #include "hotpath/core/mapped_file.h"
+#include "hotpath/formats/tar_writer.h"
 #include "hotpath/infer/classifier.h"
 #include "hotpath/infer/export.h"
 #include "hotpath/infer/sentence_embed.h"
@@ -197,6 +198,43 @@ TEST(Predictor, RecordedFactsThatContradictTheModelAreOneLineErrors) {
   EXPECT_EQ(error_of([&] { (void)Predictor::open(pkg); }),
             (pkg / "config.json").string() +
                 ".postprocess.output: 'embedding', expected 'class_scores' for a text_classifier package");
+}
+
+// Text shards as the text recipes read them: KEY.txt and KEY.cls per sample.
+std::string write_text_shard(const TempDir& dir, const std::string& name, const std::vector<std::string>& texts,
+                             const std::vector<int>& labels) {
+  formats::ShardWriter writer(dir.file(name + "-%06d.tar"), {});
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    const std::string cls = std::to_string(labels[i]);
+    writer.write({std::to_string(1000 + i), {{"txt", test::as_bytes(texts[i])}, {"cls", test::as_bytes(cls)}}});
+  }
+  writer.close();
+  return dir.file(name + "-000000.tar");
+}
+
+TEST(Predictor, EvalScoresATextPackageOnTextShardsAsItsClassifierAnswers) {
+  const TempDir dir;
+  const fs::path hf = test::write_tiny_hf_bert(dir.path() / "hf-cls", true);
+  const fs::path pkg = dir.path() / "pkg";
+  (void)export_package({.model_dir = hf.string()}, {.out = pkg});
+  const std::vector<std::string> texts{"the cat sat on the mat", "a dog", "far away", "the dog ran far away",
+                                       "cat", "on the mat a cat sat", "ran", "the the the", "a", "away far"};
+  const std::vector<int> labels{0, 1, 1, 0, 0, 1, 0, 1, 1, 0};
+  const std::string shard = write_text_shard(dir, "text", texts, labels);
+  const DirEvalResult r = evaluate_dir(pkg.string(), {shard});
+  EXPECT_EQ(r.eval.samples, 10);
+  EXPECT_EQ(r.model, "bert (fp32 package)");
+  // The classifier's own answers on the same texts, in one batch padded alike.
+  const std::vector<std::string_view> views(texts.begin(), texts.end());
+  const at::Tensor logits = TextClassifier::from_dir(pkg.string()).logits(views);
+  const at::Tensor y = at::tensor(std::vector<std::int64_t>(labels.begin(), labels.end()));
+  EXPECT_DOUBLE_EQ(r.eval.top1, 100.0 * logits.argmax(1).eq(y).sum().item<double>() / 10);
+  EXPECT_NEAR(r.eval.loss, at::cross_entropy_loss(logits, y).item<double>(), 1e-5);
+  // A label past the package's classes is named, not scored.
+  const std::string bad = write_text_shard(dir, "bad", {"the cat"}, {2});
+  EXPECT_NE(error_of([&] { (void)evaluate_dir(pkg.string(), {bad}); })
+                .find("eval: sample 0 has label 2, outside the package's 2 classes"),
+            std::string::npos);
 }
 
 TEST(Predictor, TextPackageWithoutATokenizerTakesTokenIdsPaddedWithTheConfigsId) {

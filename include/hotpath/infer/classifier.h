@@ -57,7 +57,7 @@ class Classifier {
 
 struct DirEvalOptions {
   std::int64_t batch_size = 256;
-  std::int64_t workers = 2;   // decode threads
+  std::int64_t workers = 2;   // decode (image) or tokenizer (text) threads
   int threads = 0;            // a package's engine threads (0: all cores)
   std::string precision;      // run directories: "" / fp32, bf16 or fp16 autocast; a package runs at its own
 };
@@ -65,9 +65,11 @@ struct DirEvalResult {
   std::string model;  // "cnn_small" or "cnn_small (int8 package)"
   EvalResult eval;
 };
-// `hotpath eval` and hotpath.infer.evaluate: top-1/top-5/loss of a run directory (eager, with `precision`) or a
-// model package (its engine) — whichever Classifier::from_package runs — over image shards, through the model's own eval preprocessing. A label outside the
-// model's classes is a bad sample (skipped and counted by the loader). Throws naming what is wrong.
+// `hotpath eval` and hotpath.infer.evaluate: top-1/top-5/loss over shards, through the model's Predictor. An image
+// run directory (eager, with `precision`) or image package (its engine) over image shards with its eval
+// preprocessing: a label outside the model's classes is a bad sample (skipped and counted by the loader). A
+// text_classifier package over text shards (KEY.txt [+ KEY.pair.txt] with its tokenizer and max length, or KEY.ids),
+// in order: a label or id outside the package's is an error naming it. Throws naming what is wrong.
 DirEvalResult evaluate_dir(const std::string& dir, const std::vector<std::string>& shard_patterns,
                            const DirEvalOptions& options = {});
 

@@ -1,5 +1,6 @@
 // `hotpath eval --model-dir RUN|PKG SHARDS...`: top-1/top-5/loss of a trained image model (a run directory,
-// or a model package from `hotpath export`, run by the engine at its exported precision) on shards.
+// or a model package from `hotpath export`, run by the engine at its exported precision) on image shards, or of a
+// text_classifier package on text shards (KEY.txt [+ KEY.pair.txt] or KEY.ids, with KEY.cls).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -50,11 +51,11 @@ void run(const EvalArgs& a) {
 
 void add_eval(CLI::App& app) {
   auto args = std::make_shared<EvalArgs>();
-  CLI::App* cmd = app.add_subcommand("eval", "Evaluate a trained model (a run directory) on WebDataset shards");
+  CLI::App* cmd = app.add_subcommand("eval", "Evaluate a trained model (a run directory or a package; image or text) on WebDataset shards");
   cmd->add_option("--model-dir", args->model_dir, "Run directory (model.json) or model package (hotpath export)")->required();
   cmd->add_option("shards", args->shards, "Shard paths or patterns (brace ranges, globs)")->required();
   cmd->add_option("--batch-size", args->batch_size)->check(CLI::Range(std::int64_t{1}, std::int64_t{65536}));
-  cmd->add_option("--workers", args->workers, "Decode threads")->check(CLI::Range(std::int64_t{1}, std::int64_t{256}));
+  cmd->add_option("--workers", args->workers, "Decode (image) or tokenizer (text) threads")->check(CLI::Range(std::int64_t{1}, std::int64_t{256}));
   cmd->add_option("--threads", args->threads, "LibTorch intra-op threads (0 = all cores)")->check(CLI::Range(std::int64_t{0}, hotpath::max_threads()));
   cmd->add_option("--precision", args->precision, "Run directories: fp32 (default), bf16 or fp16 autocast")->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   cmd->add_flag("--json", args->json, "One JSON object instead of text");
