@@ -37,19 +37,7 @@ using test::TempDir;
 // that ran it (as the tokenizer parity test does): python runs once per change of either.
 class BertParity : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    const std::string script = test::source_path("tests/oracles/bert_ref.py");
-    std::error_code ec;
-    const std::filesystem::path venv = std::filesystem::canonical(std::filesystem::path(test::python()).parent_path(), ec);
-    const std::size_t key = std::hash<std::string>{}(read_file(script) + "\n" + (ec ? test::python() : venv.string()));
-    dir_ = std::filesystem::temp_directory_path() / ("hotpath-bert-ref-" + std::to_string(key));
-    if (std::filesystem::exists(dir_ / "done")) return;
-    const std::filesystem::path partial = dir_.string() + "." + std::to_string(::getpid()) + ".partial";
-    test::run_python(script, {"fixtures", "--out", partial.string()});
-    test::write_file((partial / "done").string(), "");
-    std::filesystem::rename(partial, dir_, ec);  // atomic; a parallel process may have won the race
-    if (ec) hotpath::remove_tree(partial);
-  }
+  static void SetUpTestSuite() { dir_ = test::cached_python_fixtures("tests/oracles/bert_ref.py", "bert-ref"); }
   static std::filesystem::path fixture(const std::string& name) { return dir_ / name; }
 
   static inline std::filesystem::path dir_;

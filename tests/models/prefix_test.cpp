@@ -227,7 +227,7 @@ TEST(Prefix, TextPositionsStartAfterThePrefix) {
 
 TEST(Prefix, RefusesAnotherModelsPrefixDistilBertAndBadFiles) {
   auto distil = tiny(kTinyDistil);
-  EXPECT_NE(error_of([&] { (void)prefix_config_for(*distil, {}); }).find("DistilBERT is not supported"),
+  EXPECT_NE(error_of([&] { (void)prefix_config_for(*distil, {}); }).find("distilbert is not supported"),
             std::string::npos);
   auto model = tiny();
   EXPECT_NE(error_of([&] { (void)prefix_config_for(*model, {.num_virtual_tokens = 20}); })

@@ -9,10 +9,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 #include <sstream>
 #include <stdexcept>
+#include <system_error>
 
 namespace hotpath::test {
 
@@ -53,6 +55,25 @@ std::string run_python(const std::string& script, const std::vector<std::string>
     throw std::runtime_error("python failed (exit " + std::to_string(r.exit_code) + "): " + script);
   }
   return r.output;
+}
+
+std::filesystem::path cached_python_fixtures(std::string_view script_relative, std::string_view name) {
+  const std::string script = source_path(script_relative);
+  std::ifstream in(script, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::error_code ec;
+  const std::filesystem::path venv = std::filesystem::canonical(std::filesystem::path(python()).parent_path(), ec);
+  const std::size_t key = std::hash<std::string>{}(text.str() + "\n" + (ec ? python() : venv.string()));
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("hotpath-" + std::string(name) + "-" + std::to_string(key));
+  if (std::filesystem::exists(dir / "done")) return dir;
+  const std::filesystem::path partial = dir.string() + "." + std::to_string(::getpid()) + ".partial";
+  run_python(script, {"fixtures", "--out", partial.string()});
+  write_file((partial / "done").string(), "");
+  std::filesystem::rename(partial, dir, ec);  // atomic; a parallel process may have won the race
+  if (ec) hotpath::remove_tree(partial);
+  return dir;
 }
 
 void write_file(const std::string& path, std::span<const std::byte> bytes) {

@@ -31,6 +31,11 @@ std::string source_path(std::string_view relative);
 // Runs `python script args...`; returns its stdout; fails the test (throws) on non-zero exit.
 std::string run_python(const std::string& script, const std::vector<std::string>& args);
 
+// `python <script> fixtures --out DIR` run once per change of the script or of the venv that runs it, DIR
+// returned: ctest runs each TEST in its own process, so the fixtures are kept in $TMPDIR under
+// "hotpath-<name>-<hash of both>" (written to a partial directory, renamed into place when complete).
+std::filesystem::path cached_python_fixtures(std::string_view script_relative, std::string_view name);
+
 void write_file(const std::string& path, std::span<const std::byte> bytes);
 void write_file(const std::string& path, std::string_view text);
 std::vector<std::byte> read_bytes(const std::string& path);

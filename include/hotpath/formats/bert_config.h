@@ -18,14 +18,15 @@
 
 namespace hotpath::formats {
 
-enum class BertArch { kBert, kDistilBert };          // config.json model_type "bert" / "distilbert"
+// config.json model_type "bert" / "distilbert" / "longformer" (RoBERTa embeddings, sliding-window attention).
+enum class BertArch { kBert, kDistilBert, kLongformer };
 enum class BertActivation { kGelu, kGeluNew, kRelu };  // "gelu" (erf), "gelu_new" (tanh approx.), "relu"
 
 // Upper bound on every size field (vocab, hidden, layers, heads, positions, labels): far above any
 // real BERT, low enough that a corrupt config fails here rather than in a terabyte allocation.
 inline constexpr std::int64_t kBertMaxSize = std::int64_t{1} << 24;
 
-// config.json, in BERT's names; DistilBERT's keys (dim, n_layers, n_heads, hidden_dim, activation, ...)
+// config.json, in BERT's names (Longformer's are BERT's plus attention_window); DistilBERT's keys (dim, n_layers, n_heads, hidden_dim, activation, ...)
 // are read into the same fields.
 struct BertConfig {
   BertArch arch = BertArch::kBert;
@@ -44,6 +45,9 @@ struct BertConfig {
   double classifier_dropout = 0.1;  // BERT: classifier_dropout, else hidden_dropout_prob; DistilBERT: seq_classif_dropout
   BertActivation hidden_act = BertActivation::kGelu;
   bool sinusoidal_pos_embds = false;  // DistilBERT: fixed sinusoidal position table
+  // Longformer: attention_window per layer (each even and > 0; the one-sided window is half of it). Positions
+  // are RoBERTa's: pad_token_id + 1 + the token's index among the non-padding tokens.
+  std::vector<std::int64_t> attention_window;
   // Classification: num_labels (or the size of id2label); id2label[i] is label i's name ("LABEL_i" when absent).
   std::int64_t num_labels = 2;
   std::vector<std::string> id2label;
@@ -57,6 +61,9 @@ struct BertConfig {
   static BertConfig from_json(std::string_view json_text, std::string_view name = "config.json");
   static BertConfig from_file(const std::filesystem::path& path);
 };
+
+// HF's base_model_prefix: the encoder's name inside a model with a head ("bert", "distilbert", "longformer").
+std::string_view base_model_prefix(const BertConfig& config);
 
 // What a sentence-transformers directory asks for after the encoder. hotpath runs mean pooling,
 // optionally followed by Normalize; anything else is refused.

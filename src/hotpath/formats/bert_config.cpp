@@ -88,6 +88,33 @@ void read_labels(const ConfigReader& r, BertConfig& c) {
   c.problem_type = r.text("problem_type", "");
 }
 
+// Longformer's attention_window: one even, positive size for every layer, or a list of one per layer.
+void read_attention_window(const ConfigReader& r, BertConfig& c) {
+  const std::size_t layers = static_cast<std::size_t>(c.num_hidden_layers);
+  if (!r.has("attention_window")) {
+    c.attention_window.assign(layers, 512);  // LongformerConfig's default
+  } else if (r.json.at("attention_window").is_array()) {
+    const Json& list = r.json.at("attention_window");
+    HOTPATH_CHECK(list.size() == layers, r.name, ": field \"attention_window\" lists ", list.size(),
+                  " windows for ", layers, " layers");
+    for (const Json& w : list) {
+      HOTPATH_CHECK(w.is_number_integer(), r.name, ": field \"attention_window\" must hold integers, found ",
+                    json_brief(w));
+      c.attention_window.push_back(w.get<std::int64_t>());
+    }
+  } else {
+    c.attention_window.assign(layers, r.integer("attention_window", {}));
+  }
+  for (std::size_t i = 0; i < c.attention_window.size(); ++i) {
+    const std::int64_t w = c.attention_window[i];
+    HOTPATH_CHECK(w > 0 && w % 2 == 0 && w <= kBertMaxSize, r.name, ": field \"attention_window\" of layer ", i,
+                  " is ", w, "; expected an even size > 0");
+  }
+  HOTPATH_CHECK(c.max_position_embeddings > c.pad_token_id + 1, r.name, ": max_position_embeddings (",
+                c.max_position_embeddings, ") leaves no position after pad_token_id + 1 (", c.pad_token_id + 1,
+                "): Longformer's positions start there");
+}
+
 }  // namespace
 
 // ---- BertConfig ----------------------------------------------------------------------------------
@@ -96,11 +123,11 @@ BertConfig BertConfig::from_json(std::string_view json_text, std::string_view na
   const Json json = parse(json_text, name);
   HOTPATH_CHECK(json.is_object(), name, ": expected a JSON object");
   const ConfigReader r{{json, name}};
-  HOTPATH_CHECK(r.has("model_type"), name, ": missing required field \"model_type\" (bert or distilbert)");
+  HOTPATH_CHECK(r.has("model_type"), name, ": missing required field \"model_type\" (bert, distilbert or longformer)");
   const std::string type = r.text("model_type", "");
   BertConfig c;
-  if (type == "bert") {
-    c.arch = BertArch::kBert;
+  if (type == "bert" || type == "longformer") {
+    c.arch = type == "bert" ? BertArch::kBert : BertArch::kLongformer;
     c.vocab_size = r.integer("vocab_size", {});
     c.hidden_size = r.integer("hidden_size", {}, 1, kMaxHidden);
     c.num_hidden_layers = r.integer("num_hidden_layers", {}, 1, kMaxLayers);
@@ -132,7 +159,8 @@ BertConfig BertConfig::from_json(std::string_view json_text, std::string_view na
     c.hidden_act = parse_activation(r.text("activation", "gelu"), name, "activation");
     c.sinusoidal_pos_embds = r.boolean("sinusoidal_pos_embds", false);
   } else {
-    HOTPATH_CHECK(false, name, ": field \"model_type\" is ", json_brief(Json(type)), "; supported: bert, distilbert");
+    HOTPATH_CHECK(false, name, ": field \"model_type\" is ", json_brief(Json(type)),
+                  "; supported: bert, distilbert, longformer");
   }
   for (const auto& [key, p] : {std::pair{"hidden_dropout_prob", c.hidden_dropout_prob},
                                std::pair{"attention_probs_dropout_prob", c.attention_probs_dropout_prob},
@@ -147,7 +175,8 @@ BertConfig BertConfig::from_json(std::string_view json_text, std::string_view na
                             (4 * h * h + 2 * h * static_cast<double>(c.intermediate_size));
   HOTPATH_CHECK(params <= kMaxParams, name, ": the sizes ask for ~", params, " parameters, more than the ", kMaxParams,
                 " hotpath builds (check hidden_size, num_hidden_layers, intermediate_size, vocab_size)");
-  c.pad_token_id = r.integer("pad_token_id", 0, 0);
+  c.pad_token_id = r.integer("pad_token_id", c.arch == BertArch::kLongformer ? 1 : 0, 0);
+  if (c.arch == BertArch::kLongformer) read_attention_window(r, c);
   c.initializer_range = r.real("initializer_range", 0.02);
   HOTPATH_CHECK(c.hidden_size % c.num_attention_heads == 0, name, ": hidden size ", c.hidden_size,
                 " is not a multiple of the number of attention heads ", c.num_attention_heads);
@@ -155,6 +184,15 @@ BertConfig BertConfig::from_json(std::string_view json_text, std::string_view na
                 ") must be below vocab_size (", c.vocab_size, ")");
   read_labels(r, c);
   return c;
+}
+
+std::string_view base_model_prefix(const BertConfig& config) {
+  switch (config.arch) {
+    case BertArch::kBert: return "bert";
+    case BertArch::kDistilBert: return "distilbert";
+    case BertArch::kLongformer: return "longformer";
+  }
+  return "bert";
 }
 
 BertConfig BertConfig::from_file(const std::filesystem::path& path) {

@@ -91,7 +91,7 @@ Reference text_reference(std::shared_ptr<TextModel> model) {
 }
 
 std::string text_architecture(const formats::BertConfig& config) {
-  return config.arch == formats::BertArch::kBert ? "bert" : "distilbert";
+  return std::string(formats::base_model_prefix(config));
 }
 
 // The package's kind, architecture and graph from the model, which is also kept as the reference.

@@ -17,6 +17,7 @@
 #include "hotpath/core/error.h"
 #include "hotpath/ops/dropout.h"
 #include "serial_note.h"
+#include "thread_scratch.h"
 
 namespace hotpath::ops {
 namespace {
@@ -38,7 +39,8 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kDropoutBlock = 32;
 static_assert(kFwdKeys % kDropoutBlock == 0 && kBwdKeys % kDropoutBlock == 0);
 
-constexpr std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
+using detail::round_up;
+using detail::thread_scratch;
 
 // Keys the dropout hash per head and row (counter_hash.h: shared with the fused hidden dropout).
 using detail::mix64;
@@ -175,14 +177,6 @@ const Kernels& kernels() {
 }
 
 // ---- drivers ----------------------------------------------------------------------------------------
-
-// Per-thread scratch that only grows: a fresh vector per call is an mmap of a few hundred KB whose
-// page faults cost more than small heads' arithmetic.
-float* thread_scratch(std::int64_t floats) {
-  thread_local std::vector<float> scratch;
-  if (scratch.size() < static_cast<std::size_t>(floats)) scratch.resize(static_cast<std::size_t>(floats));
-  return scratch.data();
-}
 
 // The key bias row per batch ([B, Lkp]: 0 keep, −inf masked or padding) and whether a batch has every
 // key masked (its scores are then all equal, as in the reference's lowest-filled rows).

@@ -66,13 +66,15 @@ text::TextLoaderOptions loader_options(const Recipe& recipe, std::vector<std::st
 }
 
 // config.json of the fine-tuned model: the pretrained one with the head's labels, loadable by
-// transformers' BertForSequenceClassification and by hotpath's load_bert_classifier.
+// transformers' Bert/DistilBert/LongformerForSequenceClassification and by hotpath's load_bert_classifier.
 std::string finetuned_config(const Recipe& recipe, const std::vector<std::string>& labels) {
   // Parsed std::map-backed (linear-log in the keys: ordered_json's lookup is quadratic), then ordered.
   const std::string config_path = (fs::path(recipe.model.pretrained) / "config.json").string();
   json config = parse_json(read_file(config_path, read_limit::kConfig, "config"), config_path);
-  const bool distil = config.value("model_type", "bert") == "distilbert";
-  config["architectures"] = {distil ? "DistilBertForSequenceClassification" : "BertForSequenceClassification"};
+  const std::string type = config.value("model_type", "bert");
+  config["architectures"] = {type == "distilbert"   ? "DistilBertForSequenceClassification"
+                             : type == "longformer" ? "LongformerForSequenceClassification"
+                                                    : "BertForSequenceClassification"};
   json id2label = json::object(), label2id = json::object();
   for (std::size_t i = 0; i < labels.size(); ++i) {
     id2label[std::to_string(i)] = labels[i];
@@ -156,8 +158,10 @@ class TextTask final : public Task {
     bert_options.attention = m.attention == "fused" ? static_cast<models::AttentionFn>(&ops::fused_attention)
                                                     : static_cast<models::AttentionFn>(&models::bert_eager_attention);
     bert_options.gradient_checkpointing = m.gradient_checkpointing;
+    // Longformer's local attention: the fused sliding-window kernel, or its dense twin under attention: eager.
+    bert_options.sliding_kernel = m.attention == "fused" ? ops::AttentionKernel::kAuto : ops::AttentionKernel::kReference;
     model_ = std::make_shared<models::BertForSequenceClassification>(config, bert_options);
-    const std::string base_prefix = config.arch == formats::BertArch::kDistilBert ? "distilbert" : "bert";
+    const std::string base_prefix(formats::base_model_prefix(config));
     const models::LoadReport report = models::load_state_dict(
         *model_, models::read_hf_state_dict(m.pretrained), m.pretrained, {.allow_partial = true},
         {.base_prefix = base_prefix});
@@ -200,8 +204,8 @@ class TextTask final : public Task {
       adapter_ = formats::AdapterConfig::preset(m.adapter.config);
       adapter_->reduction_factor = m.adapter.reduction_factor;
       if (!m.adapter.non_linearity.empty()) adapter_->non_linearity = m.adapter.non_linearity;
-      HOTPATH_CHECK(config.arch == formats::BertArch::kBert, recipe.source,
-                    ": model.adapter: DistilBERT is not supported (BERT models only); use model.lora_r");
+      HOTPATH_CHECK(config.arch == formats::BertArch::kBert, recipe.source, ": model.adapter: ",
+                    formats::base_model_prefix(config), " is not supported (BERT models only); use model.lora_r");
       const models::LoraReport ar = models::apply_adapter(*model_, *adapter_);
       if (options.out) {
         *options.out << "adapter: " << m.adapter.config << " (" << (adapter_->mh_adapter ? "attention and " : "")
@@ -213,7 +217,7 @@ class TextTask final : public Task {
     freeze_prefixes(*model_, recipe);
     model_->to(device_);
     trainable_ = trainable_parameters(*model_, recipe);
-    describe_ = std::string(config.arch == formats::BertArch::kDistilBert ? "distilbert" : "bert") + " " +
+    describe_ = base_prefix + " " +
                 std::to_string(config.num_hidden_layers) + "×" + std::to_string(config.hidden_size) + " classifier, " +
                 std::to_string(num_labels) + " classes, attention " + m.attention +
                 (m.gradient_checkpointing ? ", activation checkpointing" : "") +

@@ -1,5 +1,5 @@
-// hotpath/models/text/bert.h — BERT, MiniLM and DistilBERT encoders whose parameter names are Hugging Face's
-// state_dict keys, so a HF model directory's model.safetensors / pytorch_model.bin loads unchanged.
+// hotpath/models/text/bert.h — BERT, MiniLM, DistilBERT and Longformer encoders whose parameter names are Hugging
+// Face's state_dict keys, so a HF model directory's model.safetensors / pytorch_model.bin loads unchanged.
 //
 //   auto model = hotpath::models::load_bert_classifier("my-bert-dir");      // config.json + weights
 //   at::Tensor logits = model->forward(input_ids, attention_mask, token_type_ids);  // [B, num_labels]
@@ -11,6 +11,15 @@
 // q, k, v [B, heads, L, head_dim], the key padding mask [B, L] (1 = keep) and the dropout probability
 // on the attention probabilities (config.attention_probs_dropout_prob in training, 0 in eval), so a
 // fused kernel can replace the ATen reference without touching the layers.
+//
+// Longformer (config.json model_type "longformer", transformers' LongformerModel): the same layers with
+// sliding-window attention (ops/sliding_attention.h: each token sees attention_window / 2 tokens either side and
+// the global tokens) plus separate query/key/value_global projections for the global tokens, which attend to
+// every token (ops::attention); RoBERTa positions. Its attention_mask holds HF's merged roles: 0 padding,
+// 1 local, 2 global (LongformerModel._merge_to_attention_mask; ops::token_roles builds it from HF's two masks).
+// The classifier makes the first token global, as LongformerForSequenceClassification does by default. Memory
+// and work grow linearly with the length. Not offered on Longformer: prefixes, adapters, the engine; in
+// training the attention-probability dropout of the local part (hidden dropout is applied as usual).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -31,6 +40,7 @@
 #include "hotpath/formats/bert_config.h"
 #include "hotpath/models/lora.h"
 #include "hotpath/models/text/adapter.h"
+#include "hotpath/models/text/longformer.h"
 #include "hotpath/models/text/prefix.h"
 #include "hotpath/models/weights.h"
 #include "hotpath/ops/attention.h"
@@ -62,18 +72,22 @@ struct BertOptions {
   // Recompute each layer in backward (the hook is BertModel::run_layer).
   bool gradient_checkpointing = false;
   bool add_pooling_layer = true;  // BERT's pooler (dense + tanh on [CLS]); DistilBERT has none
+  // Longformer's local attention: kAuto (the fused kernel on the CPU), or kReference (the dense twin, O(L²)).
+  ops::AttentionKernel sliding_kernel = ops::AttentionKernel::kAuto;
 };
 
 // One encoder layer, registered under BERT's or DistilBERT's names (see bert.cpp).
 class BertLayer : public torch::nn::Module {
  public:
-  BertLayer(const formats::BertConfig& config, const BertOptions& options);
-  // hidden [B, L, H], mask [B, L] → [B, L, H]. A keyed `dropout` draws this layer's masks at its sites
+  // index: the layer's place in the encoder (Longformer's attention_window is per layer).
+  BertLayer(const formats::BertConfig& config, const BertOptions& options, std::int64_t index = 0);
+  // hidden [B, L, H], mask [B, L] (Longformer: the roles, int8 0/1/2) → [B, L, H]. A keyed `dropout` draws this layer's masks at its sites
   // first_site + 0 (attention probabilities), + 1, + 2 (hidden) and + 3 … + 8 (LoRA adapters).
   // prefix_kv [2, heads, P, head_dim] (prefix.h; undefined = none) is prepended to the keys and values;
   // mask then covers P + L keys.
   at::Tensor forward(const at::Tensor& hidden, const at::Tensor& mask, const ops::DropoutSource& dropout = {},
                      std::uint64_t first_site = 0, const at::Tensor& prefix_kv = {});
+  void set_sliding_kernel(ops::AttentionKernel kernel);
   void set_attention(AttentionFn attention) { options_.attention = attention; }
   // Bottleneck adapters (adapter.h) after the attention block (config.mh_adapter) and after the feed-forward
   // block (config.output_adapter), registered as "attention.output.adapters.<name>" / "output.adapters.<name>".
@@ -87,6 +101,7 @@ class BertLayer : public torch::nn::Module {
   BottleneckAdapter attention_adapter_{nullptr}, output_adapter_{nullptr};
   // LoraLinear: a torch::nn::Linear that apply_lora (lora.h) can give an adapter.
   LoraLinear query_{nullptr}, key_{nullptr}, value_{nullptr}, attention_out_{nullptr};
+  LongformerSelfAttention longformer_{nullptr};  // Longformer: the whole attention block (query_ … are its own)
   torch::nn::LayerNorm attention_norm_{nullptr};
   LoraLinear intermediate_{nullptr}, output_{nullptr};
   torch::nn::LayerNorm output_norm_{nullptr};
@@ -98,7 +113,8 @@ class BertModel : public torch::nn::Module {
  public:
   explicit BertModel(const formats::BertConfig& config, const BertOptions& options = {});
 
-  // input_ids [B, L] (integer), attention_mask [B, L] (1 = token, 0 = padding; undefined = all ones),
+  // input_ids [B, L] (integer), attention_mask [B, L] (1 = token, 0 = padding; undefined = all ones; Longformer:
+  // 2 = a global token),
   // token_type_ids [B, L] (undefined = zeros; ignored by DistilBERT) → last hidden state [B, L, H].
   // dropout: keyed (ops::DropoutSource, one global sample index per row of input_ids) makes every
   // dropout mask in training a function of (its seed, the sample, the site) — data-parallel ranks and
@@ -112,6 +128,7 @@ class BertModel : public torch::nn::Module {
   [[nodiscard]] const BertOptions& options() const { return options_; }
   void set_attention(AttentionFn attention);
   void set_gradient_checkpointing(bool on) { options_.gradient_checkpointing = on; }
+  void set_sliding_kernel(ops::AttentionKernel kernel);
   [[nodiscard]] std::int64_t num_layers() const { return static_cast<std::int64_t>(layers_.size()); }
   [[nodiscard]] std::shared_ptr<BertLayer> layer(std::size_t i) const { return layers_.at(i); }
   // A prefix (prefix.h) registered as "prefix_encoder", replacing any earlier one; nullptr removes it.
@@ -135,8 +152,9 @@ class BertModel : public torch::nn::Module {
   PrefixEncoder prefix_{nullptr};
 };
 
-// BertForSequenceClassification ("bert." + "classifier.") or DistilBertForSequenceClassification
-// ("distilbert." + "pre_classifier." + "classifier.").
+// BertForSequenceClassification ("bert." + "classifier."), DistilBertForSequenceClassification
+// ("distilbert." + "pre_classifier." + "classifier.") or LongformerForSequenceClassification ("longformer." +
+// "classifier.dense." + "classifier.out_proj.": tanh(dense(first token)) → out_proj, the first token global).
 class BertForSequenceClassification : public torch::nn::Module {
  public:
   explicit BertForSequenceClassification(const formats::BertConfig& config, BertOptions options = {});
@@ -146,9 +164,9 @@ class BertForSequenceClassification : public torch::nn::Module {
 
   [[nodiscard]] const formats::BertConfig& config() const { return encoder->config(); }
 
-  std::shared_ptr<BertModel> encoder;                // "bert" or "distilbert"
-  torch::nn::Linear pre_classifier{nullptr};         // DistilBERT only
-  torch::nn::Linear classifier{nullptr};
+  std::shared_ptr<BertModel> encoder;                // "bert", "distilbert" or "longformer"
+  torch::nn::Linear pre_classifier{nullptr};         // DistilBERT; Longformer's classifier.dense
+  torch::nn::Linear classifier{nullptr};             // Longformer: classifier.out_proj
 };
 
 struct SentenceEmbedderOptions {

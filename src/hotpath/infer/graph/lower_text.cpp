@@ -115,6 +115,9 @@ const char* activation(formats::BertActivation a) {
 std::string lower_encoder(TextLowering& t, const models::BertModel& model) {
   const formats::BertConfig& c = model.config();
   const bool bert = c.arch == formats::BertArch::kBert;
+  HOTPATH_CHECK(c.arch != formats::BertArch::kLongformer,
+                "lowering: Longformer's sliding-window attention is not in the engine; run the model eagerly "
+                "(hotpath.TextClassifier, or models::load_bert_classifier in C++)");
   HOTPATH_CHECK(model.prefix().is_empty(),
                 "lowering: the model carries a prefix (prefix tuning), which the engine does not run; "
                 "evaluate it with hotpath.TextClassifier's eager path or PEFT, or fine-tune with LoRA to export");
@@ -169,7 +172,7 @@ Graph lower_text_classifier(const models::BertForSequenceClassification& model) 
   const at::NoGradGuard no_grad;
   const bool bert = model.config().arch == formats::BertArch::kBert;
   TextLowering t(model, "");
-  TextLowering enc(*model.encoder, bert ? "bert" : "distilbert");
+  TextLowering enc(*model.encoder, std::string(formats::base_model_prefix(model.config())));
   add_text_inputs(enc.b);
   std::string x = lower_encoder(enc, *model.encoder);
   x = enc.b.node(OpKind::kSelect, enc.full("cls"), {x}, {}, {{"dim", std::int64_t{1}}, {"index", std::int64_t{0}}});

@@ -82,8 +82,8 @@ at::Tensor BottleneckAdapterImpl::sublayer(const at::Tensor& h, const at::Tensor
 
 LoraReport apply_adapter(BertForSequenceClassification& model, const formats::AdapterConfig& config) {
   const formats::BertConfig& b = model.config();
-  HOTPATH_CHECK(b.arch == formats::BertArch::kBert,
-                "adapters: DistilBERT is not supported (hotpath places bottleneck adapters in BERT's layers)");
+  HOTPATH_CHECK(b.arch == formats::BertArch::kBert, "adapters: ", formats::base_model_prefix(b),
+                " is not supported (hotpath places bottleneck adapters in BERT's layers)");
   for (std::int64_t i = 0; i < model.encoder->num_layers(); ++i) {
     model.encoder->layer(static_cast<std::size_t>(i))->add_adapter(config);
   }
@@ -131,7 +131,7 @@ formats::AdapterConfig load_adapter(BertForSequenceClassification& model, const 
                 ": missing (hotpath reads adapter.safetensors: save with save_adapter(..., use_safetensors=True), "
                 "not pytorch_adapter.bin)");
   const formats::BertConfig& b = model.config();
-  HOTPATH_CHECK(b.arch == formats::BertArch::kBert, "adapters: DistilBERT is not supported");
+  HOTPATH_CHECK(b.arch == formats::BertArch::kBert, "adapters: ", formats::base_model_prefix(b), " is not supported");
   // The shapes the adapters will have, by name, checked against the file before the model changes.
   const std::int64_t h = b.hidden_size;
   const std::int64_t r = config.bottleneck(h);

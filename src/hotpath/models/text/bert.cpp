@@ -35,6 +35,8 @@ namespace {
 
 // ---- layers --------------------------------------------------------------------------------------
 
+std::string prefix_of(const BertConfig& c) { return std::string(base_model_prefix(c)); }
+
 torch::nn::Linear make_linear(std::int64_t in, std::int64_t out) { return torch::nn::Linear(in, out); }
 // The encoder's projections: LoRA targets (lora.h).
 LoraLinear make_projection(std::int64_t in, std::int64_t out) { return LoraLinear(in, out); }
@@ -162,16 +164,27 @@ at::Tensor bert_eager_attention(const at::Tensor& q, const at::Tensor& k, const 
 
 // ---- BertLayer -----------------------------------------------------------------------------------
 
-BertLayer::BertLayer(const BertConfig& config, const BertOptions& options)
+BertLayer::BertLayer(const BertConfig& config, const BertOptions& options, std::int64_t index)
     : torch::nn::Module("BertLayer"), config_(config), options_(options) {
   const std::int64_t h = config.hidden_size;
-  if (config.arch == BertArch::kBert) {
+  if (config.arch == BertArch::kBert || config.arch == BertArch::kLongformer) {
     // attention.self.{query,key,value}, attention.output.{dense,LayerNorm}, intermediate.dense, output.{dense,LayerNorm}
     auto attention = register_module("attention", std::make_shared<torch::nn::Module>("BertAttention"));
-    auto self = attention->register_module("self", std::make_shared<torch::nn::Module>("BertSelfAttention"));
-    query_ = self->register_module("query", make_projection(h, h));
-    key_ = self->register_module("key", make_projection(h, h));
-    value_ = self->register_module("value", make_projection(h, h));
+    if (config.arch == BertArch::kLongformer) {
+      HOTPATH_CHECK(index >= 0 && index < static_cast<std::int64_t>(config.attention_window.size()),
+                    "Longformer layer ", index, ": config has ", config.attention_window.size(), " attention windows");
+      longformer_ = attention->register_module(
+          "self", LongformerSelfAttention(config, config.attention_window[static_cast<std::size_t>(index)] / 2));
+      longformer_->set_kernel(options.sliding_kernel);
+      query_ = longformer_->query;
+      key_ = longformer_->key;
+      value_ = longformer_->value;
+    } else {
+      auto self = attention->register_module("self", std::make_shared<torch::nn::Module>("BertSelfAttention"));
+      query_ = self->register_module("query", make_projection(h, h));
+      key_ = self->register_module("key", make_projection(h, h));
+      value_ = self->register_module("value", make_projection(h, h));
+    }
     auto self_output = attention->register_module("output", std::make_shared<torch::nn::Module>("BertSelfOutput"));
     attention_out_ = self_output->register_module("dense", make_projection(h, h));
     attention_norm_ = self_output->register_module("LayerNorm", make_norm(config));
@@ -213,16 +226,23 @@ at::Tensor BertLayer::forward(const at::Tensor& hidden, const at::Tensor& mask, 
   const auto project = [&](LoraLinear& linear, const at::Tensor& x, std::uint64_t site) {
     return linear->forward(x, dropout, first_site + site);
   };
-  at::Tensor keys = split(project(key_, hidden, 4));
-  at::Tensor values = split(project(value_, hidden, 5));
-  if (prefix_kv.defined()) {  // [2, heads, P, d] in front of the L keys and values of every row
+  const bool longformer = config_.arch == BertArch::kLongformer;
+  at::Tensor keys = longformer ? at::Tensor() : split(project(key_, hidden, 4));
+  at::Tensor values = longformer ? at::Tensor() : split(project(value_, hidden, 5));
+  if (prefix_kv.defined() && !longformer) {  // [2, heads, P, d] in front of the L keys and values of every row
     const at::Tensor kv = prefix_kv.to(keys.scalar_type()).unsqueeze(1).expand({2, b, heads, prefix_kv.size(2), d});
     keys = at::cat({kv[0], keys}, 2);
     values = at::cat({kv[1], values}, 2);
   }
-  const at::Tensor context = options_.attention(split(project(query_, hidden, 3)), keys, values, mask, attention_dropout)
-                                 .transpose(1, 2)
-                                 .reshape({b, l, heads * d});
+  at::Tensor context;
+  if (config_.arch == BertArch::kLongformer) {
+    HOTPATH_CHECK(!prefix_kv.defined(), "Longformer: prefix tuning is not supported");
+    context = longformer_->forward(hidden, mask, attention_dropout, dropout, first_site);
+  } else {
+    context = options_.attention(split(project(query_, hidden, 3)), keys, values, mask, attention_dropout)
+                  .transpose(1, 2)
+                  .reshape({b, l, heads * d});
+  }
   const double p = config_.hidden_dropout_prob;
   // A sublayer: LayerNorm(dropout(dense) + input), or with an adapter in it adapter.h's placement.
   const auto sublayer = [&](const at::Tensor& dense, const at::Tensor& input, torch::nn::LayerNorm& norm,
@@ -237,8 +257,13 @@ at::Tensor BertLayer::forward(const at::Tensor& hidden, const at::Tensor& mask, 
   return sublayer(project(output_, inner, 8), attended, output_norm_, output_adapter_, first_site + 2);
 }
 
+void BertLayer::set_sliding_kernel(AttentionKernel kernel) {
+  options_.sliding_kernel = kernel;
+  if (longformer_) longformer_->set_kernel(kernel);
+}
+
 void BertLayer::add_adapter(const formats::AdapterConfig& config) {
-  HOTPATH_CHECK(config_.arch == BertArch::kBert, "adapters: DistilBERT is not supported");
+  HOTPATH_CHECK(config_.arch == BertArch::kBert, "adapters: ", base_model_prefix(config_), " is not supported");
   HOTPATH_CHECK(attention_adapter_.is_empty() && output_adapter_.is_empty(),
                 "adapters: the layer already has an adapter (one at a time)");
   const auto add = [&](const std::string& place, BottleneckAdapter& slot) {
@@ -257,7 +282,9 @@ void BertLayer::add_adapter(const formats::AdapterConfig& config) {
 // ---- BertModel -----------------------------------------------------------------------------------
 
 BertModel::BertModel(const BertConfig& config, const BertOptions& options)
-    : torch::nn::Module(config.arch == BertArch::kBert ? "BertModel" : "DistilBertModel"),
+    : torch::nn::Module(config.arch == BertArch::kDistilBert ? "DistilBertModel"
+                        : config.arch == BertArch::kLongformer ? "LongformerModel"
+                                                               : "BertModel"),
       config_(config),
       options_(options) {
   HOTPATH_CHECK(options.attention != nullptr, "BertModel: BertOptions::attention is null");
@@ -267,20 +294,20 @@ BertModel::BertModel(const BertConfig& config, const BertOptions& options)
   word_embeddings_ = embeddings->register_module("word_embeddings", torch::nn::Embedding(word));
   position_embeddings_ =
       embeddings->register_module("position_embeddings", torch::nn::Embedding(config.max_position_embeddings, h));
-  if (config.arch == BertArch::kBert) {
+  if (config.arch != BertArch::kDistilBert) {
     token_type_embeddings_ =
         embeddings->register_module("token_type_embeddings", torch::nn::Embedding(config.type_vocab_size, h));
   }
   embedding_norm_ = embeddings->register_module("LayerNorm", make_norm(config));
 
-  auto encoder = register_module(config.arch == BertArch::kBert ? "encoder" : "transformer",
+  auto encoder = register_module(config.arch == BertArch::kDistilBert ? "transformer" : "encoder",
                                  std::make_shared<torch::nn::Module>("Encoder"));
   auto list = encoder->register_module("layer", torch::nn::ModuleList());
   for (std::int64_t i = 0; i < config.num_hidden_layers; ++i) {
-    layers_.push_back(std::make_shared<BertLayer>(config, options));
+    layers_.push_back(std::make_shared<BertLayer>(config, options, i));
     list->push_back(layers_.back());
   }
-  if (config.arch == BertArch::kBert && options.add_pooling_layer) {
+  if (config.arch != BertArch::kDistilBert && options.add_pooling_layer) {
     auto pooler = register_module("pooler", std::make_shared<torch::nn::Module>("BertPooler"));
     pooler_ = pooler->register_module("dense", make_projection(h, h));
   }
@@ -288,6 +315,8 @@ BertModel::BertModel(const BertConfig& config, const BertOptions& options)
   {
     const at::NoGradGuard no_grad;
     word_embeddings_->weight[config.pad_token_id].zero_();
+    // RoBERTa's position table has padding_idx too.
+    if (config.arch == BertArch::kLongformer) position_embeddings_->weight[config.pad_token_id].zero_();
   }
   // transformers 5 initialises the table sinusoidally and leaves it trainable (4.x froze it).
   if (config.sinusoidal_pos_embds) fill_sinusoidal(position_embeddings_->weight);
@@ -297,6 +326,11 @@ void BertModel::set_attention(AttentionFn attention) {
   HOTPATH_CHECK(attention != nullptr, "BertModel::set_attention: null attention function");
   options_.attention = attention;
   for (auto& layer : layers_) layer->set_attention(attention);
+}
+
+void BertModel::set_sliding_kernel(AttentionKernel kernel) {
+  options_.sliding_kernel = kernel;
+  for (auto& layer : layers_) layer->set_sliding_kernel(kernel);
 }
 
 void BertModel::set_prefix(PrefixEncoder prefix) {
@@ -311,11 +345,22 @@ void BertModel::set_prefix(PrefixEncoder prefix) {
 at::Tensor BertModel::embed(const at::Tensor& input_ids, const at::Tensor& token_type_ids,
                             const DropoutSource& dropout, std::int64_t first_position) {
   const std::int64_t l = input_ids.size(1);
-  HOTPATH_CHECK(first_position + l <= config_.max_position_embeddings, "BertModel: sequence length ", l,
+  at::Tensor positions;
+  if (config_.arch == BertArch::kLongformer) {
+    // RoBERTa (create_position_ids_from_input_ids): pad_token_id + the count of non-padding tokens so far;
+    // padding tokens get pad_token_id.
+    const std::int64_t pad = config_.pad_token_id;
+    HOTPATH_CHECK(pad + 1 + l <= config_.max_position_embeddings, "Longformer: sequence length ", l,
+                  " exceeds max_position_embeddings ", config_.max_position_embeddings, " - ", pad + 1,
+                  " (positions start after pad_token_id)");
+    const at::Tensor real = input_ids.ne(pad).to(at::kLong);
+    positions = real.cumsum(1) * real + pad;
+  } else {
+    HOTPATH_CHECK(first_position + l <= config_.max_position_embeddings, "BertModel: sequence length ", l,
                 first_position > 0 ? " after a prefix of " + std::to_string(first_position) + " tokens" : std::string(),
-                " exceeds max_position_embeddings ", config_.max_position_embeddings);
-  const at::Tensor positions =
-      at::arange(first_position, first_position + l, input_ids.options().dtype(at::kLong)).unsqueeze(0);
+                  " exceeds max_position_embeddings ", config_.max_position_embeddings);
+    positions = at::arange(first_position, first_position + l, input_ids.options().dtype(at::kLong)).unsqueeze(0);
+  }
   at::Tensor x = word_embeddings_(input_ids) + position_embeddings_(positions);
   if (token_type_embeddings_) {
     x = x + (token_type_ids.defined() ? token_type_embeddings_(token_type_ids)
@@ -349,6 +394,14 @@ at::Tensor BertModel::forward(const at::Tensor& input_ids, const at::Tensor& att
   HOTPATH_CHECK(!dropout.keyed() || dropout.sample_index.numel() == input_ids.size(0),
                 "BertModel: expected one dropout sample index per row of input_ids (", input_ids.size(0), "), got ",
                 dropout.sample_index.numel());
+  if (config_.arch == BertArch::kLongformer) {
+    // The roles (0 padding, 1 local, 2 global) stand in for the mask in every layer.
+    const at::Tensor roles = attention_mask.defined() ? attention_mask.to(at::kChar)
+                                                      : at::ones(input_ids.sizes(), input_ids.options().dtype(at::kChar));
+    at::Tensor hidden = embed(input_ids, token_type_ids, dropout, 0);
+    for (std::size_t i = 0; i < layers_.size(); ++i) hidden = run_layer(i, hidden, roles, dropout, {});
+    return hidden;
+  }
   if (prefix_.is_empty()) {
     at::Tensor hidden = embed(input_ids, token_type_ids, dropout, 0);
     for (std::size_t i = 0; i < layers_.size(); ++i) hidden = run_layer(i, hidden, attention_mask, dropout, {});
@@ -375,15 +428,21 @@ at::Tensor BertModel::pool(const at::Tensor& last_hidden, const DropoutSource& d
 // ---- heads ---------------------------------------------------------------------------------------
 
 BertForSequenceClassification::BertForSequenceClassification(const BertConfig& config, BertOptions options)
-    : torch::nn::Module(config.arch == BertArch::kBert ? "BertForSequenceClassification"
-                                                       : "DistilBertForSequenceClassification") {
+    : torch::nn::Module(config.arch == BertArch::kDistilBert    ? "DistilBertForSequenceClassification"
+                        : config.arch == BertArch::kLongformer ? "LongformerForSequenceClassification"
+                                                               : "BertForSequenceClassification") {
   options.add_pooling_layer = config.arch == BertArch::kBert;
-  encoder = register_module(config.arch == BertArch::kBert ? "bert" : "distilbert",
-                            std::make_shared<BertModel>(config, options));
+  encoder = register_module(prefix_of(config), std::make_shared<BertModel>(config, options));
   if (config.arch == BertArch::kDistilBert) {
     pre_classifier = register_module("pre_classifier", make_linear(config.hidden_size, config.hidden_size));
   }
-  classifier = register_module("classifier", make_linear(config.hidden_size, config.num_labels));
+  if (config.arch == BertArch::kLongformer) {  // LongformerClassificationHead
+    auto head = register_module("classifier", std::make_shared<torch::nn::Module>("LongformerClassificationHead"));
+    pre_classifier = head->register_module("dense", make_linear(config.hidden_size, config.hidden_size));
+    classifier = head->register_module("out_proj", make_linear(config.hidden_size, config.num_labels));
+  } else {
+    classifier = register_module("classifier", make_linear(config.hidden_size, config.num_labels));
+  }
   const at::NoGradGuard no_grad;
   for (auto* linear : {&pre_classifier, &classifier}) {
     if (!*linear) continue;
@@ -394,8 +453,18 @@ BertForSequenceClassification::BertForSequenceClassification(const BertConfig& c
 
 at::Tensor BertForSequenceClassification::forward(const at::Tensor& input_ids, const at::Tensor& attention_mask,
                                                   const at::Tensor& token_type_ids, const DropoutSource& dropout) {
-  const at::Tensor hidden = encoder->forward(input_ids, attention_mask, token_type_ids, dropout);
   const double p = encoder->config().classifier_dropout;
+  if (encoder->config().arch == BertArch::kLongformer) {
+    // LongformerForSequenceClassification's default: the first token global (where it is a token).
+    at::Tensor roles = attention_mask.defined() ? attention_mask.to(at::kChar)
+                                                : at::ones(input_ids.sizes(), input_ids.options().dtype(at::kChar));
+    roles = roles.clone();
+    roles.select(1, 0).masked_fill_(roles.select(1, 0).ne(0), 2);
+    const at::Tensor hidden = encoder->forward(input_ids, roles, token_type_ids, dropout);
+    const at::Tensor x = hidden_dropout(hidden.select(1, 0), p, is_training(), dropout, kClassifierSite);
+    return classifier(hidden_dropout(at::tanh(pre_classifier(x)), p, is_training(), dropout, kPoolerSite));
+  }
+  const at::Tensor hidden = encoder->forward(input_ids, attention_mask, token_type_ids, dropout);
   if (pre_classifier) {  // DistilBERT: [CLS] → pre_classifier → ReLU → dropout → classifier
     const at::Tensor x = at::relu(pre_classifier(hidden.select(1, 0)));
     return classifier(hidden_dropout(x, p, is_training(), dropout, kClassifierSite));
@@ -439,8 +508,6 @@ LoadedState read_dir(const std::filesystem::path& dir) {
   s.state = read_hf_state_dict(dir);
   return s;
 }
-
-std::string prefix_of(const BertConfig& c) { return c.arch == BertArch::kBert ? "bert" : "distilbert"; }
 
 bool has_pooler(const std::map<std::string, at::Tensor>& state, const BertConfig& c) {
   return state.count("pooler.dense.weight") != 0 || state.count(prefix_of(c) + ".pooler.dense.weight") != 0;

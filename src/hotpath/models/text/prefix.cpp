@@ -67,9 +67,9 @@ at::Tensor PrefixEncoderImpl::layer_kv(const at::Tensor& table, std::int64_t lay
 
 formats::PrefixConfig prefix_config_for(const BertForSequenceClassification& model, const PrefixOptions& options) {
   const formats::BertConfig& b = model.config();
-  HOTPATH_CHECK(b.arch == formats::BertArch::kBert,
-                "prefix tuning: DistilBERT is not supported (transformers' DistilBertModel takes no past_key_values, "
-                "so PEFT cannot load or check such a prefix); use LoRA (model.lora_r) or a BERT model");
+  HOTPATH_CHECK(b.arch == formats::BertArch::kBert, "prefix tuning: ", formats::base_model_prefix(b),
+                " is not supported (hotpath adds prefixes to BERT's attention only; transformers' DistilBertModel takes "
+                "no past_key_values); use LoRA (model.lora_r) or a BERT model");
   HOTPATH_CHECK(options.num_virtual_tokens >= 1, "prefix tuning: num_virtual_tokens must be >= 1, got ",
                 options.num_virtual_tokens);
   HOTPATH_CHECK(options.num_virtual_tokens < b.max_position_embeddings, "prefix tuning: ", options.num_virtual_tokens,
@@ -88,8 +88,8 @@ formats::PrefixConfig prefix_config_for(const BertForSequenceClassification& mod
 
 LoraReport apply_prefix(BertForSequenceClassification& model, const formats::PrefixConfig& config) {
   const formats::BertConfig& b = model.config();
-  HOTPATH_CHECK(b.arch == formats::BertArch::kBert,
-                "prefix tuning: DistilBERT is not supported (transformers' DistilBertModel takes no past_key_values)");
+  HOTPATH_CHECK(b.arch == formats::BertArch::kBert, "prefix tuning: ", formats::base_model_prefix(b),
+                " is not supported (BERT models only)");
   config.check_model(b.num_hidden_layers, b.hidden_size, b.num_attention_heads, describe(b));
   HOTPATH_CHECK(config.num_virtual_tokens < b.max_position_embeddings, "prefix tuning: ", config.num_virtual_tokens,
                 " virtual tokens leave no position for the text (max_position_embeddings ", b.max_position_embeddings, ")");
