@@ -22,6 +22,7 @@
 #include "hotpath/core/cpu.h"
 #include "hotpath/core/error.h"
 #include "models/model_test_support.h"
+#include "ops/isa_param_test.h"
 
 namespace hotpath::ops {
 namespace {
@@ -116,19 +117,7 @@ const std::vector<Case> kCases = {
 
 // Every ISA level this CPU has, through the dispatch cap (core/cpu.h): an AVX-512 machine also runs
 // the AVX2 and portable loops.
-class AttentionIsaTest : public ::testing::TestWithParam<cpu::Isa> {
- protected:
-  void SetUp() override {
-    cpu::reset_max_isa();
-    if (const std::string why = cpu::isa_skip_reason(GetParam()); !why.empty()) GTEST_SKIP() << why;
-    cpu::set_max_isa(GetParam());
-    const std::string want = GetParam() == cpu::Isa::kScalar ? "portable" : cpu::isa_name(GetParam());
-    if (cpu::kX86Kernels) {
-      ASSERT_EQ(std::string(attention_kernel_name()).rfind(want, 0), 0U) << attention_kernel_name();
-    }
-  }
-  void TearDown() override { cpu::reset_max_isa(); }
-};
+class AttentionIsaTest : public test::IsaParamTest<&attention_kernel_name> {};
 
 TEST_P(AttentionIsaTest, MatchesReferenceForwardAndBackward) {
   std::uint64_t seed = 1;
@@ -232,9 +221,7 @@ TEST_P(AttentionIsaTest, FullyMaskedSequenceAveragesValuesWithoutQkGradient) {
   EXPECT_GT(fused[1][0].abs().max().item<float>(), 0.0F);  // the other sequences do get gradients
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, AttentionIsaTest,
-                         ::testing::Values(cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512),
-                         [](const auto& param_info) { return std::string(cpu::isa_name(param_info.param)); });
+INSTANTIATE_TEST_SUITE_P(Isa, AttentionIsaTest, test::isa_levels(), test::isa_test_name);
 
 // ---- dropout ----------------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@
 
 #include "hotpath/core/cpu.h"
 #include "hotpath/core/error.h"
+#include "ops/isa_param_test.h"
 
 namespace hotpath::ops {
 namespace {
@@ -88,27 +89,14 @@ const std::vector<Case> kCases = {
     {1, 1, 130, 64, 40, {}, {}},              // several blocks, band wider than a block
 };
 
-class SlidingIsaTest : public ::testing::TestWithParam<cpu::Isa> {
- protected:
-  void SetUp() override {
-    cpu::reset_max_isa();
-    if (const std::string why = cpu::isa_skip_reason(GetParam()); !why.empty()) GTEST_SKIP() << why;
-    cpu::set_max_isa(GetParam());
-    const std::string want = GetParam() == cpu::Isa::kScalar ? "portable" : cpu::isa_name(GetParam());
-    if (cpu::kX86Kernels) {
-      ASSERT_EQ(std::string(sliding_attention_kernel_name()).rfind(want, 0), 0U) << sliding_attention_kernel_name();
-    }
-  }
-  void TearDown() override { cpu::reset_max_isa(); }
-};
+class SlidingIsaTest : public test::IsaParamTest<&sliding_attention_kernel_name> {};
 
 TEST_P(SlidingIsaTest, MatchesDenseTwinForwardAndBackward) {
   std::uint64_t seed = 11;
   for (const Case& c : kCases) check_case(c, seed++);
 }
 
-INSTANTIATE_TEST_SUITE_P(Isa, SlidingIsaTest, ::testing::Values(cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512),
-                         [](const auto& param_info) { return std::string(cpu::isa_name(param_info.param)); });
+INSTANTIATE_TEST_SUITE_P(Isa, SlidingIsaTest, test::isa_levels(), test::isa_test_name);
 
 // The mask, by hand: length 6, window 1, token 0 global, token 5 padding.
 TEST(SlidingWindowKeep, LocalWindowPlusGlobalKeysPaddingExcluded) {
