@@ -27,6 +27,7 @@ for len in ${lengths//,/ }; do
       *) echo "unknown impl $impl (fused, dense, hf)" >&2; exit 2 ;;
     esac
     echo "$line" >> "$out"
-    "$python" -c 'import json,sys; r=json.loads(sys.argv[1]); print(f"| {r[\"length\"]} | {r[\"impl\"]} | {r[\"step_s\"]:.2f} | {r[\"peak_step_mib\"]:.0f} |")' "$line"
+    "$python" -c 'import json, sys; r = json.loads(sys.argv[1])
+print("| {} | {} | {:.2f} | {:.0f} |".format(r["length"], r["impl"], r["step_s"], r["peak_step_mib"]))' "$line"
   done
 done
