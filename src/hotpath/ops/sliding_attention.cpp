@@ -56,10 +56,11 @@ struct SlidingBackward {
   float* dv = nullptr;
 };
 
-// K and V packed (d × columns each) and two [rows × columns] tiles; columns ≤ 2·window + rows + G, padded.
+// K and V packed (d × columns each), two [rows × columns] tiles and two compacted rows; columns ≤
+// 2·window + rows + G, padded to the widest vector.
 std::int64_t sliding_scratch_floats(std::int64_t d, std::int64_t window, std::int64_t globals) {
   const std::int64_t cols = round_up(2 * window + kSlidingRows + globals, 16);
-  return 2 * d * cols + 2 * kSlidingRows * cols;
+  return 2 * d * cols + 2 * kSlidingRows * cols + 2 * cols;
 }
 
 #define HOTPATH_BODY inline __attribute__((always_inline))
