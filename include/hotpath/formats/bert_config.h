@@ -26,7 +26,8 @@ enum class BertActivation { kGelu, kGeluNew, kRelu };  // "gelu" (erf), "gelu_ne
 // real BERT, low enough that a corrupt config fails here rather than in a terabyte allocation.
 inline constexpr std::int64_t kBertMaxSize = std::int64_t{1} << 24;
 
-// config.json, in BERT's names (Longformer's are BERT's plus attention_window); DistilBERT's keys (dim, n_layers, n_heads, hidden_dim, activation, ...)
+// config.json, in BERT's names (Longformer's are BERT's plus attention_window); DistilBERT's keys (dim, n_layers,
+// n_heads, hidden_dim, activation, ...)
 // are read into the same fields.
 struct BertConfig {
   BertArch arch = BertArch::kBert;

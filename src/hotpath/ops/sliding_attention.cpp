@@ -296,7 +296,9 @@ at::Tensor sliding_window_attention(const at::Tensor& q, const at::Tensor& k, co
     HOTPATH_CHECK(fusable, "sliding_window_attention: the fused kernel takes fp32 or bf16 CPU tensors, got "
                               , q.scalar_type(), " on ", q.device());
   }
-  if (kernel == AttentionKernel::kReference || !fusable) return reference_sliding_window_attention(q, k, v, window, roles);
+  if (kernel == AttentionKernel::kReference || !fusable) {
+    return reference_sliding_window_attention(q, k, v, window, roles);
+  }
   return SlidingFunction::apply(q, k, v, window, roles);
 }
 

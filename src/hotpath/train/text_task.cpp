@@ -159,7 +159,8 @@ class TextTask final : public Task {
                                                     : static_cast<models::AttentionFn>(&models::bert_eager_attention);
     bert_options.gradient_checkpointing = m.gradient_checkpointing;
     // Longformer's local attention: the fused sliding-window kernel, or its dense twin under attention: eager.
-    bert_options.sliding_kernel = m.attention == "fused" ? ops::AttentionKernel::kAuto : ops::AttentionKernel::kReference;
+    bert_options.sliding_kernel =
+        m.attention == "fused" ? ops::AttentionKernel::kAuto : ops::AttentionKernel::kReference;
     model_ = std::make_shared<models::BertForSequenceClassification>(config, bert_options);
     const std::string base_prefix(formats::base_model_prefix(config));
     const models::LoadReport report = models::load_state_dict(

@@ -81,7 +81,8 @@ class BertLayer : public torch::nn::Module {
  public:
   // index: the layer's place in the encoder (Longformer's attention_window is per layer).
   BertLayer(const formats::BertConfig& config, const BertOptions& options, std::int64_t index = 0);
-  // hidden [B, L, H], mask [B, L] (Longformer: the roles, int8 0/1/2) → [B, L, H]. A keyed `dropout` draws this layer's masks at its sites
+  // hidden [B, L, H], mask [B, L] (Longformer: the roles, int8 0/1/2) → [B, L, H]. A keyed `dropout` draws this
+  // layer's masks at its sites
   // first_site + 0 (attention probabilities), + 1, + 2 (hidden) and + 3 … + 8 (LoRA adapters).
   // prefix_kv [2, heads, P, head_dim] (prefix.h; undefined = none) is prepended to the keys and values;
   // mask then covers P + L keys.

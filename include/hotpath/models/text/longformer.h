@@ -32,8 +32,9 @@ class LongformerSelfAttentionImpl : public torch::nn::Module {
   // hidden [B, L, H], roles [B, L] (int8: 0 padding, 1 local, 2 global) → the context [B, L, H] before the
   // output projection. global_dropout: on the global rows' attention probabilities (training only). A keyed
   // `dropout` draws the projections' LoRA dropout at sites first_site + 3..5 (local) and + 9..11 (global).
-  at::Tensor forward(const at::Tensor& hidden, const at::Tensor& roles, const ops::AttentionDropout& global_dropout = {},
-                     const ops::DropoutSource& dropout = {}, std::uint64_t first_site = 0);
+  at::Tensor forward(const at::Tensor& hidden, const at::Tensor& roles,
+                     const ops::AttentionDropout& global_dropout = {}, const ops::DropoutSource& dropout = {},
+                     std::uint64_t first_site = 0);
 
   void set_kernel(ops::AttentionKernel kernel) { kernel_ = kernel; }
   [[nodiscard]] std::int64_t window() const { return window_; }

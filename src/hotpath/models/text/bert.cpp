@@ -396,8 +396,9 @@ at::Tensor BertModel::forward(const at::Tensor& input_ids, const at::Tensor& att
                 dropout.sample_index.numel());
   if (config_.arch == BertArch::kLongformer) {
     // The roles (0 padding, 1 local, 2 global) stand in for the mask in every layer.
-    const at::Tensor roles = attention_mask.defined() ? attention_mask.to(at::kChar)
-                                                      : at::ones(input_ids.sizes(), input_ids.options().dtype(at::kChar));
+    const at::Tensor roles = attention_mask.defined()
+                                 ? attention_mask.to(at::kChar)
+                                 : at::ones(input_ids.sizes(), input_ids.options().dtype(at::kChar));
     at::Tensor hidden = embed(input_ids, token_type_ids, dropout, 0);
     for (std::size_t i = 0; i < layers_.size(); ++i) hidden = run_layer(i, hidden, roles, dropout, {});
     return hidden;

@@ -56,8 +56,8 @@ at::Tensor LongformerSelfAttentionImpl::forward(const at::Tensor& hidden, const 
   const at::Tensor row = where.select(1, 0), pos = where.select(1, 1);
   const at::Tensor slot = (is_global.to(at::kLong).cumsum(1) - 1).index(index_pair(row, pos));
   const std::int64_t slots = is_global.sum(1).max().item<std::int64_t>();
-  const at::Tensor global_hidden =
-      at::zeros({b, slots, width}, hidden.options()).index_put(index_pair(row, slot), hidden.index(index_pair(row, pos)));
+  const at::Tensor global_hidden = at::zeros({b, slots, width}, hidden.options())
+                                       .index_put(index_pair(row, slot), hidden.index(index_pair(row, pos)));
   const at::Tensor global_context =
       ops::attention(split(project(query_global, global_hidden, 9)), split(project(key_global, hidden, 10)),
                      split(project(value_global, hidden, 11)), roles.ne(0), ops::AttentionKernel::kAuto, global_dropout)

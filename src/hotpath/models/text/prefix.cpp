@@ -68,8 +68,8 @@ at::Tensor PrefixEncoderImpl::layer_kv(const at::Tensor& table, std::int64_t lay
 formats::PrefixConfig prefix_config_for(const BertForSequenceClassification& model, const PrefixOptions& options) {
   const formats::BertConfig& b = model.config();
   HOTPATH_CHECK(b.arch == formats::BertArch::kBert, "prefix tuning: ", formats::base_model_prefix(b),
-                " is not supported (hotpath adds prefixes to BERT's attention only; transformers' DistilBertModel takes "
-                "no past_key_values); use LoRA (model.lora_r) or a BERT model");
+                " is not supported (hotpath adds prefixes to BERT's attention only; transformers' "
+                "DistilBertModel takes no past_key_values); use LoRA (model.lora_r) or a BERT model");
   HOTPATH_CHECK(options.num_virtual_tokens >= 1, "prefix tuning: num_virtual_tokens must be >= 1, got ",
                 options.num_virtual_tokens);
   HOTPATH_CHECK(options.num_virtual_tokens < b.max_position_embeddings, "prefix tuning: ", options.num_virtual_tokens,
