@@ -88,6 +88,10 @@ TEST(AdapterConfig, RefusesWhatItDoesNotImplementWithOneLine) {
                 .find("missing required field \"mh_adapter\""),
             std::string::npos);
   EXPECT_NE(err(R"("lora")").find("seq_bn (pfeiffer) or double_seq_bn (houlsby)"), std::string::npos);
+  // A preset name with a newline (fuzz_model_config's finding) is quoted and escaped: the message stays one line.
+  const std::string newline = err(R"("double_seq_\n")");
+  EXPECT_NE(newline.find(R"(adapter config "double_seq_\n" is not supported)"), std::string::npos) << newline;
+  EXPECT_EQ(newline.find('\n'), std::string::npos) << newline;
   EXPECT_NE(err("{" + std::string(R"("mh_adapter": false, "output_adapter": true, "reduction_factor": 4, "non_linearity": "mish")") + "}")
                 .find("\"non_linearity\" is \"mish\""),
             std::string::npos);

@@ -39,7 +39,9 @@ AdapterConfig AdapterConfig::preset(std::string_view name) {
     c.non_linearity = "swish";
     return c;
   }
-  HOTPATH_CHECK(false, "adapter config \"", name, "\" is not supported: seq_bn (pfeiffer) or double_seq_bn (houlsby)");
+  // json_brief quotes and escapes the name: a newline in it stays inside the one-line message (fuzz_model_config).
+  HOTPATH_CHECK(false, "adapter config ", json_brief(Json(std::string(name))),
+                " is not supported: seq_bn (pfeiffer) or double_seq_bn (houlsby)");
   return c;
 }
 
