@@ -35,6 +35,12 @@ namespace {
 
 // ---- layers --------------------------------------------------------------------------------------
 
+// Longformer's roles from a mask that already holds them (0 padding, 1 local, 2 global), or all local.
+at::Tensor longformer_roles(const at::Tensor& input_ids, const at::Tensor& attention_mask) {
+  return attention_mask.defined() ? attention_mask.to(at::kChar)
+                                  : at::ones(input_ids.sizes(), input_ids.options().dtype(at::kChar));
+}
+
 std::string prefix_of(const BertConfig& c) { return std::string(base_model_prefix(c)); }
 
 torch::nn::Linear make_linear(std::int64_t in, std::int64_t out) { return torch::nn::Linear(in, out); }
@@ -396,9 +402,7 @@ at::Tensor BertModel::forward(const at::Tensor& input_ids, const at::Tensor& att
                 dropout.sample_index.numel());
   if (config_.arch == BertArch::kLongformer) {
     // The roles (0 padding, 1 local, 2 global) stand in for the mask in every layer.
-    const at::Tensor roles = attention_mask.defined()
-                                 ? attention_mask.to(at::kChar)
-                                 : at::ones(input_ids.sizes(), input_ids.options().dtype(at::kChar));
+    const at::Tensor roles = longformer_roles(input_ids, attention_mask);
     at::Tensor hidden = embed(input_ids, token_type_ids, dropout, 0);
     for (std::size_t i = 0; i < layers_.size(); ++i) hidden = run_layer(i, hidden, roles, dropout, {});
     return hidden;
@@ -457,9 +461,7 @@ at::Tensor BertForSequenceClassification::forward(const at::Tensor& input_ids, c
   const double p = encoder->config().classifier_dropout;
   if (encoder->config().arch == BertArch::kLongformer) {
     // LongformerForSequenceClassification's default: the first token global (where it is a token).
-    at::Tensor roles = attention_mask.defined() ? attention_mask.to(at::kChar)
-                                                : at::ones(input_ids.sizes(), input_ids.options().dtype(at::kChar));
-    roles = roles.clone();
+    at::Tensor roles = longformer_roles(input_ids, attention_mask).clone();
     roles.select(1, 0).masked_fill_(roles.select(1, 0).ne(0), 2);
     const at::Tensor hidden = encoder->forward(input_ids, roles, token_type_ids, dropout);
     const at::Tensor x = hidden_dropout(hidden.select(1, 0), p, is_training(), dropout, kClassifierSite);
