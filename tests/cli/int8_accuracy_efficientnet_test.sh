@@ -3,57 +3,21 @@
 # and int8 (static int8 convs calibrated on views of the mate-backgrounds photos), must give the same top-1
 # class on >= 98 % of views of OTHER photos (darknet's JPEGs and plasma-workspace-wallpapers photos): the
 # calibration and measured sets share no source photo. Every photo is a named file that scripts/setup
-# installs (hermetic: no listing of a system folder); the views (whole, centre, four corners, long side
-# <= 512) are generated here. Prints the agreement and the int8 export's own report.
+# installs (photos.sh; hermetic: no listing of a system folder); the views (whole, centre, four corners, long side
+# <= 512) are generated here (views.py). Prints the agreement and the int8 export's own report.
 # Usage: int8_accuracy_efficientnet_test.sh HOTPATH PYTHON
 set -uo pipefail
 hp=$1
 py=$2
-source "$(dirname "$0")/lib.sh"
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/lib.sh"
 make_work_dir
 min_agreement=${HOTPATH_INT8_MIN_AGREEMENT:-0.98}
 
-mate=/usr/share/backgrounds/mate
-wall=/usr/share/wallpapers
-calibration_photos=(
-  "$mate/abstract/Elephants.jpg" "$mate/desktop/GreenTraditional.jpg" "$mate/nature/Aqua.jpg"
-  "$mate/nature/Blinds.jpg" "$mate/nature/Dune.jpg" "$mate/nature/FreshFlower.jpg" "$mate/nature/Garden.jpg"
-  "$mate/nature/GreenMeadow.jpg" "$mate/nature/LadyBird.jpg" "$mate/nature/RainDrops.jpg"
-  "$mate/nature/Storm.jpg" "$mate/nature/TwoWings.jpg" "$mate/nature/Wood.jpg" "$mate/nature/YellowFlower.jpg"
-)
-measured_photos=()
-for name in dog eagle giraffe horses kite person scream; do measured_photos+=("/usr/share/darknet/data/$name.jpg"); done
-for name in Autumn BytheWater ColdRipple ColorfulCups DarkestHour EveningGlow FallenLeaf Grey Kite OneStandsOut \
-  Path summer_1am; do
-  measured_photos+=("$wall/$name/contents/images/2560x1600.jpg")
-done
-measured_photos+=("$wall/Flow/contents/images/5120x2880.jpg" "$wall/Honeywave/contents/images/5120x2880.jpg"
-  "$wall/PastelHills/contents/images/3200x2000.jpg" "$wall/SafeLanding/contents/images/5120x2880.jpg"
-  "$wall/Shell/contents/images/5120x2880.jpg" "$wall/Volna/contents/images/5120x2880.jpg")
-for photo in "${calibration_photos[@]}" "${measured_photos[@]}"; do
-  [ -f "$photo" ] || die "$photo is missing: install darknet, mate-backgrounds and plasma-workspace-wallpapers (scripts/setup)"
-done
-
-# Six views of each photo: whole, centre 60 %, four 60 % corners; long side <= 512, JPEG quality 95.
-cat > views.py <<'PY'
-import os, sys
-from PIL import Image
-out = sys.argv[1]
-os.makedirs(out, exist_ok=True)
-for i, path in enumerate(sys.argv[2:]):
-    with Image.open(path) as im:
-        im = im.convert("RGB")
-    w, h = im.size
-    cw, ch = int(w * 0.6), int(h * 0.6)
-    boxes = [(0, 0, w, h), ((w - cw) // 2, (h - ch) // 2, (w + cw) // 2, (h + ch) // 2),
-             (0, 0, cw, ch), (w - cw, 0, w, ch), (0, h - ch, cw, h), (w - cw, h - ch, w, h)]
-    for j, box in enumerate(boxes):
-        view = im.crop(box)
-        view.thumbnail((512, 512), Image.Resampling.BICUBIC)
-        view.save(os.path.join(out, "%03d_%d.jpg" % (i, j)), quality=95)
-PY
-"$py" views.py calibration "${calibration_photos[@]}" || die "calibration views"
-"$py" views.py measured "${measured_photos[@]}" || die "measured views"
+source "$here/photos.sh" "$py"
+check_photos
+"$py" "$here/views.py" calibration "${calibration_photos[@]}" || die "calibration views"
+"$py" "$here/views.py" measured "${measured_photos[@]}" || die "measured views"
 { echo "path,label"; for f in "$work"/calibration/*.jpg; do echo "$f,photo"; done; } > calibration.csv
 "$hp" data pack calibration.csv -o calib > pack.log 2>&1 || die "data pack: $(tail -3 pack.log)"
 

@@ -92,6 +92,19 @@ expect_error predict-missing-model-dir "nothing: not a directory" predict --mode
 echo "not an image" >fake.png
 expect_error predict-bad-image "fake.png" predict --model-dir run2 fake.png
 
+# export --recipe: a YAML map of export flags (cli/flags_file.h); a flag on the command line wins; an unknown key,
+# a value of the wrong shape, QAT data that matches nothing: one line each.
+printf 'precision: int8\nqat-steps: 4\nqat-batch-size: 8\nqat-crop-scale: 1.0\n' >qat.yaml
+"$hp" export --recipe qat.yaml --model-dir run2 --out qat --calibration "$work/fm-000004.tar" \
+  --qat-data "$work/fm-000000.tar" --qat-steps 3 --allow-accuracy-loss >qat.out 2>qat.err || fail "export --recipe: $(tail -3 qat.err)"
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["precision"]=="int8" and r["qat"]["steps"]==3 and r["quantization"]["totals"]["kept_float"]==0, r.get("qat")' \
+  qat/quantization_report.json || fail "export --recipe: the report is not a 3-step QAT int8 export"
+printf 'precison: int8\n' >typo.yaml
+expect_error recipe-unknown-key "precison" export --recipe typo.yaml --model-dir run2 --out typo
+printf 'qat-steps: [1, [2]]\n' >nested.yaml
+expect_error recipe-nested "qat-steps (line 1): expected a value or a list of values" export --recipe nested.yaml --model-dir run2 --out nested
+expect_error qat-no-data "no --qat-data shard matches" export --model-dir run2 --out nodata --precision int8 --qat-data "$work/none-*.tar"
+
 # The real pretrained EfficientNet-Lite0 (converted by scripts/setup) on darknet's dog photo.
 if [ -f /usr/share/darknet/data/dog.jpg ]; then
   "$hp" predict --model efficientnet_lite0 --pretrained /usr/share/darknet/data/dog.jpg --json -k 5 >lite.json 2>lite.err ||

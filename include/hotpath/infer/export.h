@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "hotpath/infer/engine.h"
 #include "hotpath/infer/graph.h"
 #include "hotpath/infer/package.h"
+#include "hotpath/infer/qat.h"
 
 namespace hotpath::infer {
 
@@ -42,6 +44,17 @@ struct ExportSource {
 // (unless allow_accuracy_loss).
 inline constexpr double kMinEmbeddingCosine = 0.99;
 
+// Quantization-aware training before an image model's int8 export (qat.h): the package's preprocessing on `data`
+// with a random resized crop (scale crop_scale_min..1; 1: no crop, the eval transform) and a horizontal flip,
+// epochs repeated until options.steps.
+struct ExportQat {
+  std::vector<std::string> data;  // image shards; labels are read when options.label_weight > 0
+  std::int64_t batch_size = 32;
+  double crop_scale_min = 0.25;
+  std::uint64_t seed = 0;
+  QatOptions options{};
+};
+
 struct ExportOptions {
   std::filesystem::path out;
   Precision precision = Precision::kFp32;
@@ -59,6 +72,7 @@ struct ExportOptions {
   bool gptq = true;  // int8: conv weights rounded by GPTQ on the calibration data, else to nearest (quantize.h)
   int clip_candidates = 0;  // int8: conv input ranges also tried clipped (quantize.h QuantizeOptions)
   std::vector<std::string> keep_float;  // int8: linear/conv2d node names never quantized
+  std::optional<ExportQat> qat;         // int8 image models: QAT first, then the export at its learned ranges
   double min_agreement = 0.97;          // top-1 agreement with fp32 below this refuses the export ...
   bool allow_accuracy_loss = false;     // ... unless this is set (the report still says so)
   bool overwrite = false;  // replace an existing package directory (never a run, nor anything else)

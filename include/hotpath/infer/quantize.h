@@ -27,8 +27,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "hotpath/infer/graph.h"
@@ -61,6 +63,9 @@ struct QuantizeOptions {
   // on EfficientNet-Lite0 it lowers the calibration error but not the held-out photos' (inference-accuracy.md).
   int clip_candidates = 0;
   std::vector<std::string> keep_float{};  // node names never quantized (each must name a linear or conv2d)
+  // Conv input ranges fixed beforehand (quantization-aware training learned them, qat.h), by node name: such a
+  // conv takes [lo, hi] as its only candidate (observer "qat") instead of the observed ones.
+  std::map<std::string, std::pair<double, double>> input_ranges{};
   // Called as the work advances (the export's progress line): the stage ("observing ranges", "ranking node
   // sensitivity", ...), units done in it (1-based) and its units in all. Empty: nothing is reported.
   std::function<void(std::string_view stage, std::size_t done, std::size_t total)> progress{};
@@ -87,7 +92,7 @@ struct NodeQuantization {
   // The outputs' largest relative error with only this node quantized, everything else float (-1: not
   // measured, no fallback ran). The fallback keeps the most sensitive nodes float.
   double sensitivity = -1.0;
-  // conv2d only: the chosen observer ("minmax" | "percentile" | "clip"), each observer's error (clip: the
+  // conv2d only: the chosen observer ("minmax" | "percentile" | "clip" | "qat"), each observer's error (clip: the
   // best clip candidate's, at clip_fraction of min/max; -1 without candidates), the range and params.
   std::string observer;
   double error_minmax = 0.0;

@@ -11,10 +11,12 @@
 
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/flags_file.h"
 #include "hotpath/core/error.h"
 #include "hotpath/infer/export.h"
 
@@ -39,6 +41,7 @@ struct ExportArgs {
   bool allow_accuracy_loss = infer::ExportOptions{}.allow_accuracy_loss;
   bool overwrite = infer::ExportOptions{}.overwrite;
   int threads = infer::ExportOptions{}.threads;
+  infer::ExportQat qat{};  // used when qat.data is set (--qat-data)
 };
 
 void run(const ExportArgs& a) {
@@ -66,6 +69,7 @@ void run(const ExportArgs& a) {
                  .gptq = a.weight_rounding == "gptq",
                  .clip_candidates = a.clip_candidates,
                  .keep_float = a.keep_float,
+                 .qat = a.qat.data.empty() ? std::nullopt : std::optional<infer::ExportQat>(a.qat),
                  .min_agreement = a.min_agreement,
                  .allow_accuracy_loss = a.allow_accuracy_loss,
                  .overwrite = a.overwrite,
@@ -120,12 +124,35 @@ void add_export(CLI::App& app) {
                   "with the least output error (0: min/max and the percentile only)")
       ->check(CLI::Range(0, 32));
   cmd->add_option("--keep-float", a->keep_float, "int8: node names (linear/conv2d) never quantized");
+  cmd->add_option("--qat-data", a->qat.data,
+                  "int8 image models: quantization-aware training on these image shards before the export "
+                  "(distillation from the fp32 model; labels with --qat-label-weight)");
+  cmd->add_option("--qat-steps", a->qat.options.steps, "QAT optimizer steps")->check(CLI::Range(1, 10000000));
+  cmd->add_option("--qat-lr", a->qat.options.lr, "QAT learning rate (AdamW)")->check(CLI::Range(1e-12, 1.0));
+  cmd->add_option("--qat-batch-size", a->qat.batch_size, "QAT images per step")->check(CLI::Range(1, 4096));
+  cmd->add_option("--qat-observer-steps", a->qat.options.observer_steps,
+                  "QAT steps whose batches move the conv input ranges before they freeze (-1: half the steps)")
+      ->check(CLI::Range(-1, 10000000));
+  cmd->add_option("--qat-temperature", a->qat.options.temperature, "QAT distillation temperature")
+      ->check(CLI::Range(1e-3, 100.0));
+  cmd->add_option("--qat-label-weight", a->qat.options.label_weight,
+                  "QAT: + this x cross-entropy with the shards' labels (0: distillation only)")
+      ->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--qat-crop-scale", a->qat.crop_scale_min,
+                  "QAT: the random resized crop's smallest area fraction (1: no crop, the eval transform)")
+      ->check(CLI::Range(0.01, 1.0));
+  cmd->add_option("--qat-seed", a->qat.seed, "QAT: the data order and augmentation seed");
   cmd->add_option("--min-agreement", a->min_agreement, "Refuse below this top-1 agreement with fp32 (real data)")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--allow-accuracy-loss", a->allow_accuracy_loss, "Write the package even below --min-agreement");
   cmd->add_flag("--overwrite", a->overwrite,
                 "Replace an existing package as a whole (or .onnx file); never a training run or --model-dir");
   cmd->add_option("--threads", a->threads, "LibTorch intra-op threads (0 = default)")->check(CLI::Range(0, 1024));
+  cmd->config_formatter(yaml_flags_file());
+  cmd->set_config("--recipe", "",
+                  "A YAML map of these flags without their dashes (configs/qat_efficientnet_lite0.yaml); flags given "
+                  "here win");
+  cmd->allow_config_extras(CLI::config_extras_mode::error);
   cmd->callback([a] { run(*a); });
 }
 

@@ -575,6 +575,54 @@ void write_dir_then_rename(const fs::path& out, const std::function<void(const f
   if (replacing) hotpath::remove_tree(old, ec);  // the new package is in place: a leftover old copy loses nothing
 }
 
+// ---- quantization-aware training -----------------------------------------------------------------
+
+// QAT on the shards of `qat` (the package's preprocessing with a random resized crop, none at crop_scale_min 1, and a
+// flip), epochs repeated.
+QatResult run_qat(const Graph& graph, const Package& p, const ExportQat& qat, StageProgress& progress) {
+  HOTPATH_CHECK(!qat.data.empty(), "export: quantization-aware training needs --qat-data SHARDS (training images)");
+  HOTPATH_CHECK(qat.batch_size >= 1 && qat.batch_size <= 4096, "export: --qat-batch-size ", qat.batch_size,
+                " outside [1, 4096]");
+  HOTPATH_CHECK(qat.crop_scale_min > 0.0 && qat.crop_scale_min <= 1.0, "export: --qat-crop-scale ",
+                qat.crop_scale_min, " outside (0, 1]");
+  data::LoaderOptions lo = p.image.loader_options(data::resolve_shards(qat.data));
+  HOTPATH_CHECK(!lo.shards.empty(), "export: no --qat-data shard matches ", qat.data.front());
+  if (qat.crop_scale_min < 1.0) {  // else the eval transform, flipped at random
+    lo.crop = data::CropMode::kRandomResizedCrop;
+    lo.rrc.scale_min = qat.crop_scale_min;
+  }
+  lo.flip_probability = 0.5;
+  lo.shuffle = true;
+  lo.drop_last = true;
+  lo.seed = qat.seed;
+  lo.batch_size = static_cast<int>(qat.batch_size);
+  lo.workers = 2;
+  const bool labels = qat.options.label_weight > 0.0;
+  if (labels) lo.num_classes = p.num_classes;
+  data::Loader loader(lo);
+  std::int64_t epoch = 0;
+  const QatData next = [&]() -> QatBatch {
+    std::optional<data::Batch> b = loader.next();
+    if (!b) {
+      loader.seek({++epoch, 0});
+      b = loader.next();
+      HOTPATH_CHECK(b.has_value(), "export: --qat-data yields no full batch of ", qat.batch_size,
+                    " samples (lower --qat-batch-size)");
+    }
+    return {b->images.to(at::kFloat), labels ? b->labels : at::Tensor()};
+  };
+  QatOptions o = qat.options;
+  o.progress = [&](std::int64_t step, std::int64_t steps, double) {
+    progress("quantization-aware training", static_cast<std::size_t>(step), static_cast<std::size_t>(steps));
+  };
+  QatResult r = qat_train(graph, next, o);
+  r.report["data"] = qat.data;
+  r.report["batch_size"] = qat.batch_size;
+  r.report["crop_scale_min"] = qat.crop_scale_min;
+  r.report["bad_samples"] = loader.stats().bad_samples;
+  return r;
+}
+
 }  // namespace
 
 LoweredModel lower_export_source(const ExportSource& source) { return load_source(source).lowered; }
@@ -620,7 +668,35 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
               model_out, embedder);
 
   Graph graph = src.lowered.graph;
-  if (options.precision == Precision::kInt8) {
+  if (options.precision == Precision::kInt8 && options.qat) {
+    HOTPATH_CHECK(package.kind == PackageKind::kImageClassifier,
+                  "export: quantization-aware training (--qat-data) trains image classifiers; this is a ",
+                  package.architecture, " text model (its int8 linears quantize dynamically: export without --qat-data)");
+    // QAT starts where post-training quantization ends: each conv's input range as the quantizer calibrates it on
+    // the calibration data (min/max or the percentile clip, whichever gives the conv less error).
+    QuantizeOptions start = qat_quantize_options({});
+    start.input_ranges.clear();
+    start.keep_float = options.keep_float;
+    start.progress = [&](std::string_view stage, std::size_t done, std::size_t total) {
+      progress("calibrating QAT's input ranges: " + std::string(stage), done, total);
+    };
+    ExportQat qat = *options.qat;
+    qat.options.keep_float.insert(qat.options.keep_float.end(), options.keep_float.begin(), options.keep_float.end());
+    for (const NodeQuantization& n : quantize_graph(graph, data.batches, start).nodes) {
+      if (n.op == OpKind::kConv2d && n.quantized) qat.options.initial_ranges[n.name] = {n.range_min, n.range_max};
+    }
+    QatResult trained = run_qat(graph, package, qat, progress);
+    graph = std::move(trained.graph);
+    QuantizeOptions qo = qat_quantize_options(trained);
+    qo.progress = [&](std::string_view stage, std::size_t done, std::size_t total) {
+      progress("quantize: " + std::string(stage), done, total);
+    };
+    QuantizeResult q = quantize_graph(graph, data.batches, qo);
+    graph = std::move(q.graph);
+    report["qat"] = std::move(trained.report);
+    report["quantization"] = std::move(q.report);
+    report["chained_int8_convs"] = chain_int8_convs(graph);
+  } else if (options.precision == Precision::kInt8) {
     QuantizeOptions qo;
     // The whole-graph target keeps the layers float whose error compounds most (quantize.h); judged on real
     // data only: on random inputs (benchmark shapes) agreement means nothing, and nothing is kept float by it.

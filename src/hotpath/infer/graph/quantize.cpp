@@ -29,7 +29,8 @@
 //    "nodes": [{"name", "op", "scheme", "quantized", "error", "cumulative_error", "added_error",
 //               "sensitivity" (the outputs' relative error with only this node quantized; null: not measured,
 //               the target was met or not set), "reason"?,                                  (every candidate)
-//               conv2d: "observer" ("minmax" | "percentile" | "clip"), "errors": {"minmax", "percentile",
+//               conv2d: "observer" ("minmax" | "percentile" | "clip" | "qat": a fixed input_ranges entry),
+//                       "errors": {"minmax", "percentile",
 //                       "clip" (the best clip candidate's; null: none tried)}, "clip_fraction" (of min/max,
 //                       the best clip candidate's; 1: none tried), "range": [lo, hi],
 //                       "input_scale", "input_zero_point", "bias_correction", "weight_rounding"}],
@@ -64,7 +65,7 @@ struct Candidate {
   // each node alone quantized with it; per output channel the summed pre-activation error conv_q(x) − conv(x)
   // and how many values were summed (bias correction: the mean is what rounding shifts every output by).
   struct Range {
-    std::string observer;   // "minmax" | "percentile" | "clip"
+    std::string observer;   // "minmax" | "percentile" | "clip" | "qat" (options.input_ranges)
     double fraction = 1.0;  // clip: the fraction of min/max
     double lo = 0.0, hi = 0.0;
     std::optional<ops::Int8Conv2d> conv{};
@@ -566,10 +567,14 @@ void measure_conv_ranges(QuantizeRun& run) {
     if (!c.conv) continue;
     any_conv = true;
     const Node& n = run.node_of(c);
-    c.ranges.push_back({.observer = "minmax", .lo = c.min, .hi = c.max});
-    c.ranges.push_back({.observer = "percentile", .lo = c.clip_lo_sum / batches, .hi = c.clip_hi_sum / batches});
-    double fraction = 1.0;
-    for (int i = 0; i < run.options.clip_candidates; ++i) {
+    if (auto fixed = run.options.input_ranges.find(n.name); fixed != run.options.input_ranges.end()) {
+      c.ranges.push_back({.observer = "qat", .lo = fixed->second.first, .hi = fixed->second.second});
+    } else {
+      c.ranges.push_back({.observer = "minmax", .lo = c.min, .hi = c.max});
+      c.ranges.push_back({.observer = "percentile", .lo = c.clip_lo_sum / batches, .hi = c.clip_hi_sum / batches});
+    }
+    double fraction = c.ranges.front().observer == "qat" ? 0.0 : 1.0;
+    for (int i = 0; fraction > 0.0 && i < run.options.clip_candidates; ++i) {
       fraction *= kClipStep;
       c.ranges.push_back({.observer = "clip", .fraction = fraction, .lo = c.min * fraction, .hi = c.max * fraction});
     }
@@ -815,6 +820,7 @@ void write_report(QuantizeRun& run) {
                   {"max_fallback_passes", options.max_fallback_passes},
                   {"ranking_samples", options.ranking_samples},
                   {"keep_float", options.keep_float},
+                  {"fixed_input_ranges", options.input_ranges.size()},
                   {"calibration_batches", run.calibration.size()}};
   nlohmann::ordered_json nodes = nlohmann::ordered_json::array();
   std::map<std::string, std::pair<int, int>> by_op;  // op → (quantized, kept float)
@@ -880,6 +886,14 @@ void check_options(const Graph& fp32, const std::vector<std::vector<at::Tensor>>
     const Node* n = fp32.find_node(name);
     HOTPATH_CHECK(n != nullptr && (n->op == OpKind::kLinear || n->op == OpKind::kConv2d),
                   "quantize_graph: keep_float names '", name, "', which is no linear or conv2d node of the graph");
+  }
+  for (const auto& [name, range] : options.input_ranges) {
+    const Node* n = fp32.find_node(name);
+    HOTPATH_CHECK(n != nullptr && n->op == OpKind::kConv2d, "quantize_graph: input_ranges names '", name,
+                  "', which is no conv2d node of the graph");
+    HOTPATH_CHECK(std::isfinite(range.first) && std::isfinite(range.second) && range.first <= range.second,
+                  "quantize_graph: input_ranges['", name, "'] must be a finite [lo, hi] with lo <= hi; got [",
+                  range.first, ", ", range.second, "]");
   }
 }
 
