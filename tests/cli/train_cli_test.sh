@@ -100,10 +100,12 @@ printf 'precision: int8\nqat-steps: 4\nqat-batch-size: 8\nqat-crop-scale: 1.0\n'
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["precision"]=="int8" and r["qat"]["steps"]==3 and r["quantization"]["totals"]["kept_float"]==0, r.get("qat")' \
   qat/quantization_report.json || fail "export --recipe: the report is not a 3-step QAT int8 export"
 printf 'precison: int8\n' >typo.yaml
-expect_error recipe-unknown-key "precison" export --recipe typo.yaml --model-dir run2 --out typo
+expect_error recipe-unknown-key "typo.yaml:1: 'precison' is no flag of \`hotpath export\`" export --recipe typo.yaml --model-dir run2 --out typo
 printf 'qat-steps: [1, [2]]\n' >nested.yaml
-expect_error recipe-nested "qat-steps (line 1): expected a value or a list of values" export --recipe nested.yaml --model-dir run2 --out nested
-expect_error qat-no-data "no --qat-data shard matches" export --model-dir run2 --out nodata --precision int8 --qat-data "$work/none-*.tar"
+expect_error recipe-nested "nested.yaml:1: qat-steps: expected a value or a list of values" export --recipe nested.yaml --model-dir run2 --out nested
+printf 'precision: int8\nqat-steps: -3\n' >negative.yaml
+expect_error recipe-bounds "negative.yaml:2: qat-steps: " export --recipe negative.yaml --model-dir run2 --out negative
+expect_error qat-no-data "shard pattern '$work/none-\*.tar' matches no files" export --model-dir run2 --out nodata --precision int8 --qat-data "$work/none-*.tar"
 
 # The real pretrained EfficientNet-Lite0 (converted by scripts/setup) on darknet's dog photo.
 if [ -f /usr/share/darknet/data/dog.jpg ]; then

@@ -42,6 +42,7 @@ struct ExportArgs {
   bool overwrite = infer::ExportOptions{}.overwrite;
   int threads = infer::ExportOptions{}.threads;
   infer::ExportQat qat{};  // used when qat.data is set (--qat-data)
+  std::string recipe;      // --recipe: more of these flags from a YAML file
 };
 
 void run(const ExportArgs& a) {
@@ -148,12 +149,14 @@ void add_export(CLI::App& app) {
   cmd->add_flag("--overwrite", a->overwrite,
                 "Replace an existing package as a whole (or .onnx file); never a training run or --model-dir");
   cmd->add_option("--threads", a->threads, "LibTorch intra-op threads (0 = default)")->check(CLI::Range(0, 1024));
-  cmd->config_formatter(yaml_flags_file());
-  cmd->set_config("--recipe", "",
+  cmd->add_option("--recipe", a->recipe,
                   "A YAML map of these flags without their dashes (configs/qat_efficientnet_lite0.yaml); flags given "
-                  "here win");
-  cmd->allow_config_extras(CLI::config_extras_mode::error);
-  cmd->callback([a] { run(*a); });
+                  "here win")
+      ->configurable(false);
+  cmd->callback([a, cmd] {
+    apply_flags_file(*cmd, a->recipe);
+    run(*a);
+  });
 }
 
 }  // namespace hotpath::cli

@@ -1,59 +1,57 @@
-// A command's flags from a flat YAML map (flags_file.h), through CLI11's config-file hook.
+// A command's flags from a flat YAML map (flags_file.h).
 #include "cli/flags_file.h"
 
 #include <yaml-cpp/yaml.h>
 
-#include <istream>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "hotpath/core/error.h"
+#include "hotpath/core/input_file.h"
+
 namespace hotpath::cli {
-namespace {
 
-class YamlFlags final : public CLI::Config {
- public:
-  std::string to_config(const CLI::App* /*app*/, bool /*default_also*/, bool /*write_description*/,
-                        std::string /*prefix*/) const override {
-    return {};
+void apply_flags_file(CLI::App& command, const std::string& path) {
+  if (path.empty()) return;
+  const std::string text = read_file(path, read_limit::kConfig, "--recipe");
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw Error(path + ":" + std::to_string(e.mark.line + 1) + ": not YAML: " + e.msg);
   }
-
-  std::vector<CLI::ConfigItem> from_config(std::istream& in) const override {
-    std::ostringstream text;
-    text << in.rdbuf();
-    YAML::Node root;
+  if (root.IsNull()) return;
+  HOTPATH_CHECK(root.IsMap(), path, ": expected a map of flag: value (flags of `hotpath ", command.get_name(),
+                "` without their dashes)");
+  for (const auto& entry : root) {
+    const std::string where = path + ":" + std::to_string(entry.first.Mark().line + 1);
+    HOTPATH_CHECK(entry.first.IsScalar(), where, ": expected a flag name as the key");
+    const std::string name = entry.first.as<std::string>();
+    CLI::Option* option = nullptr;
     try {
-      root = YAML::Load(text.str());
-    } catch (const YAML::Exception& e) {
-      throw CLI::ConversionError("--recipe: not YAML: " + e.msg + " (line " + std::to_string(e.mark.line + 1) + ")");
+      option = command.get_option("--" + name);
+    } catch (const CLI::OptionNotFound&) {
+      throw Error(where + ": '" + name + "' is no flag of `hotpath " + command.get_name() + "` (see --help)");
     }
-    std::vector<CLI::ConfigItem> items;
-    if (root.IsNull()) return items;
-    if (!root.IsMap()) throw CLI::ConversionError("--recipe: expected a map of flag: value at the top level");
-    for (const auto& entry : root) {
-      CLI::ConfigItem item;
-      item.name = entry.first.as<std::string>();
-      const YAML::Node& value = entry.second;
-      const auto scalar = [&](const YAML::Node& v) {
-        if (!v.IsScalar()) {
-          throw CLI::ConversionError("--recipe: " + item.name + " (line " + std::to_string(v.Mark().line + 1) +
-                                     "): expected a value or a list of values");
-        }
-        return v.as<std::string>();
-      };
-      if (value.IsSequence()) {
-        for (const auto& v : value) item.inputs.push_back(scalar(v));
-      } else {
-        item.inputs.push_back(scalar(value));
-      }
-      items.push_back(std::move(item));
+    HOTPATH_CHECK(option->get_configurable() && name != "recipe", where, ": '", name, "' cannot be set from a file");
+    if (option->count() > 0) continue;  // the command line wins
+    std::vector<std::string> values;
+    const auto scalar = [&](const YAML::Node& v) {
+      HOTPATH_CHECK(v.IsScalar(), where, ": ", name, ": expected a value or a list of values");
+      values.push_back(v.as<std::string>());
+    };
+    if (entry.second.IsSequence()) {
+      for (const auto& v : entry.second) scalar(v);
+    } else {
+      scalar(entry.second);
     }
-    return items;
+    try {
+      for (const std::string& v : values) option->add_result(v);
+      option->run_callback();
+    } catch (const CLI::Error& e) {
+      throw Error(where + ": " + name + ": " + e.what());
+    }
   }
-};
-
-}  // namespace
-
-std::shared_ptr<CLI::Config> yaml_flags_file() { return std::make_shared<YamlFlags>(); }
+}
 
 }  // namespace hotpath::cli

@@ -1,19 +1,21 @@
 // cli/flags_file.h — a command's flags read from a YAML file (`hotpath export --recipe configs/qat_*.yaml`): a flat
 // map whose keys are the long flag names without the dashes ("qat-steps: 300", "pretrained: true", a list for a
-// flag that takes several values). Given on the command line too, a flag's command-line value wins; an unknown key
-// is an error naming it.
+// flag that takes several values). A flag also given on the command line keeps the command line's value; an
+// unknown key, a nested value or a value the flag refuses is an error naming the file, line and key.
 //
-//   cmd->config_formatter(yaml_flags_file());
-//   cmd->set_config("--recipe", "", "A YAML file of this command's flags")->check(CLI::ExistingFile);
-//   cmd->allow_config_extras(CLI::config_extras_mode::error);
+//   cmd->add_option("--recipe", a->recipe, "A YAML file of this command's flags");
+//   cmd->callback([a, cmd] { apply_flags_file(*cmd, a->recipe); run(*a); });
+//
+// (CLI11 2.1's own config files are read by the top-level app only, not by a subcommand.)
 #pragma once
 
 #include <CLI/CLI.hpp>
 
-#include <memory>
+#include <string>
 
 namespace hotpath::cli {
 
-std::shared_ptr<CLI::Config> yaml_flags_file();
+// Sets every flag the file names that the command line left unset (its validators run). "" does nothing.
+void apply_flags_file(CLI::App& command, const std::string& path);
 
 }  // namespace hotpath::cli

@@ -634,6 +634,11 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
   HOTPATH_CHECK(options.min_agreement >= 0.0 && options.min_agreement <= 1.0, "export: --min-agreement ",
                 options.min_agreement, " outside [0, 1]");
   const fs::path out = check_out_dir(source, options);
+  if (options.qat) {  // before the model loads and the calibration runs: a typo here costs no minutes
+    HOTPATH_CHECK(options.precision == Precision::kInt8, "export: --qat-data trains for an int8 export; add --precision int8");
+    HOTPATH_CHECK(!options.qat->data.empty(), "export: quantization-aware training needs --qat-data SHARDS");
+    (void)data::resolve_shards(options.qat->data);
+  }
   StageProgress progress(options.progress, options.progress_after_s);
   progress.stage("loading the model");
   Source src = load_source(source);
