@@ -38,8 +38,8 @@ mid=$(date +%s)
 end=$(date +%s)
 echo "export fp32 $((mid - start)) s, int8 $((end - mid)) s (wall clock, this machine's load included)"
 tail -1 export_int8.log
-# Quantization-aware training (issue 27, configs/qat_fashion_mnist.yaml): on the training shard with its labels
-# (cross-entropy beside the distillation), no crop (the images are centred), every layer int8; must lose <= 0.2 point.
+# Quantization-aware training (issue 27, configs/qat_fashion_mnist.yaml): distillation from the fp32 run on the
+# training shard, no crop (the images are centred), every layer int8; must lose <= 0.2 point.
 "$hp" export --recipe "$src/configs/qat_fashion_mnist.yaml" --model-dir run --out qat --calibration train-000000.tar \
   --qat-data train-000000.tar > export_qat.log 2>&1 || die "export qat: $(tail -3 export_qat.log)"
 tail -1 export_qat.log

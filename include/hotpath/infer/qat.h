@@ -48,6 +48,9 @@ struct QatOptions {
   // point are trained with the weights (LSQ, Esser et al. 2020: at::_fake_quantize_learnable_per_tensor_affine,
   // the gradient scaled by 1/√(values per sample · 255)); false: the frozen ranges stay as they are.
   bool learn_ranges = true;
+  // false: only the biases (and the ranges) train, the weights keep their fp32 values — fewer parameters, for
+  // little data (the weights' rounding is then the post-training one).
+  bool train_weights = true;
   double temperature = 2.0;            // distillation temperature
   double label_weight = 0.0;           // + this × cross-entropy with the batch's labels (0: distillation only)
   int weight_bits = 0;                 // 8 or 7; 0: what this CPU's engine keeps (7 without VNNI)

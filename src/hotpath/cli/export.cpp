@@ -43,6 +43,7 @@ struct ExportArgs {
   int threads = infer::ExportOptions{}.threads;
   infer::ExportQat qat{};  // used when qat.data is set (--qat-data)
   std::string recipe;      // --recipe: more of these flags from a YAML file
+  bool qat_biases_only = !infer::QatOptions{}.train_weights;
 };
 
 void run(const ExportArgs& a) {
@@ -59,6 +60,8 @@ void run(const ExportArgs& a) {
     std::cout << ")\n";
     return;
   }
+  infer::ExportQat qat = a.qat;
+  qat.options.train_weights = !a.qat_biases_only;
   const infer::ExportReport r = infer::export_package(
       a.source, {.out = a.out,
                  .precision = infer::parse_precision(a.precision, "export: --precision"),
@@ -70,7 +73,7 @@ void run(const ExportArgs& a) {
                  .gptq = a.weight_rounding == "gptq",
                  .clip_candidates = a.clip_candidates,
                  .keep_float = a.keep_float,
-                 .qat = a.qat.data.empty() ? std::nullopt : std::optional<infer::ExportQat>(a.qat),
+                 .qat = a.qat.data.empty() ? std::nullopt : std::optional<infer::ExportQat>(qat),
                  .min_agreement = a.min_agreement,
                  .allow_accuracy_loss = a.allow_accuracy_loss,
                  .overwrite = a.overwrite,
@@ -143,6 +146,8 @@ void add_export(CLI::App& app) {
                   "QAT: the random resized crop's smallest area fraction (1: no crop, the eval transform)")
       ->check(CLI::Range(0.01, 1.0));
   cmd->add_option("--qat-seed", a->qat.seed, "QAT: the data order and augmentation seed");
+  cmd->add_flag("--qat-biases-only", a->qat_biases_only,
+                "QAT: train the biases and ranges only, the weights stay fp32-rounded (little data)");
   cmd->add_option("--min-agreement", a->min_agreement, "Refuse below this top-1 agreement with fp32 (real data)")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--allow-accuracy-loss", a->allow_accuracy_loss, "Write the package even below --min-agreement");

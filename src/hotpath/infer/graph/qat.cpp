@@ -257,12 +257,17 @@ QatResult qat_train(const Graph& fp32, const QatData& data, const QatOptions& op
                   "', which is no conv2d node of the graph");
   }
 
-  // The student's parameters: every float param, trained (the graph's params are conv/linear weights and biases).
+  // The student's parameters: every float param, trained (the graph's params are conv/linear weights and biases);
+  // without train_weights only the ones some node reads as its bias.
+  std::set<std::string> biases;
+  for (const Node& n : fp32.nodes) {
+    if (auto it = n.params.find("bias"); it != n.params.end()) biases.insert(it->second);
+  }
   std::map<std::string, at::Tensor> params;
   std::vector<at::Tensor> trained;
   for (const auto& [key, t] : fp32.params) {
     at::Tensor p = t.detach().to(at::kFloat).clone();
-    if (p.is_floating_point()) {
+    if (p.is_floating_point() && (options.train_weights || biases.count(key) != 0)) {
       p.requires_grad_(true);
       trained.push_back(p);
     }
@@ -369,6 +374,7 @@ QatResult qat_train(const Graph& fp32, const QatData& data, const QatOptions& op
                    {"initial_ranges", options.initial_ranges.size()},
                    {"observer_momentum", options.observer_momentum},
                    {"learned_ranges", !student.learned.empty()},
+                   {"trained_weights", options.train_weights},
                    {"temperature", options.temperature},
                    {"label_weight", options.label_weight},
                    {"conv_weight_bits", conv_bits},
