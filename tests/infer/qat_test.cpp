@@ -18,6 +18,7 @@
 #include "hotpath/models/registry.h"
 #include "hotpath/ops/int8_conv.h"
 #include "infer/test_graphs.h"
+#include "support/test_support.h"
 
 namespace hotpath::infer {
 namespace {
@@ -39,15 +40,7 @@ QatData random_images(std::int64_t n, std::int64_t size, double scale = 1.0, std
   return [=] { return QatBatch{at::randn({n, 3, size, size}, *gen) * scale, {}}; };
 }
 
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 TEST(Qat, ForwardWithoutRangesIsTheFp32Engine) {
   for (const Graph& g : {test_graphs::cnn(), lowered_resnet()}) {
@@ -198,29 +191,25 @@ TEST(Qat, LabelsAddCrossEntropy) {
 
 TEST(Qat, RefusesBadInputNamingIt) {
   const Graph g = test_graphs::cnn();
-  EXPECT_NE(error_of([&] { qat_train(test_graphs::mlp(), random_images(2, 16), {.steps = 1}); }).find("one float input [N, C, H, W]"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { qat_train(g, random_images(2, 16), {.steps = 1, .keep_float = {"nope"}}); }).find("'nope'"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { qat_train(g, random_images(2, 12), {.steps = 1}); }).find("step 1: the batch's images do not fit"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { qat_train(g, random_images(2, 16), {.steps = 1, .label_weight = 1.0}); }).find("needs int64 labels"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { qat_train(g, random_images(2, 16), {.steps = 0}); }).find("steps must be in"), std::string::npos);
-  EXPECT_NE(error_of([&] { qat_train(g, random_images(2, 16), {.steps = 4, .observer_steps = 5}); }).find("observer_steps"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { qat_train(g, random_images(2, 16), {.steps = 1, .weight_bits = 4}); }).find("weight_bits"),
-            std::string::npos);
-  EXPECT_NE(error_of([&] { qat_train(g, random_images(2, 16, NAN), {.steps = 2}); }).find("step 1: the input of conv stem is not finite"),
-            std::string::npos);
+  const auto refused = [](const Graph& graph, const QatData& data, const QatOptions& o, const std::string& text) {
+    const std::string e = error_of([&] { qat_train(graph, data, o); });
+    EXPECT_NE(e.find(text), std::string::npos) << "expected '" << text << "' in: " << e;
+  };
+  refused(test_graphs::mlp(), random_images(2, 16), {.steps = 1}, "one float input [N, C, H, W]");
+  refused(g, random_images(2, 16), {.steps = 1, .keep_float = {"nope"}}, "'nope'");
+  refused(g, random_images(2, 12), {.steps = 1}, "step 1: the batch's images do not fit");
+  refused(g, random_images(2, 16), {.steps = 1, .label_weight = 1.0}, "needs int64 labels");
+  refused(g, random_images(2, 16), {.steps = 0}, "steps must be in");
+  refused(g, random_images(2, 16), {.steps = 4, .observer_steps = 5}, "observer_steps");
+  refused(g, random_images(2, 16), {.steps = 1, .weight_bits = 4}, "weight_bits");
+  refused(g, random_images(2, 16, NAN), {.steps = 2}, "step 1: the input of conv stem is not finite");
   // A graph already quantized is refused: QAT starts from fp32.
   const QuantizeResult q = quantize_graph(g, {{at::randn({2, 3, 16, 16})}}, {}, engine_runner(1));
-  EXPECT_NE(error_of([&] { qat_train(q.graph, random_images(2, 16), {.steps = 1}); }).find("already quantized"),
-            std::string::npos);
+  refused(q.graph, random_images(2, 16), {.steps = 1}, "already quantized");
   QuantizeOptions bad;
   bad.input_ranges["fc"] = {0.0, 1.0};
-  EXPECT_NE(error_of([&] { quantize_graph(g, {{at::randn({2, 3, 16, 16})}}, bad, engine_runner(1)); }).find("no conv2d node"),
-            std::string::npos);
+  const std::string e = error_of([&] { quantize_graph(g, {{at::randn({2, 3, 16, 16})}}, bad, engine_runner(1)); });
+  EXPECT_NE(e.find("input_ranges names 'fc', which is no conv2d node"), std::string::npos) << e;
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "hotpath/infer/lower.h"
 #include "hotpath/models/registry.h"
 #include "infer/test_graphs.h"
+#include "support/test_support.h"
 
 namespace hotpath::infer {
 namespace {
@@ -419,15 +420,7 @@ TEST(QuantizeGraph, QuantizesALoweredResNet) {
   EXPECT_LT(r.output_error[0], 0.1);
 }
 
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 TEST(QuantizeGraph, RefusesBadInputNamingIt) {
   const Graph g = mlp();

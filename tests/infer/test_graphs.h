@@ -15,7 +15,7 @@
 namespace hotpath::infer::test_graphs {
 
 inline void add_linear(Graph& g, const std::string& name, const std::string& in, const std::string& out, std::int64_t i,
-                std::int64_t o, const std::string& act, const std::string& residual = "") {
+                       std::int64_t o, const std::string& act, const std::string& residual = "") {
   Node n;
   n.op = OpKind::kLinear;
   n.name = name;
@@ -29,7 +29,8 @@ inline void add_linear(Graph& g, const std::string& name, const std::string& in,
 }
 
 inline void add_conv(Graph& g, const std::string& name, const std::string& in, const std::string& out, std::int64_t i,
-              std::int64_t o, std::int64_t stride, std::vector<std::int64_t> padding, const std::string& residual = "") {
+                     std::int64_t o, std::int64_t stride, std::vector<std::int64_t> padding,
+                     const std::string& residual = "") {
   Node n;
   n.op = OpKind::kConv2d;
   n.name = name;

@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "hotpath/core/error.h"
+
 namespace hotpath::test {
 
 // A fresh directory under $TMPDIR, removed (recursively) when the object dies.
@@ -40,5 +42,16 @@ void write_file(const std::string& path, std::span<const std::byte> bytes);
 void write_file(const std::string& path, std::string_view text);
 std::vector<std::byte> read_bytes(const std::string& path);
 std::span<const std::byte> as_bytes(std::string_view text);
+
+// The message of the hotpath::Error that f() throws, or "(no error)": EXPECT_NE(error_of(f).find("..."), npos).
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
 
 }  // namespace hotpath::test

@@ -85,7 +85,8 @@ QatResult qat_train(const Graph& fp32, const QatData& data, const QatOptions& op
 // The graph's outputs as QAT computes them (fake quantization at `input_ranges`, no gradient): what the int8
 // engine approximates after export. Nodes without a range and the ones in keep_float run float; weight_bits as
 // QatOptions (0: the engine's).
-std::vector<at::Tensor> qat_forward(const Graph& graph, const std::map<std::string, std::pair<double, double>>& input_ranges,
+std::vector<at::Tensor> qat_forward(const Graph& graph,
+                                    const std::map<std::string, std::pair<double, double>>& input_ranges,
                                     const at::Tensor& images, int weight_bits = 0, bool linear = true,
                                     const std::vector<std::string>& keep_float = {});
 

@@ -635,7 +635,8 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
                 options.min_agreement, " outside [0, 1]");
   const fs::path out = check_out_dir(source, options);
   if (options.qat) {  // before the model loads and the calibration runs: a typo here costs no minutes
-    HOTPATH_CHECK(options.precision == Precision::kInt8, "export: --qat-data trains for an int8 export; add --precision int8");
+    HOTPATH_CHECK(options.precision == Precision::kInt8,
+                  "export: --qat-data trains for an int8 export; add --precision int8");
     HOTPATH_CHECK(!options.qat->data.empty(), "export: quantization-aware training needs --qat-data SHARDS");
     (void)data::resolve_shards(options.qat->data);
   }
@@ -676,7 +677,8 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
   if (options.precision == Precision::kInt8 && options.qat) {
     HOTPATH_CHECK(package.kind == PackageKind::kImageClassifier,
                   "export: quantization-aware training (--qat-data) trains image classifiers; this is a ",
-                  package.architecture, " text model (its int8 linears quantize dynamically: export without --qat-data)");
+                  package.architecture,
+                  " text model (its int8 linears quantize dynamically: export without --qat-data)");
     // QAT starts where post-training quantization ends: each conv's input range as the quantizer calibrates it on
     // the calibration data (min/max or the percentile clip, whichever gives the conv less error).
     QuantizeOptions start = qat_quantize_options({});

@@ -198,7 +198,8 @@ void check_options(const QatOptions& o) {
   HOTPATH_CHECK(o.weight_decay >= 0.0 && std::isfinite(o.weight_decay), "qat: weight_decay must be >= 0; got ",
                 o.weight_decay);
   HOTPATH_CHECK(o.observer_steps >= -1 && o.observer_steps <= o.steps,
-                "qat: observer_steps must be -1 (the default) or in [0, steps = ", o.steps, "]; got ", o.observer_steps);
+                "qat: observer_steps must be -1 (the default) or in [0, steps = ", o.steps, "]; got ",
+                o.observer_steps);
   for (const auto& [name, range] : o.initial_ranges) {
     HOTPATH_CHECK(std::isfinite(range.first) && std::isfinite(range.second) && range.first <= range.second,
                   "qat: initial_ranges['", name, "'] must be a finite [lo, hi] with lo <= hi; got [", range.first, ", ",
@@ -388,7 +389,8 @@ QatResult qat_train(const Graph& fp32, const QatData& data, const QatOptions& op
   return result;
 }
 
-std::vector<at::Tensor> qat_forward(const Graph& graph, const std::map<std::string, std::pair<double, double>>& input_ranges,
+std::vector<at::Tensor> qat_forward(const Graph& graph,
+                                    const std::map<std::string, std::pair<double, double>>& input_ranges,
                                     const at::Tensor& images, int weight_bits, bool linear,
                                     const std::vector<std::string>& keep_float) {
   check_graph(graph, keep_float);
