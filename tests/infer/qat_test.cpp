@@ -166,6 +166,36 @@ TEST(Qat, InitialRangesAreLearnedAndExportedAsTheirU8Parameters) {
             std::string::npos);
 }
 
+// The post-training start: each int8 node's dequantized weight and corrected bias; with train_weights false the
+// weights stay exactly there while the biases train.
+TEST(Qat, StartsFromThePostTrainingGraphAndCanTrainBiasesOnly) {
+  const Graph g = test_graphs::cnn();
+  at::manual_seed(13);
+  const QuantizeResult ptq = quantize_graph(g, {{at::randn({8, 3, 16, 16})}}, {.max_node_error = 1e9}, engine_runner(1));
+  const Graph start = qat_start_graph(g, ptq);
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& qn = ptq.graph.nodes[i];
+    if (qn.attr_str("quant", "").empty()) continue;
+    const at::Tensor w8 = ptq.graph.params.at(qn.params.at("weight")).to(at::kFloat);
+    const at::Tensor scale = ptq.graph.params.at(qn.params.at("weight_scale"));
+    const at::Tensor w = start.params.at(g.nodes[i].params.at("weight"));
+    EXPECT_TRUE(at::allclose(w, w8 * scale.view(qn.op == OpKind::kConv2d ? std::vector<std::int64_t>{-1, 1, 1, 1}
+                                                                           : std::vector<std::int64_t>{-1, 1})))
+        << qn.name;
+    EXPECT_TRUE(at::equal(start.params.at(g.nodes[i].params.at("bias")), ptq.graph.params.at(qn.params.at("bias"))))
+        << qn.name;
+  }
+  const QatResult r = qat_train(g, random_images(8, 16), {.steps = 5, .lr = 1e-3, .train_weights = false}, &start);
+  EXPECT_FALSE(r.report["trained_weights"].get<bool>());
+  EXPECT_TRUE(at::equal(r.graph.params.at("block.weight"), start.params.at("block.weight")));
+  EXPECT_FALSE(at::equal(r.graph.params.at("block.bias"), start.params.at("block.bias")));
+  Graph other = g;
+  other.params.erase("fc.bias");
+  other.nodes.back().params.erase("bias");
+  EXPECT_NE(error_of([&] { qat_train(g, random_images(2, 16), {.steps = 1}, &other); }).find("the start graph has"),
+            std::string::npos);
+}
+
 TEST(Qat, KeepFloatNodesAreNeitherSimulatedNorRanged) {
   const Graph g = test_graphs::cnn();
   const QatResult r = qat_train(g, random_images(4, 16), {.steps = 2, .keep_float = {"down", "fc"}});

@@ -80,7 +80,10 @@ struct QatResult {
 // Throws hotpath::Error for: a graph with ops other than the image ones (conv2d, max_pool2d, global_avg_pool,
 // add, mul, linear) or other than one float image input, a keep_float name that is no conv2d/linear, options out
 // of range, a batch whose images or labels do not fit (naming the step), a non-finite loss (naming the step).
-QatResult qat_train(const Graph& fp32, const QatData& data, const QatOptions& options = {});
+// `start`: the student's starting parameters, a graph of the same nodes (qat_start_graph); null: fp32's. The teacher
+// is always `fp32`.
+QatResult qat_train(const Graph& fp32, const QatData& data, const QatOptions& options = {},
+                    const Graph* start = nullptr);
 
 // The graph's outputs as QAT computes them (fake quantization at `input_ranges`, no gradient): what the int8
 // engine approximates after export. Nodes without a range and the ones in keep_float run float; weight_bits as
@@ -89,6 +92,11 @@ std::vector<at::Tensor> qat_forward(const Graph& graph,
                                     const std::map<std::string, std::pair<double, double>>& input_ranges,
                                     const at::Tensor& images, int weight_bits = 0, bool linear = true,
                                     const std::vector<std::string>& keep_float = {});
+
+// Where QAT starts from a post-training quantization of `fp32` (quantize_graph's result): the fp32 graph with each
+// node the quantizer made int8 holding its dequantized weight (w_int8 × scale: GPTQ's rounding kept) and its
+// corrected bias. Nodes it kept float keep their fp32 parameters.
+Graph qat_start_graph(const Graph& fp32, const QuantizeResult& post_training);
 
 // quantize_graph's options for a QAT result: the learned input ranges, weights rounded to nearest (what
 // training simulated; GPTQ would move them), no bias correction, no output target and no per-node error bound

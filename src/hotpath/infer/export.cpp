@@ -579,7 +579,8 @@ void write_dir_then_rename(const fs::path& out, const std::function<void(const f
 
 // QAT on the shards of `qat` (the package's preprocessing with a random resized crop, none at crop_scale_min 1, and a
 // flip), epochs repeated.
-QatResult run_qat(const Graph& graph, const Package& p, const ExportQat& qat, StageProgress& progress) {
+QatResult run_qat(const Graph& graph, const Graph& start, const Package& p, const ExportQat& qat,
+                  StageProgress& progress) {
   HOTPATH_CHECK(!qat.data.empty(), "export: quantization-aware training needs --qat-data SHARDS (training images)");
   HOTPATH_CHECK(qat.batch_size >= 1 && qat.batch_size <= 4096, "export: --qat-batch-size ", qat.batch_size,
                 " outside [1, 4096]");
@@ -615,7 +616,7 @@ QatResult run_qat(const Graph& graph, const Package& p, const ExportQat& qat, St
   o.progress = [&](std::int64_t step, std::int64_t steps, double) {
     progress("quantization-aware training", static_cast<std::size_t>(step), static_cast<std::size_t>(steps));
   };
-  QatResult r = qat_train(graph, next, o);
+  QatResult r = qat_train(graph, next, o, &start);
   r.report["data"] = qat.data;
   r.report["batch_size"] = qat.batch_size;
   r.report["crop_scale_min"] = qat.crop_scale_min;
@@ -679,20 +680,24 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
                   "export: quantization-aware training (--qat-data) trains image classifiers; this is a ",
                   package.architecture,
                   " text model (its int8 linears quantize dynamically: export without --qat-data)");
-    // QAT starts where post-training quantization ends: each conv's input range as the quantizer calibrates it on
-    // the calibration data (min/max or the percentile clip, whichever gives the conv less error).
+    // QAT starts where post-training quantization of every node ends: each conv's input range as the quantizer
+    // calibrates it on the calibration data (min/max or the percentile clip, whichever gives the conv less error),
+    // the weights as it rounds them (GPTQ unless --weight-rounding nearest), the biases as it corrects them.
     QuantizeOptions start = qat_quantize_options({});
     start.input_ranges.clear();
+    start.gptq = options.gptq;
+    start.bias_correction = true;
     start.keep_float = options.keep_float;
     start.progress = [&](std::string_view stage, std::size_t done, std::size_t total) {
-      progress("calibrating QAT's input ranges: " + std::string(stage), done, total);
+      progress("post-training start of QAT: " + std::string(stage), done, total);
     };
     ExportQat qat = *options.qat;
     qat.options.keep_float.insert(qat.options.keep_float.end(), options.keep_float.begin(), options.keep_float.end());
-    for (const NodeQuantization& n : quantize_graph(graph, data.batches, start).nodes) {
+    const QuantizeResult post_training = quantize_graph(graph, data.batches, start);
+    for (const NodeQuantization& n : post_training.nodes) {
       if (n.op == OpKind::kConv2d && n.quantized) qat.options.initial_ranges[n.name] = {n.range_min, n.range_max};
     }
-    QatResult trained = run_qat(graph, package, qat, progress);
+    QatResult trained = run_qat(graph, qat_start_graph(graph, post_training), package, qat, progress);
     graph = std::move(trained.graph);
     QuantizeOptions qo = qat_quantize_options(trained);
     qo.progress = [&](std::string_view stage, std::size_t done, std::size_t total) {

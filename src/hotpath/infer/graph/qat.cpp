@@ -239,9 +239,20 @@ double mean(const std::vector<double>& v, std::size_t from, std::size_t to) {
 
 }  // namespace
 
-QatResult qat_train(const Graph& fp32, const QatData& data, const QatOptions& options) {
+QatResult qat_train(const Graph& fp32, const QatData& data, const QatOptions& options, const Graph* start) {
   check_options(options);
   check_graph(fp32, options.keep_float);
+  const Graph& student_start = start != nullptr ? *start : fp32;
+  if (start != nullptr) {
+    HOTPATH_CHECK(start->nodes.size() == fp32.nodes.size() && start->params.size() == fp32.params.size(),
+                  "qat: the start graph has ", start->nodes.size(), " nodes and ", start->params.size(),
+                  " params; the fp32 graph ", fp32.nodes.size(), " and ", fp32.params.size());
+    for (const auto& [key, t] : fp32.params) {
+      auto it = start->params.find(key);
+      HOTPATH_CHECK(it != start->params.end() && it->second.sizes() == t.sizes(), "qat: the start graph's param ",
+                    key, " is missing or of another shape");
+    }
+  }
   HOTPATH_CHECK(static_cast<bool>(data), "qat: no data source");
   // Training needs autograd even when the caller runs under inference mode (the export does).
   const c10::InferenceMode training(/*enabled=*/false);
@@ -266,7 +277,7 @@ QatResult qat_train(const Graph& fp32, const QatData& data, const QatOptions& op
   }
   std::map<std::string, at::Tensor> params;
   std::vector<at::Tensor> trained;
-  for (const auto& [key, t] : fp32.params) {
+  for (const auto& [key, t] : student_start.params) {
     at::Tensor p = t.detach().to(at::kFloat).clone();
     if (p.is_floating_point() && (options.train_weights || biases.count(key) != 0)) {
       p.requires_grad_(true);
@@ -407,6 +418,25 @@ std::vector<at::Tensor> qat_forward(const Graph& graph,
                      .linear_bits = weight_bits != 0 ? weight_bits : engine_linear_bits,
                      .quantize_linear = linear};
   return run.forward(images.to(at::kFloat));
+}
+
+Graph qat_start_graph(const Graph& fp32, const QuantizeResult& post_training) {
+  const Graph& q = post_training.graph;
+  HOTPATH_CHECK(q.nodes.size() == fp32.nodes.size(), "qat_start_graph: the quantized graph has ", q.nodes.size(),
+                " nodes, the fp32 graph ", fp32.nodes.size());
+  Graph g = fp32;
+  for (std::size_t i = 0; i < q.nodes.size(); ++i) {
+    const Node& qn = q.nodes[i];
+    const Node& n = g.nodes[i];
+    HOTPATH_CHECK(qn.name == n.name, "qat_start_graph: node ", i, " is ", qn.name, " there and ", n.name, " here");
+    if (qn.attr_str("quant", "").empty()) continue;
+    const at::Tensor& w8 = q.params.at(qn.params.at("weight"));
+    std::vector<std::int64_t> shape(static_cast<std::size_t>(w8.dim()), 1);
+    shape[0] = -1;
+    g.params[n.params.at("weight")] = w8.to(at::kFloat) * q.params.at(qn.params.at("weight_scale")).view(shape);
+    if (qn.has_param("bias") && n.has_param("bias")) g.params[n.params.at("bias")] = q.params.at(qn.params.at("bias")).clone();
+  }
+  return g;
 }
 
 QuantizeOptions qat_quantize_options(const QatResult& result) {
