@@ -2,7 +2,8 @@
 # system folder). Sourced by tests/cli/*_efficientnet_test.sh. Three sets that share no source photo:
 #   calibration_photos  the int8 export's calibration views (mate-backgrounds photos)
 #   qat_photos          quantization-aware training's images: the calibration photos, the mate-backgrounds images
-#                       no measured set uses, and scikit-learn's two sample photos (inside the venv: pass its python)
+#                       no measured set uses, and scikit-learn's two sample photos (in the venv, where
+#                       sentence-transformers brings scikit-learn: pass the venv's python)
 #   measured_photos     what agreement is measured on: darknet's JPEGs and plasma-workspace-wallpapers photos
 # Usage: source photos.sh PYTHON; check_photos  (dies naming a missing file)
 mate=/usr/share/backgrounds/mate
