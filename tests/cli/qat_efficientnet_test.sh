@@ -4,14 +4,14 @@
 # calibration views, no layer kept float) and after QAT (distillation from fp32 on random crops of the QAT photos,
 # no labels) — and compared with the fp32 package on views of OTHER photos (photos.sh: the sets share no source
 # photo). Passes when the QAT package keeps no conv float, its distillation loss fell, and it agrees with fp32 on
-# >= HOTPATH_QAT_MIN_AGREEMENT of the views: default 0.90, a guard under today's 94.0 % (141/150; post-training
+# >= HOTPATH_QAT_MIN_AGREEMENT of the views: default 0.90, a guard under today's 94.7 % (142/150; post-training
 # with every conv int8: 92.7 %) — the issue's 99 % is not met (docs/inference-accuracy.md §5 says why). Prints both
 # agreements side by side. The QAT export runs the recipe configs/qat_efficientnet_lite0.yaml.
 # Usage: qat_efficientnet_test.sh HOTPATH PYTHON [QAT_STEPS]
 set -uo pipefail
 hp=$1
 py=$2
-steps=${3:-${HOTPATH_QAT_STEPS:-300}}  # configs/qat_efficientnet_lite0.yaml's
+steps=${3:-${HOTPATH_QAT_STEPS:-100}}  # configs/qat_efficientnet_lite0.yaml's
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/lib.sh"
 make_work_dir
