@@ -22,6 +22,7 @@ namespace hotpath::infer {
 namespace {
 
 using test_graphs::add_conv;
+using test_graphs::add_global_avg_pool;
 using test_graphs::add_linear;
 using test_graphs::cnn;
 using test_graphs::mlp;
@@ -267,13 +268,7 @@ Graph deep_cnn(int depth) {
     const std::string in = "c" + std::to_string(i - 1);
     add_conv(g, "conv" + std::to_string(i), in, "c" + std::to_string(i), 8, 8, 1, {1, 1, 1, 1}, i % 2 == 1 ? in : "");
   }
-  Node pool;
-  pool.op = OpKind::kGlobalAvgPool;
-  pool.name = "pool";
-  pool.inputs = {"c" + std::to_string(depth - 1)};
-  pool.output = "p";
-  pool.attrs["keepdims"] = std::int64_t{0};
-  g.nodes.push_back(pool);
+  add_global_avg_pool(g, "c" + std::to_string(depth - 1), "p");
   add_linear(g, "fc", "p", "logits", 8, 10, "none");
   g.outputs = {"logits"};
   return g;

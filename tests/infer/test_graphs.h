@@ -47,6 +47,17 @@ inline void add_conv(Graph& g, const std::string& name, const std::string& in, c
   g.nodes.push_back(std::move(n));
 }
 
+// A global_avg_pool node "pool": in [N, C, H, W] → out [N, C].
+inline void add_global_avg_pool(Graph& g, const std::string& in, const std::string& out) {
+  Node pool;
+  pool.op = OpKind::kGlobalAvgPool;
+  pool.name = "pool";
+  pool.inputs = {in};
+  pool.output = out;
+  pool.attrs["keepdims"] = std::int64_t{0};
+  g.nodes.push_back(std::move(pool));
+}
+
 // x [B, 64] → fc1 (gelu) → fc2 (+ x) → head [B, 10].
 inline Graph mlp() {
   at::manual_seed(3);
@@ -67,13 +78,7 @@ inline Graph cnn() {
   add_conv(g, "stem", "images", "c1", 3, 8, 1, {1, 1, 1, 1});
   add_conv(g, "block", "c1", "c2", 8, 8, 1, {1, 1, 1, 1}, "c1");
   add_conv(g, "down", "c2", "c3", 8, 16, 2, {0, 0, 1, 1});
-  Node pool;
-  pool.op = OpKind::kGlobalAvgPool;
-  pool.name = "pool";
-  pool.inputs = {"c3"};
-  pool.output = "p";
-  pool.attrs["keepdims"] = std::int64_t{0};
-  g.nodes.push_back(pool);
+  add_global_avg_pool(g, "c3", "p");
   add_linear(g, "fc", "p", "logits", 16, 10, "none");
   g.outputs = {"logits"};
   return g;

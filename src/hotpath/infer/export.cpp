@@ -675,48 +675,44 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
               model_out, embedder);
 
   Graph graph = src.lowered.graph;
-  if (options.precision == Precision::kInt8 && options.qat) {
-    HOTPATH_CHECK(package.kind == PackageKind::kImageClassifier,
-                  "export: quantization-aware training (--qat-data) trains image classifiers; this is a ",
-                  package.architecture,
-                  " text model (its int8 linears quantize dynamically: export without --qat-data)");
-    // QAT starts where post-training quantization of every node ends: each conv's input range as the quantizer
-    // calibrates it on the calibration data (min/max or the percentile clip, whichever gives the conv less error),
-    // the weights as it rounds them (GPTQ unless --weight-rounding nearest), the biases as it corrects them.
-    QuantizeOptions start = qat_quantize_options({});
-    start.input_ranges.clear();
-    start.gptq = options.gptq;
-    start.bias_correction = true;
-    start.keep_float = options.keep_float;
-    start.progress = [&](std::string_view stage, std::size_t done, std::size_t total) {
-      progress("post-training start of QAT: " + std::string(stage), done, total);
-    };
-    ExportQat qat = *options.qat;
-    qat.options.keep_float.insert(qat.options.keep_float.end(), options.keep_float.begin(), options.keep_float.end());
-    const QuantizeResult post_training = quantize_graph(graph, data.batches, start);
-    for (const NodeQuantization& n : post_training.nodes) {
-      if (n.op == OpKind::kConv2d && n.quantized) qat.options.initial_ranges[n.name] = {n.range_min, n.range_max};
-    }
-    QatResult trained = run_qat(graph, qat_start_graph(graph, post_training), package, qat, progress);
-    graph = std::move(trained.graph);
-    QuantizeOptions qo = qat_quantize_options(trained);
-    qo.progress = [&](std::string_view stage, std::size_t done, std::size_t total) {
-      progress("quantize: " + std::string(stage), done, total);
-    };
-    QuantizeResult q = quantize_graph(graph, data.batches, qo);
-    graph = std::move(q.graph);
-    report["qat"] = std::move(trained.report);
-    report["quantization"] = std::move(q.report);
-    report["chained_int8_convs"] = chain_int8_convs(graph);
-  } else if (options.precision == Precision::kInt8) {
+  if (options.precision == Precision::kInt8) {
     QuantizeOptions qo;
-    // The whole-graph target keeps the layers float whose error compounds most (quantize.h); judged on real
-    // data only: on random inputs (benchmark shapes) agreement means nothing, and nothing is kept float by it.
-    qo.max_output_error = synthetic ? 0.0 : options.max_output_error;
-    qo.min_output_cosine = synthetic ? -1.0 : options.min_output_cosine;
-    qo.keep_float = options.keep_float;
-    qo.gptq = options.gptq;
-    qo.clip_candidates = options.clip_candidates;
+    if (options.qat) {
+      HOTPATH_CHECK(package.kind == PackageKind::kImageClassifier,
+                    "export: quantization-aware training (--qat-data) trains image classifiers; this is a ",
+                    package.architecture,
+                    " text model (its int8 linears quantize dynamically: export without --qat-data)");
+      // QAT starts where post-training quantization of every node ends: each conv's input range as the quantizer
+      // calibrates it on the calibration data (min/max or the percentile clip, whichever gives the conv less
+      // error), the weights as it rounds them (GPTQ unless --weight-rounding nearest), the biases as it corrects
+      // them.
+      QuantizeOptions start = qat_quantize_options({});
+      start.gptq = options.gptq;
+      start.bias_correction = true;
+      start.keep_float = options.keep_float;
+      start.progress = [&](std::string_view stage, std::size_t done, std::size_t total) {
+        progress("post-training start of QAT: " + std::string(stage), done, total);
+      };
+      ExportQat qat = *options.qat;
+      qat.options.keep_float.insert(qat.options.keep_float.end(), options.keep_float.begin(),
+                                    options.keep_float.end());
+      const QuantizeResult post_training = quantize_graph(graph, data.batches, start);
+      for (const NodeQuantization& n : post_training.nodes) {
+        if (n.op == OpKind::kConv2d && n.quantized) qat.options.initial_ranges[n.name] = {n.range_min, n.range_max};
+      }
+      QatResult trained = run_qat(graph, qat_start_graph(graph, post_training), package, qat, progress);
+      graph = std::move(trained.graph);
+      qo = qat_quantize_options(trained);
+      report["qat"] = std::move(trained.report);
+    } else {
+      // The whole-graph target keeps the layers float whose error compounds most (quantize.h); judged on real
+      // data only: on random inputs (benchmark shapes) agreement means nothing, and nothing is kept float by it.
+      qo.max_output_error = synthetic ? 0.0 : options.max_output_error;
+      qo.min_output_cosine = synthetic ? -1.0 : options.min_output_cosine;
+      qo.keep_float = options.keep_float;
+      qo.gptq = options.gptq;
+      qo.clip_candidates = options.clip_candidates;
+    }
     qo.progress = [&](std::string_view stage, std::size_t done, std::size_t total) {
       progress("quantize: " + std::string(stage), done, total);
     };
