@@ -5,6 +5,7 @@
 // the file. python's onnx 1.23 checker (full_check) validates every file too. Bad graphs get one line
 // naming the node.
 #include "hotpath/infer/onnx_export.h"
+#include "hotpath/infer/prune.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -452,6 +453,13 @@ std::vector<Case> lowered_cases() {
   cases.push_back(image_model_case("resnet18", 3, 64));
   cases.push_back(image_model_case("efficientnet_lite0", 3, 64));
   cases.push_back(image_model_case("vit_tiny", 3, 224));
+  // Structurally pruned (prune.h): narrower convs, depthwise convs with fewer groups, narrower SE and classifier input.
+  for (const char* arch : {"resnet18", "efficientnet_lite0"}) {
+    Case c = image_model_case(arch, 3, 64);
+    c.name = std::string(arch) + "_pruned";
+    c.graph = prune_graph(c.graph, {}, {.ratio = 0.4}).graph;
+    cases.push_back(std::move(c));
+  }
   at::manual_seed(22);
   for (const auto arch : {formats::BertArch::kBert, formats::BertArch::kDistilBert}) {
     auto classifier = std::make_shared<models::BertForSequenceClassification>(tiny_bert_config(arch));

@@ -55,6 +55,10 @@ struct QatOptions {
   double label_weight = 0.0;           // + this × cross-entropy with the batch's labels (0: distillation only)
   int weight_bits = 0;                 // 8 or 7; 0: what this CPU's engine keeps (7 without VNNI)
   bool linear = true;                  // fake-quantize linears too (the export's dynamic int8)
+  // false: no fake quantization at all (no ranges, nothing learned but the float parameters): plain fine-tuning of
+  // the start graph by distillation from the teacher, which may then differ from it in its widths (what pruning
+  // runs after each cut, prune.h).
+  bool fake_quantize = true;
   std::vector<std::string> keep_float; // conv2d/linear node names left float (as QuantizeOptions::keep_float)
   int threads = 0;                     // the fp32 teacher's engine threads (0: default)
   // Called after each step: the step (1-based), the steps in all and the step's loss.
@@ -81,7 +85,8 @@ struct QatResult {
 // add, mul, linear) or other than one float image input, a keep_float name that is no conv2d/linear, options out
 // of range, a batch whose images or labels do not fit (naming the step), a non-finite loss (naming the step).
 // `start`: the student's starting parameters, a graph of the same nodes (qat_start_graph); null: fp32's. The teacher
-// is always `fp32`.
+// is always `fp32`. Without fake_quantize the student is `start` itself: any image graph with fp32's input and
+// output (a pruned copy), trained as it is.
 QatResult qat_train(const Graph& fp32, const QatData& data, const QatOptions& options = {},
                     const Graph* start = nullptr);
 
@@ -92,6 +97,11 @@ std::vector<at::Tensor> qat_forward(const Graph& graph,
                                     const std::map<std::string, std::pair<double, double>>& input_ranges,
                                     const at::Tensor& images, int weight_bits = 0, bool linear = true,
                                     const std::vector<std::string>& keep_float = {});
+
+// ∂L/∂param of every float param of an image graph (by param key), L the cross-entropy of its logits with each
+// batch's labels (the graph's own top-1 class where a batch has none), averaged over `batches`: what Taylor
+// importance (prune.h) weighs the weights by. Throws hotpath::Error for no batches or one that does not fit.
+std::map<std::string, at::Tensor> graph_gradients(const Graph& graph, const std::vector<QatBatch>& batches);
 
 // Where QAT starts from a post-training quantization of `fp32` (quantize_graph's result): the fp32 graph with each
 // node the quantizer made int8 holding its dequantized weight (w_int8 × scale: GPTQ's rounding kept) and its

@@ -243,7 +243,11 @@ QatResult qat_train(const Graph& fp32, const QatData& data, const QatOptions& op
   check_options(options);
   check_graph(fp32, options.keep_float);
   const Graph& student_start = start != nullptr ? *start : fp32;
-  if (start != nullptr) {
+  if (start != nullptr && !options.fake_quantize) {  // a graph of its own (pruned): the same input and output only
+    check_graph(*start, {});
+    HOTPATH_CHECK(start->inputs.front().shape == fp32.inputs.front().shape && start->outputs.size() == fp32.outputs.size(),
+                  "qat: the start graph's input or outputs differ from the teacher's");
+  } else if (start != nullptr) {
     HOTPATH_CHECK(start->nodes.size() == fp32.nodes.size() && start->params.size() == fp32.params.size(),
                   "qat: the start graph has ", start->nodes.size(), " nodes and ", start->params.size(),
                   " params; the fp32 graph ", fp32.nodes.size(), " and ", fp32.params.size());
@@ -263,6 +267,8 @@ QatResult qat_train(const Graph& fp32, const QatData& data, const QatOptions& op
   const int linear_bits = options.weight_bits != 0 ? options.weight_bits : engine_linear_bits;
   const std::int64_t observer_steps =
       options.observer_steps >= 0 ? options.observer_steps : options.initial_ranges.empty() ? options.steps / 2 : 0;
+  HOTPATH_CHECK(options.fake_quantize || (options.initial_ranges.empty() && options.keep_float.empty()),
+                "qat: initial_ranges and keep_float are fake quantization's; fake_quantize is off");
   for (const auto& [name, range] : options.initial_ranges) {
     const Node* n = fp32.find_node(name);
     HOTPATH_CHECK(n != nullptr && n->op == OpKind::kConv2d, "qat: initial_ranges names '", name,
@@ -286,14 +292,19 @@ QatResult qat_train(const Graph& fp32, const QatData& data, const QatOptions& op
     params.emplace(key, std::move(p));
   }
   Ranges ranges = options.initial_ranges;
-  QatInterpreter student{.graph = fp32,
+  // Without fake quantization every conv and linear is "kept float": the interpreter runs the plain graph.
+  std::set<std::string> keep(options.keep_float.begin(), options.keep_float.end());
+  if (!options.fake_quantize) {
+    for (const Node& n : student_start.nodes) keep.insert(n.name);
+  }
+  QatInterpreter student{.graph = options.fake_quantize ? fp32 : student_start,
                          .params = params,
                          .ranges = ranges,
-                         .keep = {options.keep_float.begin(), options.keep_float.end()},
+                         .keep = std::move(keep),
                          .conv_bits = conv_bits,
                          .linear_bits = linear_bits,
-                         .quantize_linear = options.linear,
-                         .fill_missing = true,
+                         .quantize_linear = options.linear && options.fake_quantize,
+                         .fill_missing = options.fake_quantize,
                          .momentum = options.observer_momentum};
   const BatchRunner teacher = engine_runner(options.threads)(fp32);
 
@@ -330,9 +341,9 @@ QatResult qat_train(const Graph& fp32, const QatData& data, const QatOptions& op
       target = teacher({images}).front();
     }
     target = at::softmax(target.clone() / t, -1);  // outside inference mode: autograd may save it
-    student.observe = step <= observer_steps;
+    student.observe = options.fake_quantize && step <= observer_steps;
     student.step = step;
-    if (options.learn_ranges && !student.observe && student.learned.empty() && step > 1) learn_ranges();
+    if (options.fake_quantize && options.learn_ranges && !student.observe && student.learned.empty() && step > 1) learn_ranges();
     const at::Tensor logits = student.forward(images).front();
     at::Tensor loss = at::kl_div(at::log_softmax(logits / t, -1), target, at::Reduction::None).sum(-1).mean() * (t * t);
     if (options.label_weight > 0.0) loss = loss + options.label_weight * at::cross_entropy_loss(logits, batch.labels);
@@ -363,7 +374,7 @@ QatResult qat_train(const Graph& fp32, const QatData& data, const QatOptions& op
   }
 
   QatResult result;
-  result.graph = fp32;
+  result.graph = options.fake_quantize ? fp32 : student_start;
   for (auto& [key, p] : result.graph.params) {
     if (p.is_floating_point()) p = params.at(key).detach().clone();
   }
@@ -391,7 +402,8 @@ QatResult qat_train(const Graph& fp32, const QatData& data, const QatOptions& op
                    {"label_weight", options.label_weight},
                    {"conv_weight_bits", conv_bits},
                    {"linear_weight_bits", linear_bits},
-                   {"fake_quantized_linears", options.linear},
+                   {"fake_quantize", options.fake_quantize},
+                   {"fake_quantized_linears", options.linear && options.fake_quantize},
                    {"keep_float", options.keep_float},
                    {"loss_first", mean(losses, 0, window)},
                    {"loss_last", mean(losses, n - window, n)},
@@ -418,6 +430,39 @@ std::vector<at::Tensor> qat_forward(const Graph& graph,
                      .linear_bits = weight_bits != 0 ? weight_bits : engine_linear_bits,
                      .quantize_linear = linear};
   return run.forward(images.to(at::kFloat));
+}
+
+std::map<std::string, at::Tensor> graph_gradients(const Graph& graph, const std::vector<QatBatch>& batches) {
+  check_graph(graph, {});
+  HOTPATH_CHECK(!batches.empty(), "graph_gradients: no batches");
+  const c10::InferenceMode training(/*enabled=*/false);
+  const at::AutoGradMode grad(true);
+  std::map<std::string, at::Tensor> params;
+  std::vector<std::pair<std::string, at::Tensor>> trained;
+  for (const auto& [key, t] : graph.params) {
+    at::Tensor p = t.detach().to(at::kFloat).clone();
+    if (p.is_floating_point()) {
+      p.requires_grad_(true);
+      trained.emplace_back(key, p);
+    }
+    params.emplace(key, std::move(p));
+  }
+  Ranges none;
+  std::set<std::string> keep;
+  for (const Node& n : graph.nodes) keep.insert(n.name);
+  QatInterpreter run{.graph = graph, .params = params, .ranges = none, .keep = std::move(keep), .quantize_linear = false};
+  std::int64_t step = 0;
+  for (const QatBatch& b : batches) {
+    check_batch(graph, b, ++step, /*need_labels=*/false);
+    const at::Tensor logits = run.forward(b.images.to(at::kFloat).contiguous()).front();
+    const at::Tensor labels = b.labels.defined() ? b.labels : logits.detach().argmax(-1);
+    HOTPATH_CHECK(labels.dim() == 1 && labels.size(0) == logits.size(0) && labels.scalar_type() == at::kLong,
+                  "graph_gradients: batch ", step, ": labels must be int64 [", logits.size(0), "]");
+    (at::cross_entropy_loss(logits, labels) / static_cast<double>(batches.size())).backward();
+  }
+  std::map<std::string, at::Tensor> out;
+  for (auto& [key, p] : trained) out.emplace(key, p.grad().defined() ? p.grad().detach() : at::zeros_like(p));
+  return out;
 }
 
 Graph qat_start_graph(const Graph& fp32, const QuantizeResult& post_training) {

@@ -1,0 +1,592 @@
+// Structured channel pruning of an image graph (prune.h): dependency groups over the graph's values, importance,
+// the cut, the MACs search and the iterative prune → fine-tune loop; magnitude pruning with its sparsity report.
+#include "hotpath/infer/prune.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hotpath/core/error.h"
+
+namespace hotpath::infer {
+namespace {
+
+// One channel axis of one value before the unions: its channel count, why it is fixed, who reads and writes it.
+struct Space {
+  std::int64_t channels = -1;
+  std::string fixed_by;
+  std::vector<std::size_t> producers, consumers, depthwise;  // node indices
+  std::vector<std::string> values;
+};
+
+// The analysis channel_groups, graph_cost and the MACs search share: the groups plus, per conv2d/linear node, which
+// group its input and output channels belong to and how many positions it runs at.
+struct Analysis {
+  std::vector<ChannelGroup> groups;
+  struct NodeCost {
+    std::size_t node = 0;
+    std::size_t in_group = 0, out_group = 0;  // indices into groups
+    std::int64_t in = 0, out = 0;             // channels today
+    std::int64_t per_position = 0;            // (I/groups)·kh·kw multiply-adds per output channel and position
+    std::int64_t positions = 0;               // Hout·Wout (1 for a linear)
+    bool depthwise = false;
+  };
+  std::vector<NodeCost> costs;
+};
+
+class UnionFind {
+ public:
+  std::size_t add() {
+    parent_.push_back(parent_.size());
+    return parent_.size() - 1;
+  }
+  std::size_t find(std::size_t i) {
+    while (parent_[i] != i) i = parent_[i] = parent_[parent_[i]];
+    return i;
+  }
+  // The root of the union: the older (smaller) of the two, so groups keep their first value's order.
+  std::size_t unite(std::size_t a, std::size_t b) {
+    a = find(a);
+    b = find(b);
+    if (a == b) return a;
+    if (b < a) std::swap(a, b);
+    parent_[b] = a;
+    return a;
+  }
+
+ private:
+  std::vector<std::size_t> parent_;
+};
+
+// A value's channel axis and shape as far as the analysis needs them: rank, channels, spatial size (-1 unknown).
+struct ValueInfo {
+  std::size_t space = 0;
+  std::int64_t rank = 4;
+  std::int64_t height = -1, width = -1;
+};
+
+Analysis analyse(const Graph& graph) {
+  graph.validate();
+  std::vector<Space> spaces;
+  UnionFind uf;
+  const auto new_space = [&](std::int64_t channels, const std::string& value) {
+    Space sp;
+    sp.channels = channels;
+    sp.values = {value};
+    spaces.push_back(std::move(sp));
+    return uf.add();
+  };
+  const auto fix = [&](std::size_t s, const std::string& why) {
+    Space& sp = spaces[uf.find(s)];
+    if (sp.fixed_by.empty()) sp.fixed_by = why;
+  };
+  const auto channels_of = [&](std::size_t s) { return spaces[uf.find(s)].channels; };
+  const auto set_channels = [&](std::size_t s, std::int64_t c, const Node& n, const std::string& value) {
+    Space& sp = spaces[uf.find(s)];
+    if (sp.channels < 0) sp.channels = c;
+    HOTPATH_CHECK(sp.channels == c, "prune: node ", n.name, " reads ", c, " channels from value ", value,
+                  ", which has ", sp.channels);
+  };
+  const auto unite = [&](std::size_t a, std::size_t b, const Node& n) {
+    const std::size_t ra = uf.find(a), rb = uf.find(b);
+    if (ra == rb) return;
+    Space& sa = spaces[ra];
+    Space& sb = spaces[rb];
+    HOTPATH_CHECK(sa.channels < 0 || sb.channels < 0 || sa.channels == sb.channels, "prune: node ", n.name,
+                  " ties values of ", sa.channels, " and ", sb.channels, " channels (", sa.values.front(), ", ",
+                  sb.values.front(), ")");
+    const std::size_t root = uf.unite(ra, rb);
+    Space& into = spaces[root];
+    Space& from = spaces[root == ra ? rb : ra];
+    if (into.channels < 0) into.channels = from.channels;
+    if (into.fixed_by.empty()) into.fixed_by = from.fixed_by;
+    for (std::vector<std::size_t> Space::*list : {&Space::producers, &Space::consumers, &Space::depthwise}) {
+      (into.*list).insert((into.*list).end(), (from.*list).begin(), (from.*list).end());
+    }
+    into.values.insert(into.values.end(), from.values.begin(), from.values.end());
+  };
+
+  std::map<std::string, ValueInfo> values;
+  for (const ValueSpec& in : graph.inputs) {
+    const bool image = in.shape.size() == 4;
+    ValueInfo v{.space = new_space(image ? in.shape[1] : -1, in.name),
+                .rank = static_cast<std::int64_t>(in.shape.size()),
+                .height = image ? in.shape[2] : -1,
+                .width = image ? in.shape[3] : -1};
+    fix(v.space, "graph input " + in.name);
+    values[in.name] = v;
+  }
+  Analysis a;
+  std::vector<std::pair<std::size_t, std::size_t>> cost_spaces;  // per a.costs entry: its in and out space
+  for (std::size_t i = 0; i < graph.nodes.size(); ++i) {
+    const Node& n = graph.nodes[i];
+    HOTPATH_CHECK(n.attr_str("quant", "").empty(), "prune: node ", n.name, " is quantized (", n.attr_str("quant", ""),
+                  "); prune the fp32 graph, then quantize");
+    const ValueInfo x = n.inputs.empty() || n.input(0).empty() ? ValueInfo{} : values.at(n.input(0));
+    ValueInfo y = x;
+    const auto residual = [&](std::size_t out_space) {
+      if (n.inputs.size() > 1 && !n.input(1).empty()) unite(out_space, values.at(n.input(1)).space, n);
+    };
+    switch (n.op) {
+      case OpKind::kConv2d: {
+        const at::Tensor& w = graph.params.at(n.params.at("weight"));
+        const std::int64_t groups = n.attr_int("groups", 1);
+        const std::int64_t out = w.size(0), per_group = w.size(1);
+        set_channels(x.space, per_group * groups, n, n.input(0));
+        const auto stride = n.attr_ints("stride", {1, 1});
+        const auto pad = n.attr_ints("padding", {0, 0, 0, 0}), dil = n.attr_ints("dilation", {1, 1});
+        const auto size = [&](std::int64_t in, std::int64_t before, std::int64_t after, std::int64_t kk,
+                              std::int64_t s, std::int64_t d) {
+          return in < 0 ? in : (in + before + after - d * (kk - 1) - 1) / s + 1;
+        };
+        y.height = size(x.height, pad[0], pad[2], w.size(2), stride[0], dil[0]);
+        y.width = size(x.width, pad[1], pad[3], w.size(3), stride[1], dil[1]);
+        y.rank = 4;
+        const bool depthwise = groups > 1 && per_group == 1 && out == groups;
+        if (groups == 1) {
+          y.space = new_space(out, n.output);
+          spaces[y.space].producers.push_back(i);
+          spaces[uf.find(x.space)].consumers.push_back(i);
+        } else if (depthwise) {
+          y.space = x.space;
+          spaces[uf.find(x.space)].depthwise.push_back(i);
+          spaces[uf.find(x.space)].values.push_back(n.output);
+        } else {
+          y.space = new_space(out, n.output);
+          fix(x.space, "grouped conv " + n.name + " (groups " + std::to_string(groups) + ")");
+          fix(y.space, "grouped conv " + n.name + " (groups " + std::to_string(groups) + ")");
+        }
+        residual(y.space);
+        a.costs.push_back({.node = i,
+                           .in = per_group * groups,
+                           .out = out,
+                           .per_position = per_group * w.size(2) * w.size(3),
+                           .positions = y.height * y.width,
+                           .depthwise = depthwise});
+        cost_spaces.emplace_back(x.space, y.space);
+        break;
+      }
+      case OpKind::kLinear: {
+        const at::Tensor& w = graph.params.at(n.params.at("weight"));
+        y.space = new_space(w.size(0), n.output);
+        if (x.rank == 2) {
+          set_channels(x.space, w.size(1), n, n.input(0));
+          spaces[y.space].producers.push_back(i);
+          spaces[uf.find(x.space)].consumers.push_back(i);
+        } else {  // over a last axis that is no channel axis here
+          fix(x.space, "linear " + n.name + " over a rank-" + std::to_string(x.rank) + " value");
+          fix(y.space, "linear " + n.name + " over a rank-" + std::to_string(x.rank) + " value");
+        }
+        residual(y.space);
+        a.costs.push_back({.node = i, .in = w.size(1), .out = w.size(0), .per_position = w.size(1), .positions = 1});
+        cost_spaces.emplace_back(x.space, y.space);
+        break;
+      }
+      case OpKind::kMaxPool2d: {
+        const auto k = n.attr_ints("kernel", {}), s = n.attr_ints("stride", {}), p = n.attr_ints("padding", {0, 0});
+        if (x.height >= 0) y.height = (x.height + 2 * p[0] - k[0]) / s[0] + 1;
+        if (x.width >= 0) y.width = (x.width + 2 * p[1] - k[1]) / s[1] + 1;
+        spaces[uf.find(x.space)].values.push_back(n.output);
+        break;
+      }
+      case OpKind::kGlobalAvgPool:
+        y.height = y.width = 1;
+        y.rank = n.attr_int("keepdims", 0) != 0 ? 4 : 2;
+        spaces[uf.find(x.space)].values.push_back(n.output);
+        break;
+      case OpKind::kAdd:
+      case OpKind::kMul: {
+        const ValueInfo& b = values.at(n.input(1));
+        if (channels_of(x.space) == channels_of(b.space)) {
+          unite(x.space, b.space, n);
+        } else {  // a broadcast over channels: nothing ties them, nothing may change either
+          fix(x.space, std::string(op_name(n.op)) + " " + n.name + " broadcasts over channels");
+          fix(b.space, std::string(op_name(n.op)) + " " + n.name + " broadcasts over channels");
+        }
+        spaces[uf.find(x.space)].values.push_back(n.output);
+        break;
+      }
+      default:
+        for (const std::string& in : n.inputs) {
+          if (!in.empty()) fix(values.at(in).space, std::string(op_name(n.op)) + " " + n.name);
+        }
+        y = ValueInfo{.space = new_space(-1, n.output), .rank = -1};
+        fix(y.space, std::string(op_name(n.op)) + " " + n.name);
+        break;
+    }
+    values[n.output] = y;
+  }
+  for (const std::string& out : graph.outputs) fix(values.at(out).space, "graph output " + out);
+
+  // One group per root, ordered by the first node that writes it (the graph input's group first).
+  std::map<std::size_t, std::size_t> group_of_root;
+  std::vector<std::pair<std::size_t, std::size_t>> order;  // (first writer's node index + 1, root); 0: an input
+  for (std::size_t s = 0; s < spaces.size(); ++s) {
+    if (uf.find(s) != s) continue;
+    const Space& sp = spaces[s];
+    std::size_t first = 0;
+    if (!sp.producers.empty() || !sp.depthwise.empty()) {
+      first = 1 + std::min(sp.producers.empty() ? graph.nodes.size() : *std::min_element(sp.producers.begin(), sp.producers.end()),
+                           sp.depthwise.empty() ? graph.nodes.size() : *std::min_element(sp.depthwise.begin(), sp.depthwise.end()));
+    }
+    order.emplace_back(first, s);
+  }
+  std::stable_sort(order.begin(), order.end());
+  const auto names = [&](std::vector<std::size_t> idx) {
+    std::sort(idx.begin(), idx.end());
+    std::vector<std::string> out;
+    for (std::size_t i : idx) out.push_back(graph.nodes[i].name);
+    return out;
+  };
+  for (const auto& [first, root] : order) {
+    const Space& sp = spaces[root];
+    ChannelGroup g;
+    g.channels = sp.channels;
+    g.producers = names(sp.producers);
+    g.consumers = names(sp.consumers);
+    g.depthwise = names(sp.depthwise);
+    g.values = sp.values;
+    g.fixed_by = sp.fixed_by;
+    if (g.fixed_by.empty() && g.producers.empty() && g.depthwise.empty()) g.fixed_by = "no node writes its channels";
+    if (g.fixed_by.empty() && g.channels <= 1) g.fixed_by = "a single channel";
+    g.prunable = g.fixed_by.empty();
+    group_of_root[root] = a.groups.size();
+    a.groups.push_back(std::move(g));
+  }
+  for (std::size_t c = 0; c < a.costs.size(); ++c) {
+    a.costs[c].in_group = group_of_root.at(uf.find(cost_spaces[c].first));
+    a.costs[c].out_group = group_of_root.at(uf.find(cost_spaces[c].second));
+  }
+  return a;
+}
+
+// Multiply-adds of one sample with each group at `widths` (channels now where a group is absent from the map).
+double macs_at(const Analysis& a, const std::map<std::size_t, std::int64_t>& widths) {
+  const auto width = [&](std::size_t g, std::int64_t now) {
+    auto it = widths.find(g);
+    return it == widths.end() ? now : it->second;
+  };
+  double macs = 0.0;
+  for (const Analysis::NodeCost& c : a.costs) {
+    const double out = static_cast<double>(width(c.out_group, c.out));
+    // A depthwise conv's multiply-adds per output channel do not depend on the width; a dense one's scale with the
+    // input width (per_position is (I/groups)·kh·kw today).
+    const double in_scale =
+        c.depthwise ? 1.0 : static_cast<double>(width(c.in_group, c.in)) / static_cast<double>(c.in);
+    macs += out * static_cast<double>(c.per_position) * in_scale * static_cast<double>(c.positions);
+  }
+  return macs;
+}
+
+at::Tensor slice_scores(const at::Tensor& w, const at::Tensor& g, bool rows, Importance importance) {
+  const at::Tensor wf = (rows ? w : w.transpose(0, 1)).to(at::kFloat).flatten(1);
+  if (importance == Importance::kTaylor) {
+    const at::Tensor gf = (rows ? g : g.transpose(0, 1)).to(at::kFloat).flatten(1);
+    return (wf * gf).sum(1).abs();
+  }
+  return importance == Importance::kL1 ? wf.abs().sum(1) : wf.square().sum(1);
+}
+
+std::vector<std::int64_t> top_channels(const at::Tensor& importance, std::int64_t keep) {
+  // The `keep` largest, ties to the lower index (a stable sort), returned in ascending channel order.
+  const at::Tensor order = std::get<1>(at::sort(importance.contiguous(), /*stable=*/true, /*dim=*/0, /*descending=*/true));
+  std::vector<std::int64_t> kept(order.data_ptr<std::int64_t>(), order.data_ptr<std::int64_t>() + keep);
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
+void check_options(const Graph& graph, const PruneOptions& o) {
+  const bool by_ratio = o.ratio != 0.0, by_macs = o.target_macs != 0.0;
+  HOTPATH_CHECK(by_ratio != by_macs, "prune: give exactly one of ratio (channels removed per group) or target_macs "
+                                     "(the fraction of multiply-adds to keep)");
+  HOTPATH_CHECK(!by_ratio || (o.ratio > 0.0 && o.ratio < 1.0), "prune: ratio must be in (0, 1) (1 would remove "
+                                                               "every channel); got ", o.ratio);
+  HOTPATH_CHECK(!by_macs || (o.target_macs > 0.0 && o.target_macs < 1.0),
+                "prune: target_macs (the fraction of multiply-adds kept) must be in (0, 1); got ", o.target_macs);
+  HOTPATH_CHECK(o.round_to >= 1 && o.round_to <= 1024, "prune: round_to must be in [1, 1024]; got ", o.round_to);
+  HOTPATH_CHECK(o.iterations >= 1 && o.iterations <= 1000, "prune: iterations must be in [1, 1000]; got ",
+                o.iterations);
+  HOTPATH_CHECK(o.taylor_batches >= 1 && o.taylor_batches <= 10000, "prune: taylor_batches must be in [1, 10000]; got ",
+                o.taylor_batches);
+  HOTPATH_CHECK(o.finetune_steps >= 0 && o.finetune_steps <= 10000000, "prune: finetune_steps must be in "
+                                                                       "[0, 10000000]; got ", o.finetune_steps);
+  for (const std::string& name : o.ignore) {
+    const Node* n = graph.find_node(name);
+    HOTPATH_CHECK(n != nullptr && (n->op == OpKind::kConv2d || n->op == OpKind::kLinear), "prune: ignore names '",
+                  name, "', which is no conv2d or linear node of the graph");
+  }
+}
+
+// The groups of `graph` with the ignored nodes' output groups fixed.
+Analysis analyse_with(const Graph& graph, const std::vector<std::string>& ignore) {
+  Analysis a = analyse(graph);
+  for (ChannelGroup& g : a.groups) {
+    for (const std::string& name : ignore) {
+      const bool writes = std::find(g.producers.begin(), g.producers.end(), name) != g.producers.end() ||
+                          std::find(g.depthwise.begin(), g.depthwise.end(), name) != g.depthwise.end();
+      if (writes && g.prunable) {
+        g.prunable = false;
+        g.fixed_by = "ignore " + name;
+      }
+    }
+  }
+  return a;
+}
+
+}  // namespace
+
+std::string ChannelGroup::name() const {
+  if (!producers.empty()) return producers.front();
+  return depthwise.empty() ? (values.empty() ? std::string("?") : values.front()) : depthwise.front();
+}
+
+std::vector<ChannelGroup> channel_groups(const Graph& graph) { return analyse(graph).groups; }
+
+GraphCost graph_cost(const Graph& graph) {
+  const Analysis a = analyse(graph);
+  GraphCost c;
+  for (const Analysis::NodeCost& n : a.costs) {
+    HOTPATH_CHECK(n.positions >= 1, "graph_cost: node ", graph.nodes[n.node].name,
+                  " runs at a size the graph does not fix (its input's height and width must be fixed)");
+  }
+  c.macs = macs_at(a, {});
+  for (const auto& [key, t] : graph.params) c.params += t.numel();
+  return c;
+}
+
+const char* importance_name(Importance importance) {
+  switch (importance) {
+    case Importance::kL1: return "l1";
+    case Importance::kL2: return "l2";
+    case Importance::kTaylor: return "taylor";
+  }
+  return "?";
+}
+
+Importance importance_from_name(const std::string& name) {
+  for (Importance i : {Importance::kL1, Importance::kL2, Importance::kTaylor}) {
+    if (name == importance_name(i)) return i;
+  }
+  throw Error("prune: importance '" + name + "' is none of l1, l2, taylor");
+}
+
+at::Tensor channel_importance(const Graph& graph, const ChannelGroup& group, Importance importance,
+                              const std::map<std::string, at::Tensor>& gradients) {
+  const at::NoGradGuard no_grad;
+  at::Tensor sum = at::zeros({group.channels}, at::kFloat);
+  std::int64_t members = 0;
+  const auto add = [&](const std::string& name, bool rows) {
+    const Node* n = graph.find_node(name);
+    HOTPATH_CHECK(n != nullptr, "prune: the group names node ", name, ", which the graph does not have");
+    const std::string& key = n->params.at("weight");
+    at::Tensor grad;
+    if (importance == Importance::kTaylor) {
+      auto it = gradients.find(key);
+      HOTPATH_CHECK(it != gradients.end(), "prune: taylor importance needs the gradient of ", key);
+      grad = it->second;
+    }
+    const at::Tensor s = slice_scores(graph.params.at(key), grad, rows, importance);
+    HOTPATH_CHECK(s.size(0) == group.channels, "prune: node ", name, " has ", s.size(0), " channels where its group has ",
+                  group.channels);
+    sum += s;
+    ++members;
+  };
+  for (const std::string& p : group.producers) add(p, /*rows=*/true);
+  for (const std::string& c : group.consumers) add(c, /*rows=*/false);
+  for (const std::string& d : group.depthwise) add(d, /*rows=*/true);
+  HOTPATH_CHECK(members > 0, "prune: group ", group.name(), " has no weights to score");
+  at::Tensor imp = sum / static_cast<double>(members);
+  const double mean = imp.mean().item<double>();
+  return mean > 0.0 ? imp / mean : imp;
+}
+
+Graph prune_channels(const Graph& graph, const std::vector<ChannelGroup>& groups,
+                     const std::map<std::size_t, std::vector<std::int64_t>>& kept) {
+  Graph out = graph;
+  for (const auto& [index, channels] : kept) {
+    HOTPATH_CHECK(index < groups.size(), "prune: group index ", index, " beyond the ", groups.size(), " groups");
+    const ChannelGroup& g = groups[index];
+    HOTPATH_CHECK(g.prunable, "prune: group ", g.name(), " is fixed (", g.fixed_by, ")");
+    HOTPATH_CHECK(!channels.empty() && static_cast<std::int64_t>(channels.size()) <= g.channels,
+                  "prune: group ", g.name(), " keeps ", channels.size(), " of its ", g.channels,
+                  " channels; at least one");
+    for (std::size_t i = 0; i < channels.size(); ++i) {
+      HOTPATH_CHECK(channels[i] >= 0 && channels[i] < g.channels && (i == 0 || channels[i] > channels[i - 1]),
+                    "prune: group ", g.name(), ": kept channels must ascend within [0, ", g.channels, ")");
+    }
+    const at::Tensor idx = at::tensor(channels, at::kLong);
+    const auto slice = [&](const std::string& name, const std::string& role, std::int64_t dim) {
+      const Node* n = out.find_node(name);
+      auto it = n->params.find(role);
+      if (it == n->params.end()) return;
+      at::Tensor& t = out.params.at(it->second);
+      t = t.index_select(dim, idx).contiguous();
+    };
+    for (const std::string& p : g.producers) {
+      slice(p, "weight", 0);
+      slice(p, "bias", 0);
+    }
+    for (const std::string& c : g.consumers) slice(c, "weight", 1);
+    for (const std::string& d : g.depthwise) {
+      slice(d, "weight", 0);
+      slice(d, "bias", 0);
+      for (Node& n : out.nodes) {
+        if (n.name == d) n.attrs["groups"] = static_cast<std::int64_t>(channels.size());
+      }
+    }
+  }
+  out.validate();
+  return out;
+}
+
+std::int64_t kept_channels(std::int64_t channels, double ratio, std::int64_t round_to) {
+  auto keep = static_cast<std::int64_t>(static_cast<double>(channels) * (1.0 - ratio));
+  if (round_to > 1 && channels >= round_to) keep = std::max(round_to, keep - keep % round_to);
+  return std::clamp<std::int64_t>(keep, 1, channels);
+}
+
+PruneResult prune_graph(const Graph& graph, const QatData& data, const PruneOptions& options) {
+  check_options(graph, options);
+  const auto clock_start = std::chrono::steady_clock::now();
+  const Analysis first = analyse_with(graph, options.ignore);
+  std::vector<std::size_t> prunable;
+  for (std::size_t g = 0; g < first.groups.size(); ++g) {
+    if (first.groups[g].prunable) prunable.push_back(g);
+  }
+  HOTPATH_CHECK(!prunable.empty(), "prune: the graph has no prunable channel group (every group touches a graph input "
+                                   "or output, an ignored node or an op pruning does not follow)");
+  HOTPATH_CHECK(options.importance != Importance::kTaylor || static_cast<bool>(data),
+                "prune: taylor importance needs data (batches to take the gradients on)");
+  HOTPATH_CHECK(options.finetune_steps == 0 || static_cast<bool>(data), "prune: fine-tuning needs data");
+  const GraphCost before = graph_cost(graph);
+  const auto widths_at = [&](double ratio) {
+    std::map<std::size_t, std::int64_t> w;
+    for (std::size_t g : prunable) w[g] = kept_channels(first.groups[g].channels, ratio, options.round_to);
+    return w;
+  };
+  double ratio = options.ratio;
+  if (options.target_macs > 0.0) {  // the smallest uniform ratio whose MACs are within the target (bisection)
+    const double goal = options.target_macs * before.macs;
+    double lo = 0.0, hi = 0.9999;
+    const double least = macs_at(first, widths_at(hi));
+    HOTPATH_CHECK(least <= goal, "prune: target_macs ", options.target_macs, " is out of reach: pruning every group to ",
+                  "its least keeps ", least / before.macs, " of the multiply-adds (the fixed groups' layers stay)");
+    for (int i = 0; i < 50; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      (macs_at(first, widths_at(mid)) <= goal ? hi : lo) = mid;
+    }
+    ratio = hi;
+  }
+
+  Graph current = graph;
+  nlohmann::ordered_json finetune = nlohmann::ordered_json::array();
+  for (std::int64_t it = 1; it <= options.iterations; ++it) {
+    const double step_ratio = ratio * static_cast<double>(it) / static_cast<double>(options.iterations);
+    const Analysis now = analyse_with(current, options.ignore);
+    HOTPATH_CHECK(now.groups.size() == first.groups.size(), "prune: the pruned graph's groups changed (",
+                  now.groups.size(), " from ", first.groups.size(), ")");
+    std::map<std::string, at::Tensor> gradients;
+    if (options.importance == Importance::kTaylor) {
+      std::vector<QatBatch> batches;
+      for (std::int64_t b = 0; b < options.taylor_batches; ++b) batches.push_back(data());
+      gradients = graph_gradients(current, batches);
+    }
+    std::map<std::size_t, std::vector<std::int64_t>> kept;
+    for (std::size_t g : prunable) {
+      const std::int64_t keep = kept_channels(first.groups[g].channels, step_ratio, options.round_to);
+      if (keep >= now.groups[g].channels) continue;
+      kept[g] = top_channels(channel_importance(current, now.groups[g], options.importance, gradients), keep);
+    }
+    current = prune_channels(current, now.groups, kept);
+    if (options.progress) options.progress(it, options.iterations);
+    if (options.finetune_steps > 0) {
+      QatOptions o = options.finetune;
+      o.steps = options.finetune_steps;
+      o.fake_quantize = false;
+      o.initial_ranges.clear();
+      o.keep_float.clear();
+      QatResult r = qat_train(graph, data, o, &current);
+      current = std::move(r.graph);
+      finetune.push_back({{"iteration", it},
+                          {"steps", o.steps},
+                          {"loss_first", r.report["loss_first"]},
+                          {"loss_last", r.report["loss_last"]},
+                          {"seconds", r.report["seconds"]}});
+    }
+  }
+
+  const GraphCost after = graph_cost(current);
+  const Analysis last = analyse(current);
+  nlohmann::ordered_json groups = nlohmann::ordered_json::array();
+  std::int64_t fixed = 0;
+  for (std::size_t g = 0; g < first.groups.size(); ++g) {
+    if (!first.groups[g].prunable) {
+      ++fixed;
+      continue;
+    }
+    groups.push_back({{"name", first.groups[g].name()},
+                      {"channels", first.groups[g].channels},
+                      {"kept", last.groups[g].channels}});
+  }
+  PruneResult result;
+  result.graph = std::move(current);
+  result.report = {
+      {"method", "structured channel pruning (dependency groups)"},
+      {"importance", importance_name(options.importance)},
+      {"ratio", ratio},
+      {"target_macs", options.target_macs},
+      {"round_to", options.round_to},
+      {"iterations", options.iterations},
+      {"ignore", options.ignore},
+      {"finetune_steps_per_iteration", options.finetune_steps},
+      {"macs", {{"before", before.macs}, {"after", after.macs}, {"kept", after.macs / before.macs}}},
+      {"params", {{"before", before.params},
+                  {"after", after.params},
+                  {"kept", static_cast<double>(after.params) / static_cast<double>(std::max<std::int64_t>(1, before.params))}}},
+      {"prunable_groups", groups},
+      {"fixed_groups", fixed},
+      {"finetune", finetune},
+      {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - clock_start).count()}};
+  return result;
+}
+
+nlohmann::ordered_json magnitude_prune(Graph& graph, double sparsity) {
+  HOTPATH_CHECK(sparsity >= 0.0 && sparsity < 1.0, "prune: sparsity must be in [0, 1); got ", sparsity);
+  const at::NoGradGuard no_grad;
+  nlohmann::ordered_json nodes = nlohmann::ordered_json::object();
+  std::int64_t zeros = 0, total = 0;
+  for (const Node& n : graph.nodes) {
+    if (n.op != OpKind::kConv2d && n.op != OpKind::kLinear) continue;
+    HOTPATH_CHECK(n.attr_str("quant", "").empty(), "prune: node ", n.name, " is quantized; prune the fp32 graph");
+    at::Tensor& w = graph.params.at(n.params.at("weight"));
+    const auto k = static_cast<std::int64_t>(sparsity * static_cast<double>(w.numel()));
+    if (k > 0) {
+      at::Tensor flat = w.contiguous().view({-1}).clone();
+      const at::Tensor smallest = std::get<1>(at::sort(flat.abs(), /*stable=*/true, 0, false)).narrow(0, 0, k);
+      flat.index_fill_(0, smallest, 0.0);
+      w = flat.view(w.sizes());
+    }
+    const std::int64_t z = (w == 0).sum().item<std::int64_t>();
+    nodes[n.name] = static_cast<double>(z) / static_cast<double>(w.numel());
+    zeros += z;
+    total += w.numel();
+  }
+  return {{"method", "magnitude (unstructured)"},
+          {"sparsity_target", sparsity},
+          {"sparsity", total > 0 ? static_cast<double>(zeros) / static_cast<double>(total) : 0.0},
+          {"speedup", "none: the weights stay dense tensors, so the engine (and any dense kernel) runs exactly as many "
+                      "multiply-adds; zeros only make the package compress better. Structured pruning removes "
+                      "channels and does speed up."},
+          {"nodes", nodes}};
+}
+
+}  // namespace hotpath::infer
