@@ -305,7 +305,12 @@ def export(
     Other settings are the CLI's options with underscores, defaulting as there: calibration_samples,
     max_bad_samples, max_output_error, min_output_cosine, weight_rounding ('gptq' | 'nearest'), clip_candidates,
     keep_float (node names), min_agreement, allow_accuracy_loss, threads; task ('auto' | 'classify' | 'embed') and
-    max_length for text models.
+    max_length for text models. Quantization-aware training (int8 image models): qat_data (shards), qat_steps,
+    qat_lr, qat_batch_size, qat_observer_steps, qat_temperature, qat_label_weight, qat_crop_scale, qat_seed,
+    qat_biases_only. Structured pruning (image models): prune_macs (fraction of the multiply-adds kept) or
+    prune_ratio, prune_importance ('l1' | 'l2' | 'taylor'), prune_round_to, prune_iterations, prune_ignore,
+    prune_data (shards to fine-tune on), prune_finetune_steps, prune_lr, prune_batch_size, prune_temperature,
+    prune_label_weight, prune_crop_scale, prune_seed; sparsity (magnitude pruning: no speed-up, see the report).
     Raises ValueError for a bad setting or a refused accuracy loss (the package is then not written), OSError for
     a missing file.
     """
@@ -332,8 +337,11 @@ def export(
         raise ValueError(f"export: format: expected 'package' or 'onnx', got {format!r}")
     options = dict(settings, precision=precision, overwrite=overwrite)
     if calibration is not None:
-        items = [calibration] if isinstance(calibration, (str, os.PathLike)) else list(calibration)
-        options["calibration"] = [os.fspath(c) for c in items]
+        options["calibration"] = calibration
+    for key in ("calibration", "qat_data", "prune_data", "keep_float", "prune_ignore"):  # one name or path, or many
+        if key in options:
+            items = [options[key]] if isinstance(options[key], (str, os.PathLike)) else list(options[key])
+            options[key] = [os.fspath(c) for c in items]
     r = _C.export_package(source, out, options, progress)
     return ExportResult(out, r["summary"], r["report"], r["warning"])
 

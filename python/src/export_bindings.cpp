@@ -42,6 +42,10 @@ py::dict export_package(const py::dict& source_settings, const std::string& out,
   infer::ExportOptions o;
   o.out = out;
   std::string precision = "fp32", weight_rounding = o.gptq ? "gptq" : "nearest";
+  infer::ExportQat qat;
+  bool qat_biases_only = !qat.options.train_weights;
+  infer::ExportPrune prune;
+  std::string prune_importance = infer::importance_name(prune.options.importance);
   Settings(option_settings, "export")
       .take("precision", precision)
       .take("calibration", o.calibration)
@@ -56,8 +60,42 @@ py::dict export_package(const py::dict& source_settings, const std::string& out,
       .take("allow_accuracy_loss", o.allow_accuracy_loss)
       .take("overwrite", o.overwrite)
       .take("threads", o.threads)
+      .take("qat_data", qat.data)
+      .take("qat_steps", qat.options.steps)
+      .take("qat_lr", qat.options.lr)
+      .take("qat_batch_size", qat.batch_size)
+      .take("qat_observer_steps", qat.options.observer_steps)
+      .take("qat_temperature", qat.options.temperature)
+      .take("qat_label_weight", qat.options.label_weight)
+      .take("qat_crop_scale", qat.crop_scale_min)
+      .take("qat_seed", qat.seed)
+      .take("qat_biases_only", qat_biases_only)
+      .take("prune_macs", prune.options.target_macs)
+      .take("prune_ratio", prune.options.ratio)
+      .take("prune_importance", prune_importance)
+      .take("prune_round_to", prune.options.round_to)
+      .take("prune_iterations", prune.options.iterations)
+      .take("prune_ignore", prune.options.ignore)
+      .take("prune_data", prune.data)
+      .take("prune_finetune_steps", prune.options.finetune_steps)
+      .take("prune_lr", prune.options.finetune.lr)
+      .take("prune_batch_size", prune.batch_size)
+      .take("prune_temperature", prune.options.finetune.temperature)
+      .take("prune_label_weight", prune.options.finetune.label_weight)
+      .take("prune_crop_scale", prune.crop_scale_min)
+      .take("prune_seed", prune.seed)
+      .take("sparsity", o.sparsity)
       .refuse_the_rest();
   o.precision = infer::parse_precision(precision, "export: precision");
+  qat.options.train_weights = !qat_biases_only;
+  if (!qat.data.empty()) o.qat = qat;
+  prune.options.importance = infer::importance_from_name(prune_importance);
+  if (prune.options.ratio > 0.0 || prune.options.target_macs > 0.0) {
+    o.prune = prune;
+  } else {
+    HOTPATH_CHECK(prune.data.empty() && prune.options.ignore.empty(),
+                  "export: prune_data/prune_ignore prune a model: add prune_macs=FRACTION or prune_ratio=R");
+  }
   HOTPATH_CHECK(weight_rounding == "gptq" || weight_rounding == "nearest",
                 "export: weight_rounding: expected 'gptq' or 'nearest', got '", weight_rounding, "'");
   o.gptq = weight_rounding == "gptq";

@@ -39,6 +39,22 @@ def lines(run_dir):
         return [json.loads(line) for line in f]
 
 
+def assert_close(test, a, b, where, rel=1e-5):
+    """a == b, floats within `rel` (relative, 1e-9 absolute), naming where they differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        test.assertEqual(sorted(a), sorted(b), where)
+        for k in a:
+            assert_close(test, a[k], b[k], f"{where}.{k}", rel)
+    elif isinstance(a, list) and isinstance(b, list):
+        test.assertEqual(len(a), len(b), where)
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_close(test, x, y, f"{where}[{i}]", rel)
+    elif isinstance(a, float) or isinstance(b, float):
+        test.assertAlmostEqual(a, b, delta=max(1e-9, rel * max(abs(a), abs(b))), msg=where)
+    else:
+        test.assertEqual(a, b, where)
+
+
 def without_timings(report):
     if isinstance(report, dict):
         return {k: without_timings(v) for k, v in report.items() if k not in TIMING_KEYS}
@@ -220,6 +236,31 @@ class ExportTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "exists"):
             hotpath.infer.export(self.run_dir, out, format="onnx")
         hotpath.infer.export(self.run_dir, out, format="onnx", overwrite=True)
+
+    def test_pruned_package_as_the_cli_then_onnx(self):
+        # Structured pruning to half the multiply-adds with a short fine-tune, then the pruned package as ONNX.
+        out = os.path.join(self.tmp.name, "py-pruned")
+        settings = dict(prune_macs=0.5, prune_data=self.shards[0], prune_finetune_steps=2, prune_batch_size=8,
+                        prune_crop_scale=1.0, qat_data=[], sparsity=0.0)
+        r = hotpath.infer.export(self.run_dir, out, calibration=self.shards, allow_accuracy_loss=True, progress=False,
+                                 **settings)
+        cli = os.path.join(self.tmp.name, "cli-pruned")
+        subprocess.run([os.environ["HOTPATH_CLI"], "export", "--model-dir", self.run_dir, "--out", cli,
+                        "--calibration", *self.shards, "--allow-accuracy-loss", "--prune-macs", "0.5", "--prune-data",
+                        self.shards[0], "--prune-finetune-steps", "2", "--prune-batch-size", "8",
+                        "--prune-crop-scale", "1"], check=True, capture_output=True)
+        with open(os.path.join(cli, "quantization_report.json")) as f:
+            cli_report = json.load(f)
+        # Fine-tuning sums gradients in whatever order the two processes' thread pools take: floats within 1e-5.
+        assert_close(self, without_timings(r.report), without_timings(cli_report), "report")
+        self.assertLessEqual(r.report["prune"]["macs"]["kept"], 0.5)
+        self.assertIn("pruned to", r.summary)
+        onnx_out = os.path.join(self.tmp.name, "pruned.onnx")
+        self.assertGreater(hotpath.infer.export(out, onnx_out, format="onnx").report["nodes"], 0)
+        with self.assertRaisesRegex(ValueError, "prune_macs=FRACTION or prune_ratio"):
+            hotpath.infer.export(self.run_dir, os.path.join(self.tmp.name, "bad"), prune_data=self.shards[0])
+        with self.assertRaisesRegex(ValueError, "1 would remove every channel"):
+            hotpath.infer.export(self.run_dir, os.path.join(self.tmp.name, "bad"), prune_ratio=1.0)
 
     def test_bad_settings_are_named(self):
         out = os.path.join(self.tmp.name, "bad")

@@ -20,6 +20,7 @@
 #include "hotpath/infer/engine.h"
 #include "hotpath/infer/graph.h"
 #include "hotpath/infer/package.h"
+#include "hotpath/infer/prune.h"
 #include "hotpath/infer/qat.h"
 
 namespace hotpath::infer {
@@ -55,6 +56,19 @@ struct ExportQat {
   QatOptions options{};
 };
 
+// Structured pruning before an image model's export (prune.h): the lowered fp32 graph pruned (and, with data,
+// fine-tuned after each cut by distillation from the unpruned model on `data`, the package's preprocessing with a
+// random resized crop and flip as ExportQat's), then converted to the package's precision. The package's accuracy
+// report compares the precision conversion with the pruned fp32 graph; "prune" in it gives the pruned graph's
+// top-1 agreement with the unpruned one on the calibration data.
+struct ExportPrune {
+  std::vector<std::string> data;  // image shards: fine-tuning and Taylor importance (none: a cut without fine-tuning)
+  std::int64_t batch_size = 32;
+  double crop_scale_min = 0.25;
+  std::uint64_t seed = 0;
+  PruneOptions options{};
+};
+
 struct ExportOptions {
   std::filesystem::path out;
   Precision precision = Precision::kFp32;
@@ -73,6 +87,10 @@ struct ExportOptions {
   int clip_candidates = 0;  // int8: conv input ranges also tried clipped (quantize.h QuantizeOptions)
   std::vector<std::string> keep_float;  // int8: linear/conv2d node names never quantized
   std::optional<ExportQat> qat;         // int8 image models: QAT first, then the export at its learned ranges
+  std::optional<ExportPrune> prune;     // image models: structured pruning before everything above
+  // Magnitude (unstructured) pruning: this fraction of each conv/linear weight set to zero (0: none). No speed-up:
+  // the report's "sparsity" says so (prune.h magnitude_prune).
+  double sparsity = 0.0;
   double min_agreement = 0.97;          // top-1 agreement with fp32 below this refuses the export ...
   bool allow_accuracy_loss = false;     // ... unless this is set (the report still says so)
   bool overwrite = false;  // replace an existing package directory (never a run, nor anything else)
@@ -108,7 +126,8 @@ struct LoweredModel {
 };
 LoweredModel lower_export_source(const ExportSource& source);
 
-// `hotpath export --format onnx`: the fp32 graph of `source` written to `out` as ONNX (opset 17, a dynamic batch
+// `hotpath export --format onnx`: the fp32 graph of `source` (or of an fp32 model package given as model_dir: a pruned
+// one, say) written to `out` as ONNX (opset 17, a dynamic batch
 // axis, and a dynamic sequence axis for text inputs). An existing `out` is replaced only with `overwrite`, and only
 // when it is an .onnx file (never a run's weights). Returns the lowered model (its graph's nodes and inputs).
 LoweredModel export_onnx_file(const ExportSource& source, const std::filesystem::path& out, bool overwrite,

@@ -5,6 +5,8 @@
 //   hotpath export --model resnet50 --num-classes 1000 --random-init --out pkg/r50 --precision bf16
 //   hotpath export --config bert-base.json --random-init --out pkg/bert-base --precision int8
 //   hotpath export --model-dir runs/fmnist --format onnx --out fmnist.onnx
+//   hotpath export --model-dir runs/fmnist --out pkg/fmnist-half --prune-macs 0.5 --prune-data 'train-*.tar'
+//   hotpath export --model-dir pkg/fmnist-half --format onnx --out fmnist-half.onnx
 #include <CLI/CLI.hpp>
 
 #include <ATen/Parallel.h>
@@ -44,6 +46,9 @@ struct ExportArgs {
   infer::ExportQat qat{};  // used when qat.data is set (--qat-data)
   std::string recipe;      // --recipe: more of these flags from a YAML file
   bool qat_biases_only = !infer::QatOptions{}.train_weights;
+  infer::ExportPrune prune{};  // used when --prune-ratio or --prune-macs is set
+  std::string prune_importance = infer::importance_name(infer::PruneOptions{}.importance);
+  double sparsity = infer::ExportOptions{}.sparsity;
 };
 
 void run(const ExportArgs& a) {
@@ -62,6 +67,11 @@ void run(const ExportArgs& a) {
   }
   infer::ExportQat qat = a.qat;
   qat.options.train_weights = !a.qat_biases_only;
+  infer::ExportPrune prune = a.prune;
+  prune.options.importance = infer::importance_from_name(a.prune_importance);
+  const bool pruning = prune.options.ratio > 0.0 || prune.options.target_macs > 0.0;
+  HOTPATH_CHECK(pruning || (prune.data.empty() && prune.options.ignore.empty()),
+                "export: --prune-data/--prune-ignore prune a model: add --prune-macs FRACTION or --prune-ratio R");
   const infer::ExportReport r = infer::export_package(
       a.source, {.out = a.out,
                  .precision = infer::parse_precision(a.precision, "export: --precision"),
@@ -74,6 +84,8 @@ void run(const ExportArgs& a) {
                  .clip_candidates = a.clip_candidates,
                  .keep_float = a.keep_float,
                  .qat = a.qat.data.empty() ? std::nullopt : std::optional<infer::ExportQat>(qat),
+                 .prune = pruning ? std::optional<infer::ExportPrune>(prune) : std::nullopt,
+                 .sparsity = a.sparsity,
                  .min_agreement = a.min_agreement,
                  .allow_accuracy_loss = a.allow_accuracy_loss,
                  .overwrite = a.overwrite,
@@ -148,6 +160,41 @@ void add_export(CLI::App& app) {
   cmd->add_option("--qat-seed", a->qat.seed, "QAT: the data order and augmentation seed");
   cmd->add_flag("--qat-biases-only", a->qat_biases_only,
                 "QAT: train the biases and ranges only, the weights stay fp32-rounded (little data)");
+  cmd->add_option("--prune-macs", a->prune.options.target_macs,
+                  "Image models: structured pruning to this fraction of the multiply-adds (0.5: half), channels "
+                  "removed from every prunable group at one searched ratio")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--prune-ratio", a->prune.options.ratio,
+                  "Image models: structured pruning removing this fraction of each prunable group's channels")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--prune-importance", a->prune_importance, "Channel importance: l1, l2 or taylor (needs --prune-data)")
+      ->check(CLI::IsMember({"l1", "l2", "taylor"}));
+  cmd->add_option("--prune-round-to", a->prune.options.round_to, "Kept widths a multiple of this (8 suits SIMD)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--prune-iterations", a->prune.options.iterations,
+                  "Prune in this many steps, fine-tuning after each (with --prune-data)")
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--prune-ignore", a->prune.options.ignore, "conv2d/linear node names whose output channels stay");
+  cmd->add_option("--prune-data", a->prune.data,
+                  "Image shards to fine-tune on after each cut (distillation from the unpruned model) and for taylor");
+  cmd->add_option("--prune-finetune-steps", a->prune.options.finetune_steps, "Fine-tuning steps after each cut")
+      ->check(CLI::Range(0, 10000000));
+  cmd->add_option("--prune-lr", a->prune.options.finetune.lr, "Fine-tuning learning rate (AdamW)")
+      ->check(CLI::Range(1e-12, 1.0));
+  cmd->add_option("--prune-batch-size", a->prune.batch_size, "Fine-tuning images per step")->check(CLI::Range(1, 4096));
+  cmd->add_option("--prune-temperature", a->prune.options.finetune.temperature, "Fine-tuning distillation temperature")
+      ->check(CLI::Range(1e-3, 100.0));
+  cmd->add_option("--prune-label-weight", a->prune.options.finetune.label_weight,
+                  "Fine-tuning: + this x cross-entropy with the shards' labels (0: distillation only)")
+      ->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--prune-crop-scale", a->prune.crop_scale_min,
+                  "Fine-tuning: the random resized crop's smallest area fraction (1: the eval transform)")
+      ->check(CLI::Range(0.01, 1.0));
+  cmd->add_option("--prune-seed", a->prune.seed, "Fine-tuning: the data order and augmentation seed");
+  cmd->add_option("--sparsity", a->sparsity,
+                  "Magnitude (unstructured) pruning: zero this fraction of each weight. No speed-up: the tensors stay "
+                  "dense (use --prune-macs for a faster model)")
+      ->check(CLI::Range(0.0, 0.999));
   cmd->add_option("--min-agreement", a->min_agreement, "Refuse below this top-1 agreement with fp32 (real data)")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_flag("--allow-accuracy-loss", a->allow_accuracy_loss, "Write the package even below --min-agreement");

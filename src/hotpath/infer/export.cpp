@@ -575,52 +575,90 @@ void write_dir_then_rename(const fs::path& out, const std::function<void(const f
   if (replacing) hotpath::remove_tree(old, ec);  // the new package is in place: a leftover old copy loses nothing
 }
 
-// ---- quantization-aware training -----------------------------------------------------------------
+// ---- training batches (QAT, pruning's fine-tuning) -------------------------------------------------
 
-// QAT on the shards of `qat` (the package's preprocessing with a random resized crop, none at crop_scale_min 1, and a
-// flip), epochs repeated.
-QatResult run_qat(const Graph& graph, const Graph& start, const Package& p, const ExportQat& qat,
-                  StageProgress& progress) {
-  HOTPATH_CHECK(!qat.data.empty(), "export: quantization-aware training needs --qat-data SHARDS (training images)");
-  HOTPATH_CHECK(qat.batch_size >= 1 && qat.batch_size <= 4096, "export: --qat-batch-size ", qat.batch_size,
+// Batches of image shards for training an export's graph: the package's preprocessing with a random resized crop
+// (none at crop_scale_min 1: the eval transform) and a flip, shuffled, epochs repeated. `flag` names the option in
+// messages ("--qat-data").
+struct TrainingBatches {
+  std::shared_ptr<data::Loader> loader;
+  QatData next;
+};
+
+TrainingBatches training_batches(const Package& p, const std::vector<std::string>& shards, std::int64_t batch_size,
+                                 double crop_scale_min, std::uint64_t seed, bool labels, const std::string& flag) {
+  HOTPATH_CHECK(!shards.empty(), "export: ", flag, " SHARDS (training images) is required here");
+  HOTPATH_CHECK(batch_size >= 1 && batch_size <= 4096, "export: ", flag, ": batch size ", batch_size,
                 " outside [1, 4096]");
-  HOTPATH_CHECK(qat.crop_scale_min > 0.0 && qat.crop_scale_min <= 1.0, "export: --qat-crop-scale ",
-                qat.crop_scale_min, " outside (0, 1]");
-  data::LoaderOptions lo = p.image.loader_options(data::resolve_shards(qat.data));
-  HOTPATH_CHECK(!lo.shards.empty(), "export: no --qat-data shard matches ", qat.data.front());
-  if (qat.crop_scale_min < 1.0) {  // else the eval transform, flipped at random
+  HOTPATH_CHECK(crop_scale_min > 0.0 && crop_scale_min <= 1.0, "export: ", flag, ": crop scale ", crop_scale_min,
+                " outside (0, 1]");
+  data::LoaderOptions lo = p.image.loader_options(data::resolve_shards(shards));
+  HOTPATH_CHECK(!lo.shards.empty(), "export: no ", flag, " shard matches ", shards.front());
+  if (crop_scale_min < 1.0) {  // else the eval transform, flipped at random
     lo.crop = data::CropMode::kRandomResizedCrop;
-    lo.rrc.scale_min = qat.crop_scale_min;
+    lo.rrc.scale_min = crop_scale_min;
   }
   lo.flip_probability = 0.5;
   lo.shuffle = true;
   lo.drop_last = true;
-  lo.seed = qat.seed;
-  lo.batch_size = static_cast<int>(qat.batch_size);
+  lo.seed = seed;
+  lo.batch_size = static_cast<int>(batch_size);
   lo.workers = 2;
-  const bool labels = qat.options.label_weight > 0.0;
   if (labels) lo.num_classes = p.num_classes;
-  data::Loader loader(lo);
-  std::int64_t epoch = 0;
-  const QatData next = [&]() -> QatBatch {
-    std::optional<data::Batch> b = loader.next();
+  auto loader = std::make_shared<data::Loader>(lo);
+  auto epoch = std::make_shared<std::int64_t>(0);
+  QatData next = [loader, epoch, labels, batch_size, flag]() -> QatBatch {
+    std::optional<data::Batch> b = loader->next();
     if (!b) {
-      loader.seek({++epoch, 0});
-      b = loader.next();
-      HOTPATH_CHECK(b.has_value(), "export: --qat-data yields no full batch of ", qat.batch_size,
-                    " samples (lower --qat-batch-size)");
+      loader->seek({++*epoch, 0});
+      b = loader->next();
+      HOTPATH_CHECK(b.has_value(), "export: ", flag, " yields no full batch of ", batch_size,
+                    " samples (lower the batch size)");
     }
     return {b->images.to(at::kFloat), labels ? b->labels : at::Tensor()};
   };
+  return {std::move(loader), std::move(next)};
+}
+
+// QAT on the shards of `qat`, epochs repeated.
+QatResult run_qat(const Graph& graph, const Graph& start, const Package& p, const ExportQat& qat,
+                  StageProgress& progress) {
+  const TrainingBatches batches = training_batches(p, qat.data, qat.batch_size, qat.crop_scale_min, qat.seed,
+                                                   qat.options.label_weight > 0.0, "--qat-data");
   QatOptions o = qat.options;
   o.progress = [&](std::int64_t step, std::int64_t steps, double) {
     progress("quantization-aware training", static_cast<std::size_t>(step), static_cast<std::size_t>(steps));
   };
-  QatResult r = qat_train(graph, next, o, &start);
+  QatResult r = qat_train(graph, batches.next, o, &start);
   r.report["data"] = qat.data;
   r.report["batch_size"] = qat.batch_size;
   r.report["crop_scale_min"] = qat.crop_scale_min;
-  r.report["bad_samples"] = loader.stats().bad_samples;
+  r.report["bad_samples"] = batches.loader->stats().bad_samples;
+  return r;
+}
+
+// Structured pruning of the export's fp32 graph, fine-tuned on the shards of `prune` when it has any.
+PruneResult run_prune(const Graph& graph, const Package& p, const ExportPrune& prune, StageProgress& progress) {
+  std::optional<TrainingBatches> batches;
+  if (!prune.data.empty()) {
+    batches = training_batches(p, prune.data, prune.batch_size, prune.crop_scale_min, prune.seed,
+                               prune.options.finetune.label_weight > 0.0, "--prune-data");
+  }
+  PruneOptions o = prune.options;
+  if (!batches) o.finetune_steps = 0;
+  std::int64_t cut = 0;
+  o.progress = [&](std::int64_t iteration, std::int64_t) { cut = iteration; };
+  o.finetune.progress = [&](std::int64_t step, std::int64_t steps, double) {
+    progress("pruning: fine-tuning after cut " + std::to_string(cut) + " of " + std::to_string(o.iterations),
+             static_cast<std::size_t>(step), static_cast<std::size_t>(steps));
+  };
+  PruneResult r = prune_graph(graph, batches ? batches->next : QatData{}, o);
+  r.report["data"] = prune.data;
+  if (batches) {
+    r.report["batch_size"] = prune.batch_size;
+    r.report["crop_scale_min"] = prune.crop_scale_min;
+    r.report["bad_samples"] = batches->loader->stats().bad_samples;
+  }
   return r;
 }
 
@@ -635,6 +673,9 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
   HOTPATH_CHECK(options.min_agreement >= 0.0 && options.min_agreement <= 1.0, "export: --min-agreement ",
                 options.min_agreement, " outside [0, 1]");
   const fs::path out = check_out_dir(source, options);
+  HOTPATH_CHECK(options.sparsity >= 0.0 && options.sparsity < 1.0, "export: --sparsity ", options.sparsity,
+                " outside [0, 1)");
+  if (options.prune && !options.prune->data.empty()) (void)data::resolve_shards(options.prune->data);
   if (options.qat) {  // before the model loads and the calibration runs: a typo here costs no minutes
     HOTPATH_CHECK(options.precision == Precision::kInt8,
                   "export: --qat-data trains for an int8 export; add --precision int8");
@@ -675,6 +716,23 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
               model_out, embedder);
 
   Graph graph = src.lowered.graph;
+  // What the precision conversion is judged against: the fp32 graph, or the pruned one.
+  std::vector<at::Tensor> reference_out = fp32_out;
+  if (options.prune || options.sparsity > 0.0) {
+    HOTPATH_CHECK(package.kind == PackageKind::kImageClassifier, "export: pruning (--prune-*, --sparsity) works on "
+                  "image classifiers' convolutions; this is a ", package.architecture, " text model");
+    nlohmann::ordered_json pruned_report;
+    if (options.prune) {
+      PruneResult pruned = run_prune(graph, package, *options.prune, progress);
+      graph = std::move(pruned.graph);
+      pruned_report = std::move(pruned.report);
+    }
+    if (options.sparsity > 0.0) pruned_report["magnitude"] = magnitude_prune(graph, options.sparsity);
+    const Engine pruned_engine = Engine::from_graph(graph, {.threads = options.threads});
+    reference_out = run_all(pruned_engine, data, progress, "running the pruned graph");
+    pruned_report["vs_unpruned"] = compare(reference_out, fp32_out, embedder);
+    report["prune"] = std::move(pruned_report);
+  }
   if (options.precision == Precision::kInt8) {
     QuantizeOptions qo;
     if (options.qat) {
@@ -733,11 +791,25 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
   }
   const Engine engine = Engine::from_graph(exported, {.threads = options.threads, .precision = options.precision});
   report["engine"] = engine.describe();
-  nlohmann::ordered_json vs = compare(run_all(engine, data, progress, "running the exported graph"), fp32_out, embedder);
+  nlohmann::ordered_json vs =
+      compare(run_all(engine, data, progress, "running the exported graph"), reference_out, embedder);
   report["vs_fp32"] = vs;
 
   std::ostringstream summary;
-  summary << precision_name(options.precision) << " package of " << package.architecture << ": ";
+  summary << precision_name(options.precision) << " package of " << package.architecture;
+  if (report.contains("prune")) {
+    const nlohmann::ordered_json& pr = report["prune"];
+    if (pr.contains("macs")) summary << " pruned to " << 100.0 * pr["macs"]["kept"].get<double>() << " % of the MACs";
+    if (pr.contains("magnitude")) {
+      summary << (pr.contains("macs") ? " and " : " ") << 100.0 * pr["magnitude"]["sparsity"].get<double>()
+              << " % zero weights (no speed-up: the tensors stay dense)";
+    }
+    if (!synthetic) {
+      summary << " (top-1 agreement " << 100.0 * pr["vs_unpruned"]["top1_agreement"].get<double>()
+              << " % with the unpruned model)";
+    }
+  }
+  summary << ": ";
   bool refused = false;
   std::string warning;
   if (synthetic) {
@@ -759,7 +831,7 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
     refused = !synthetic && c < kMinEmbeddingCosine;
   } else {
     const double a = vs["top1_agreement"].get<double>();
-    summary << "top-1 agreement " << 100.0 * a << " % with fp32";
+    summary << "top-1 agreement " << 100.0 * a << " % with " << (report.contains("prune") ? "the pruned fp32" : "fp32");
     refused = !synthetic && a < options.min_agreement;
   }
   if (!synthetic) {
@@ -780,6 +852,9 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
   package.source["exported_with"] = {{"precision", precision_name(options.precision)},
                                      {"calibration", options.calibration},
                                      {"calibration_samples", data.samples}};
+  if (report.contains("prune") && report["prune"].contains("macs")) {
+    package.source["exported_with"]["pruned_macs"] = report["prune"]["macs"]["kept"];
+  }
   // Again: calibration can take minutes, and a run may have been started at --out meanwhile.
   (void)check_out_dir(source, options);
   progress.stage("writing the package");
@@ -798,7 +873,16 @@ LoweredModel export_onnx_file(const ExportSource& source, const std::filesystem:
     HOTPATH_CHECK(std::filesystem::is_regular_file(out, ec) && out.extension() == ".onnx", "export: ", out.string(),
                   " is not an .onnx file; --format onnx --overwrite replaces only an ONNX file: choose another --out");
   }
-  LoweredModel m = lower_export_source(source);
+  LoweredModel m;
+  if (!source.model_dir.empty() && is_package_dir(source.model_dir)) {  // a package: its graph as it is (pruned, say)
+    m.package = read_package(source.model_dir);
+    HOTPATH_CHECK(m.package.precision == Precision::kFp32, "export: --format onnx writes fp32 graphs; ",
+                  source.model_dir, " is a ", precision_name(m.package.precision),
+                  " package (export its source with --format onnx, or an fp32 package)");
+    m.graph = load_package_graph(m.package);
+  } else {
+    m = lower_export_source(source);
+  }
   export_onnx(m.graph, out.string(), {.producer_version = producer_version});
   return m;
 }
