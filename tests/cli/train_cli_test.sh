@@ -107,6 +107,22 @@ printf 'precision: int8\nqat-steps: -3\n' >negative.yaml
 expect_error recipe-bounds "negative.yaml:2: qat-steps: " export --recipe negative.yaml --model-dir run2 --out negative
 expect_error qat-no-data "shard pattern '$work/none-\*.tar' matches no files" export --model-dir run2 --out nodata --precision int8 --qat-data "$work/none-*.tar"
 
+# Structured pruning (infer/prune.h): a package at half the multiply-adds, fine-tuned 3 steps, runs in predict and as
+# ONNX; bad pruning settings are one line each.
+"$hp" export --model-dir run2 --out pruned --calibration "$work/fm-000004.tar" --prune-macs 0.5 --prune-round-to 8 \
+  --prune-data "$work/fm-000000.tar" --prune-finetune-steps 3 --prune-batch-size 8 --allow-accuracy-loss \
+  >pruned.out 2>pruned.err || fail "export --prune-macs: $(tail -3 pruned.err)"
+grep -q "pruned to [0-9.]* % of the MACs" pruned.out || fail "export --prune-macs: $(cat pruned.out)"
+python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["prune"]; assert p["macs"]["kept"] <= 0.5 and len(p["finetune"]) == 1 and all(g["kept"] % 8 == 0 for g in p["prunable_groups"]), p' \
+  pruned/quantization_report.json || fail "export --prune-macs: the report does not show the cut"
+"$hp" predict --model-dir pruned "$img" --json >/dev/null 2>predict.err || fail "predict pruned: $(cat predict.err)"
+"$hp" export --model-dir pruned --format onnx --out pruned.onnx >/dev/null 2>onnx.err || fail "onnx of the pruned package: $(cat onnx.err)"
+expect_error prune-ratio-one "ratio must be in (0, 1) (1 would remove every channel)" export --model-dir run2 --out p1 --prune-ratio 1
+expect_error prune-no-amount "add --prune-macs FRACTION or --prune-ratio R" export --model-dir run2 --out p2 --prune-data "$work/fm-000000.tar"
+expect_error prune-taylor-no-data "taylor importance needs data" export --model-dir run2 --out p3 --prune-ratio 0.3 --prune-importance taylor
+expect_error prune-ignore "ignore names 'nope', which is no conv2d or linear node" export --model-dir run2 --out p4 --prune-ratio 0.3 --prune-ignore nope
+expect_error onnx-int8-package "the package qat is int8" export --model-dir qat --format onnx --out qat.onnx
+
 # The real pretrained EfficientNet-Lite0 (converted by scripts/setup) on darknet's dog photo.
 if [ -f /usr/share/darknet/data/dog.jpg ]; then
   "$hp" predict --model efficientnet_lite0 --pretrained /usr/share/darknet/data/dog.jpg --json -k 5 >lite.json 2>lite.err ||

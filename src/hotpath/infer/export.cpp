@@ -876,9 +876,9 @@ LoweredModel export_onnx_file(const ExportSource& source, const std::filesystem:
   LoweredModel m;
   if (!source.model_dir.empty() && is_package_dir(source.model_dir)) {  // a package: its graph as it is (pruned, say)
     m.package = read_package(source.model_dir);
-    HOTPATH_CHECK(m.package.precision == Precision::kFp32, "export: --format onnx writes fp32 graphs; ",
-                  source.model_dir, " is a ", precision_name(m.package.precision),
-                  " package (export its source with --format onnx, or an fp32 package)");
+    HOTPATH_CHECK(m.package.precision == Precision::kFp32, "export: --format onnx writes fp32 graphs; the package ",
+                  source.model_dir, " is ", precision_name(m.package.precision),
+                  " (export its source with --format onnx, or an fp32 package)");
     m.graph = load_package_graph(m.package);
   } else {
     m = lower_export_source(source);
