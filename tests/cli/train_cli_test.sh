@@ -121,6 +121,7 @@ expect_error prune-ratio-one "ratio must be in (0, 1) (1 would remove every chan
 expect_error prune-no-amount "add --prune-macs FRACTION or --prune-ratio R" export --model-dir run2 --out p2 --prune-data "$work/fm-000000.tar"
 expect_error prune-taylor-no-data "taylor importance needs data" export --model-dir run2 --out p3 --prune-ratio 0.3 --prune-importance taylor
 expect_error prune-ignore "ignore names 'nope', which is no conv2d or linear node" export --model-dir run2 --out p4 --prune-ratio 0.3 --prune-ignore nope
+expect_error bench-pruned-peers "is structurally pruned; the peers would run the unpruned" bench infer pruned --compare onnxruntime
 expect_error onnx-int8-package "the package qat is int8" export --model-dir qat --format onnx --out qat.onnx
 
 # The real pretrained EfficientNet-Lite0 (converted by scripts/setup) on darknet's dog photo.
