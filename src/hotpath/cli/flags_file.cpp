@@ -13,7 +13,10 @@ namespace hotpath::cli {
 
 void apply_flags_file(CLI::App& command, const std::string& path) {
   if (path.empty()) return;
-  const std::string text = read_file(path, read_limit::kConfig, "--recipe");
+  apply_flags_yaml(command, read_file(path, read_limit::kConfig, "--recipe"), path);
+}
+
+void apply_flags_yaml(CLI::App& command, const std::string& text, const std::string& path) {
   YAML::Node root;
   try {
     root = YAML::Load(text);

@@ -17,5 +17,7 @@ namespace hotpath::cli {
 
 // Sets every flag the file names that the command line left unset (its validators run). "" does nothing.
 void apply_flags_file(CLI::App& command, const std::string& path);
+// The same for the file's text; `path` names it in messages (fuzz/fuzz_flags_file.cpp).
+void apply_flags_yaml(CLI::App& command, const std::string& text, const std::string& path);
 
 }  // namespace hotpath::cli
