@@ -92,7 +92,9 @@ TEST(Qat, FakeQuantizedForwardIsTheInt8EnginesOutput) {
   const QuantizeResult q = quantize_graph(g, calib, qat_quantize_options(all), engine_runner(1));
   for (const NodeQuantization& n : q.nodes) {
     EXPECT_TRUE(n.quantized) << n.name;
-    if (n.op == OpKind::kConv2d) EXPECT_EQ(n.observer, "qat") << n.name;
+    if (n.op == OpKind::kConv2d) {
+      EXPECT_EQ(n.observer, "qat") << n.name;
+    }
   }
   const at::Tensor int8 = Engine::from_graph(q.graph, {.threads = 1}).run({x}).front();
   const at::Tensor sim = qat_forward(g, all.input_ranges, x).front();

@@ -59,7 +59,7 @@ struct QatOptions {
   // the start graph by distillation from the teacher, which may then differ from it in its widths (what pruning
   // runs after each cut, prune.h).
   bool fake_quantize = true;
-  std::vector<std::string> keep_float; // conv2d/linear node names left float (as QuantizeOptions::keep_float)
+  std::vector<std::string> keep_float{};  // conv2d/linear node names left float (as QuantizeOptions::keep_float)
   int threads = 0;                     // the fp32 teacher's engine threads (0: default)
   // Called after each step: the step (1-based), the steps in all and the step's loss.
   std::function<void(std::int64_t step, std::int64_t steps, double loss)> progress{};
