@@ -109,9 +109,14 @@ expect_error qat-no-data "shard pattern '$work/none-\*.tar' matches no files" ex
 
 # Structured pruning (infer/prune.h): a package at half the multiply-adds, fine-tuned 3 steps, runs in predict and as
 # ONNX; bad pruning settings are one line each.
-"$hp" export --model-dir run2 --out pruned --calibration "$work/fm-000004.tar" --prune-macs 0.5 --prune-round-to 8 \
-  --prune-data "$work/fm-000000.tar" --prune-finetune-steps 3 --prune-batch-size 8 --allow-accuracy-loss \
+# The repository's pruning recipes, their keys read here (the command line wins over the file).
+configs=$(cd "$(dirname "$0")/../../configs" && pwd)
+"$hp" export --recipe "$configs/prune_fashion_mnist.yaml" --model-dir run2 --out pruned --calibration "$work/fm-000004.tar" \
+  --prune-round-to 8 --prune-data "$work/fm-000000.tar" --prune-finetune-steps 3 --prune-batch-size 8 \
   >pruned.out 2>pruned.err || fail "export --prune-macs: $(tail -3 pruned.err)"
+"$hp" export --recipe "$configs/prune_resnet50.yaml" --model resnet50 --random-init --image-size 64 --num-classes 10 \
+  --out r50_pruned >r50.out 2>r50.err || fail "export --recipe prune_resnet50.yaml: $(tail -3 r50.err)"
+grep -q "resnet50 pruned to 4[0-9.]* % of the MACs" r50.out || fail "prune_resnet50.yaml: $(cat r50.out)"
 grep -q "pruned to [0-9.]* % of the MACs" pruned.out || fail "export --prune-macs: $(cat pruned.out)"
 python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["prune"]; assert p["macs"]["kept"] <= 0.5 and len(p["finetune"]) == 1 and all(g["kept"] % 8 == 0 for g in p["prunable_groups"]), p' \
   pruned/quantization_report.json || fail "export --prune-macs: the report does not show the cut"

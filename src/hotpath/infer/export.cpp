@@ -662,6 +662,147 @@ PruneResult run_prune(const Graph& graph, const Package& p, const ExportPrune& p
   return r;
 }
 
+// Structured and magnitude pruning of the export's fp32 graph (options.prune, options.sparsity); the pruned graph's
+// outputs on the report data, what the precision conversion is then judged against. report["prune"] gains the
+// pruning's report and its agreement with the unpruned outputs `fp32_out`.
+std::vector<at::Tensor> prune_for_export(Graph& graph, const Package& package, const ReportData& data,
+                                         const ExportOptions& options, const std::vector<at::Tensor>& fp32_out,
+                                         StageProgress& progress, nlohmann::ordered_json& report) {
+  HOTPATH_CHECK(package.kind == PackageKind::kImageClassifier, "export: pruning (--prune-*, --sparsity) works on "
+                "image classifiers' convolutions; this is a ", package.architecture, " text model");
+  nlohmann::ordered_json pruned_report;
+  if (options.prune) {
+    PruneResult pruned = run_prune(graph, package, *options.prune, progress);
+    graph = std::move(pruned.graph);
+    pruned_report = std::move(pruned.report);
+  }
+  if (options.sparsity > 0.0) pruned_report["magnitude"] = magnitude_prune(graph, options.sparsity);
+  const Engine pruned_engine = Engine::from_graph(graph, {.threads = options.threads});
+  std::vector<at::Tensor> out = run_all(pruned_engine, data, progress, "running the pruned graph");
+  pruned_report["vs_unpruned"] = compare(out, fp32_out, /*embedder=*/false);
+  report["prune"] = std::move(pruned_report);
+  return out;
+}
+
+// The int8 conversion of `graph` (post-training, or QAT first with options.qat) on the report data; the report
+// gains "qat", "quantization" and "chained_int8_convs".
+void quantize_for_export(Graph& graph, const Package& package, const ReportData& data, const ExportOptions& options,
+                         bool synthetic, StageProgress& progress, nlohmann::ordered_json& report) {
+  QuantizeOptions qo;
+  if (options.qat) {
+    HOTPATH_CHECK(package.kind == PackageKind::kImageClassifier,
+                  "export: quantization-aware training (--qat-data) trains image classifiers; this is a ",
+                  package.architecture,
+                  " text model (its int8 linears quantize dynamically: export without --qat-data)");
+    // QAT starts where post-training quantization of every node ends: each conv's input range as the quantizer
+    // calibrates it on the calibration data (min/max or the percentile clip, whichever gives the conv less
+    // error), the weights as it rounds them (GPTQ unless --weight-rounding nearest), the biases as it corrects
+    // them.
+    QuantizeOptions start = qat_quantize_options({});
+    start.gptq = options.gptq;
+    start.bias_correction = true;
+    start.keep_float = options.keep_float;
+    start.progress = [&](std::string_view stage, std::size_t done, std::size_t total) {
+      progress("post-training start of QAT: " + std::string(stage), done, total);
+    };
+    ExportQat qat = *options.qat;
+    qat.options.keep_float.insert(qat.options.keep_float.end(), options.keep_float.begin(),
+                                  options.keep_float.end());
+    const QuantizeResult post_training = quantize_graph(graph, data.batches, start);
+    for (const NodeQuantization& n : post_training.nodes) {
+      if (n.op == OpKind::kConv2d && n.quantized) qat.options.initial_ranges[n.name] = {n.range_min, n.range_max};
+    }
+    QatResult trained = run_qat(graph, qat_start_graph(graph, post_training), package, qat, progress);
+    graph = std::move(trained.graph);
+    qo = qat_quantize_options(trained);
+    report["qat"] = std::move(trained.report);
+  } else {
+    // The whole-graph target keeps the layers float whose error compounds most (quantize.h); judged on real
+    // data only: on random inputs (benchmark shapes) agreement means nothing, and nothing is kept float by it.
+    qo.max_output_error = synthetic ? 0.0 : options.max_output_error;
+    qo.min_output_cosine = synthetic ? -1.0 : options.min_output_cosine;
+    qo.keep_float = options.keep_float;
+    qo.gptq = options.gptq;
+    qo.clip_candidates = options.clip_candidates;
+  }
+  qo.progress = [&](std::string_view stage, std::size_t done, std::size_t total) {
+    progress("quantize: " + std::string(stage), done, total);
+  };
+  QuantizeResult q = quantize_graph(graph, data.batches, qo);
+  graph = std::move(q.graph);
+  report["quantization"] = std::move(q.report);
+  report["chained_int8_convs"] = chain_int8_convs(graph);
+}
+
+// The one-line summary of an export and whether its accuracy check refuses it; sets report["warning"] for an int8
+// package calibrated on random inputs (`warning`).
+struct ExportVerdict {
+  std::string summary;
+  std::string warning;
+  bool refused = false;
+};
+
+ExportVerdict export_verdict(const Package& package, const ReportData& data, const ExportOptions& options,
+                             bool synthetic, nlohmann::ordered_json& report) {
+  const bool embedder = package.kind == PackageKind::kSentenceEmbedder;
+  const nlohmann::ordered_json& vs = report["vs_fp32"];
+  std::ostringstream summary;
+  summary << precision_name(options.precision) << " package of " << package.architecture;
+  if (report.contains("prune")) {
+    const nlohmann::ordered_json& pr = report["prune"];
+    if (pr.contains("macs")) summary << " pruned to " << 100.0 * pr["macs"]["kept"].get<double>() << " % of the MACs";
+    if (pr.contains("magnitude")) {
+      summary << (pr.contains("macs") ? " and " : " ") << 100.0 * pr["magnitude"]["sparsity"].get<double>()
+              << " % zero weights (no speed-up: the tensors stay dense)";
+    }
+    if (!synthetic) {
+      summary << " (top-1 agreement " << 100.0 * pr["vs_unpruned"]["top1_agreement"].get<double>()
+              << " % with the unpruned model)";
+    }
+  }
+  summary << ": ";
+  bool refused = false;
+  std::string warning;
+  if (synthetic) {
+    // Agreement on random inputs says nothing about real data (an EfficientNet-Lite0 int8 package that agreed on
+    // 100 % of them agreed with fp32 on 54 of 100 photos): only the numeric error is reported.
+    summary << "max abs error " << vs["max_abs_error"].get<double>() << " vs fp32 on " << data.samples
+            << " random inputs; accuracy on real data not measured";
+    if (options.precision == Precision::kInt8) {
+      warning = "the int8 package was calibrated on random inputs: its accuracy on real data is unknown (pass "
+                "--calibration " +
+                std::string(package.kind == PackageKind::kImageClassifier ? "SHARDS (held-out images)"
+                                                                          : "FILE (one text per line)") +
+                " to calibrate on real data and measure the loss)";
+      report["warning"] = warning;
+    }
+  } else if (embedder) {
+    const double c = vs["min_cosine"].get<double>();
+    summary << "min cosine " << c << " with fp32";
+    refused = !synthetic && c < kMinEmbeddingCosine;
+  } else {
+    const double a = vs["top1_agreement"].get<double>();
+    summary << "top-1 agreement " << 100.0 * a << " % with " << (report.contains("prune") ? "the pruned fp32" : "fp32");
+    refused = !synthetic && a < options.min_agreement;
+  }
+  if (!synthetic) {
+    summary << " on " << data.samples << " samples of " << data.source << ", max abs error "
+            << vs["max_abs_error"].get<double>();
+  }
+  if (data.bad_samples > 0) summary << " (" << data.bad_samples << " bad samples skipped)";
+  report["status"] = refused ? (options.allow_accuracy_loss ? "accepted-with-loss" : "refused")
+                             : (warning.empty() ? "ok" : "accuracy-unknown");
+  std::ostringstream threshold;
+  if (embedder) {
+    threshold << "min cosine " << kMinEmbeddingCosine;
+  } else {
+    threshold << "--min-agreement " << std::to_string(options.min_agreement);
+  }
+  HOTPATH_CHECK(!refused || options.allow_accuracy_loss, "export: ", summary.str(), " — below the threshold (",
+                threshold.str(), "); no package written. Pass --allow-accuracy-loss to write it anyway");
+  return {summary.str(), warning, refused};
+}
+
 }  // namespace
 
 LoweredModel lower_export_source(const ExportSource& source) { return load_source(source).lowered; }
@@ -719,66 +860,9 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
   // What the precision conversion is judged against: the fp32 graph, or the pruned one.
   std::vector<at::Tensor> reference_out = fp32_out;
   if (options.prune || options.sparsity > 0.0) {
-    HOTPATH_CHECK(package.kind == PackageKind::kImageClassifier, "export: pruning (--prune-*, --sparsity) works on "
-                  "image classifiers' convolutions; this is a ", package.architecture, " text model");
-    nlohmann::ordered_json pruned_report;
-    if (options.prune) {
-      PruneResult pruned = run_prune(graph, package, *options.prune, progress);
-      graph = std::move(pruned.graph);
-      pruned_report = std::move(pruned.report);
-    }
-    if (options.sparsity > 0.0) pruned_report["magnitude"] = magnitude_prune(graph, options.sparsity);
-    const Engine pruned_engine = Engine::from_graph(graph, {.threads = options.threads});
-    reference_out = run_all(pruned_engine, data, progress, "running the pruned graph");
-    pruned_report["vs_unpruned"] = compare(reference_out, fp32_out, embedder);
-    report["prune"] = std::move(pruned_report);
+    reference_out = prune_for_export(graph, package, data, options, fp32_out, progress, report);
   }
-  if (options.precision == Precision::kInt8) {
-    QuantizeOptions qo;
-    if (options.qat) {
-      HOTPATH_CHECK(package.kind == PackageKind::kImageClassifier,
-                    "export: quantization-aware training (--qat-data) trains image classifiers; this is a ",
-                    package.architecture,
-                    " text model (its int8 linears quantize dynamically: export without --qat-data)");
-      // QAT starts where post-training quantization of every node ends: each conv's input range as the quantizer
-      // calibrates it on the calibration data (min/max or the percentile clip, whichever gives the conv less
-      // error), the weights as it rounds them (GPTQ unless --weight-rounding nearest), the biases as it corrects
-      // them.
-      QuantizeOptions start = qat_quantize_options({});
-      start.gptq = options.gptq;
-      start.bias_correction = true;
-      start.keep_float = options.keep_float;
-      start.progress = [&](std::string_view stage, std::size_t done, std::size_t total) {
-        progress("post-training start of QAT: " + std::string(stage), done, total);
-      };
-      ExportQat qat = *options.qat;
-      qat.options.keep_float.insert(qat.options.keep_float.end(), options.keep_float.begin(),
-                                    options.keep_float.end());
-      const QuantizeResult post_training = quantize_graph(graph, data.batches, start);
-      for (const NodeQuantization& n : post_training.nodes) {
-        if (n.op == OpKind::kConv2d && n.quantized) qat.options.initial_ranges[n.name] = {n.range_min, n.range_max};
-      }
-      QatResult trained = run_qat(graph, qat_start_graph(graph, post_training), package, qat, progress);
-      graph = std::move(trained.graph);
-      qo = qat_quantize_options(trained);
-      report["qat"] = std::move(trained.report);
-    } else {
-      // The whole-graph target keeps the layers float whose error compounds most (quantize.h); judged on real
-      // data only: on random inputs (benchmark shapes) agreement means nothing, and nothing is kept float by it.
-      qo.max_output_error = synthetic ? 0.0 : options.max_output_error;
-      qo.min_output_cosine = synthetic ? -1.0 : options.min_output_cosine;
-      qo.keep_float = options.keep_float;
-      qo.gptq = options.gptq;
-      qo.clip_candidates = options.clip_candidates;
-    }
-    qo.progress = [&](std::string_view stage, std::size_t done, std::size_t total) {
-      progress("quantize: " + std::string(stage), done, total);
-    };
-    QuantizeResult q = quantize_graph(graph, data.batches, qo);
-    graph = std::move(q.graph);
-    report["quantization"] = std::move(q.report);
-    report["chained_int8_convs"] = chain_int8_convs(graph);
-  }
+  if (options.precision == Precision::kInt8) quantize_for_export(graph, package, data, options, synthetic, progress, report);
   // bf16 packages store their float weights as bf16 (half the size); int8 ones keep float scales/biases.
   if (options.precision == Precision::kBf16) {
     for (auto& [key, t] : graph.params) {
@@ -795,60 +879,7 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
       compare(run_all(engine, data, progress, "running the exported graph"), reference_out, embedder);
   report["vs_fp32"] = vs;
 
-  std::ostringstream summary;
-  summary << precision_name(options.precision) << " package of " << package.architecture;
-  if (report.contains("prune")) {
-    const nlohmann::ordered_json& pr = report["prune"];
-    if (pr.contains("macs")) summary << " pruned to " << 100.0 * pr["macs"]["kept"].get<double>() << " % of the MACs";
-    if (pr.contains("magnitude")) {
-      summary << (pr.contains("macs") ? " and " : " ") << 100.0 * pr["magnitude"]["sparsity"].get<double>()
-              << " % zero weights (no speed-up: the tensors stay dense)";
-    }
-    if (!synthetic) {
-      summary << " (top-1 agreement " << 100.0 * pr["vs_unpruned"]["top1_agreement"].get<double>()
-              << " % with the unpruned model)";
-    }
-  }
-  summary << ": ";
-  bool refused = false;
-  std::string warning;
-  if (synthetic) {
-    // Agreement on random inputs says nothing about real data (an EfficientNet-Lite0 int8 package that agreed on
-    // 100 % of them agreed with fp32 on 54 of 100 photos): only the numeric error is reported.
-    summary << "max abs error " << vs["max_abs_error"].get<double>() << " vs fp32 on " << data.samples
-            << " random inputs; accuracy on real data not measured";
-    if (options.precision == Precision::kInt8) {
-      warning = "the int8 package was calibrated on random inputs: its accuracy on real data is unknown (pass "
-                "--calibration " +
-                std::string(package.kind == PackageKind::kImageClassifier ? "SHARDS (held-out images)"
-                                                                          : "FILE (one text per line)") +
-                " to calibrate on real data and measure the loss)";
-      report["warning"] = warning;
-    }
-  } else if (embedder) {
-    const double c = vs["min_cosine"].get<double>();
-    summary << "min cosine " << c << " with fp32";
-    refused = !synthetic && c < kMinEmbeddingCosine;
-  } else {
-    const double a = vs["top1_agreement"].get<double>();
-    summary << "top-1 agreement " << 100.0 * a << " % with " << (report.contains("prune") ? "the pruned fp32" : "fp32");
-    refused = !synthetic && a < options.min_agreement;
-  }
-  if (!synthetic) {
-    summary << " on " << data.samples << " samples of " << data.source << ", max abs error "
-            << vs["max_abs_error"].get<double>();
-  }
-  if (data.bad_samples > 0) summary << " (" << data.bad_samples << " bad samples skipped)";
-  report["status"] = refused ? (options.allow_accuracy_loss ? "accepted-with-loss" : "refused")
-                             : (warning.empty() ? "ok" : "accuracy-unknown");
-  std::ostringstream threshold;
-  if (embedder) {
-    threshold << "min cosine " << kMinEmbeddingCosine;
-  } else {
-    threshold << "--min-agreement " << std::to_string(options.min_agreement);
-  }
-  HOTPATH_CHECK(!refused || options.allow_accuracy_loss, "export: ", summary.str(), " — below the threshold (",
-                threshold.str(), "); no package written. Pass --allow-accuracy-loss to write it anyway");
+  const ExportVerdict verdict = export_verdict(package, data, options, synthetic, report);  // throws when refused
   package.source["exported_with"] = {{"precision", precision_name(options.precision)},
                                      {"calibration", options.calibration},
                                      {"calibration_samples", data.samples}};
@@ -862,7 +893,7 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
   write_dir_then_rename(out, [&](const fs::path& tmp) {
     write_package_dir(tmp, package, graph, report, src.lowered.tokenizer_files, /*overwrite=*/false);
   });
-  return {std::move(report), summary.str(), warning};
+  return {std::move(report), verdict.summary, verdict.warning};
 }
 
 LoweredModel export_onnx_file(const ExportSource& source, const std::filesystem::path& out, bool overwrite,

@@ -43,230 +43,244 @@ struct Analysis {
   std::vector<NodeCost> costs;
 };
 
-class UnionFind {
- public:
-  std::size_t add() {
-    parent_.push_back(parent_.size());
-    return parent_.size() - 1;
-  }
-  std::size_t find(std::size_t i) {
-    while (parent_[i] != i) i = parent_[i] = parent_[parent_[i]];
-    return i;
-  }
-  // The root of the union: the older (smaller) of the two, so groups keep their first value's order.
-  std::size_t unite(std::size_t a, std::size_t b) {
-    a = find(a);
-    b = find(b);
-    if (a == b) return a;
-    if (b < a) std::swap(a, b);
-    parent_[b] = a;
-    return a;
-  }
-
- private:
-  std::vector<std::size_t> parent_;
-};
-
-// A value's channel axis and shape as far as the analysis needs them: rank, channels, spatial size (-1 unknown).
+// A value's channel axis and shape as far as the analysis needs them: its space, rank and spatial size (-1 unknown).
 struct ValueInfo {
   std::size_t space = 0;
   std::int64_t rank = 4;
   std::int64_t height = -1, width = -1;
 };
 
-Analysis analyse(const Graph& graph) {
-  graph.validate();
-  std::vector<Space> spaces;
-  UnionFind uf;
-  const auto new_space = [&](std::int64_t channels, const std::string& value) {
+// The channel spaces of a graph's values and their unions (union-find), built node by node.
+class SpaceTable {
+ public:
+  std::size_t add(std::int64_t channels, const std::string& value) {
     Space sp;
     sp.channels = channels;
     sp.values = {value};
-    spaces.push_back(std::move(sp));
-    return uf.add();
-  };
-  const auto fix = [&](std::size_t s, const std::string& why) {
-    Space& sp = spaces[uf.find(s)];
+    spaces_.push_back(std::move(sp));
+    parent_.push_back(parent_.size());
+    return parent_.size() - 1;
+  }
+  std::size_t root(std::size_t i) {
+    while (parent_[i] != i) i = parent_[i] = parent_[parent_[i]];
+    return i;
+  }
+  Space& at(std::size_t i) { return spaces_[root(i)]; }
+  [[nodiscard]] std::size_t size() const { return spaces_.size(); }
+  void fix(std::size_t s, const std::string& why) {
+    Space& sp = at(s);
     if (sp.fixed_by.empty()) sp.fixed_by = why;
-  };
-  const auto channels_of = [&](std::size_t s) { return spaces[uf.find(s)].channels; };
-  const auto set_channels = [&](std::size_t s, std::int64_t c, const Node& n, const std::string& value) {
-    Space& sp = spaces[uf.find(s)];
+  }
+  void set_channels(std::size_t s, std::int64_t c, const Node& n, const std::string& value) {
+    Space& sp = at(s);
     if (sp.channels < 0) sp.channels = c;
     HOTPATH_CHECK(sp.channels == c, "prune: node ", n.name, " reads ", c, " channels from value ", value,
                   ", which has ", sp.channels);
-  };
-  const auto unite = [&](std::size_t a, std::size_t b, const Node& n) {
-    const std::size_t ra = uf.find(a), rb = uf.find(b);
+  }
+  // One space of two: the older (smaller index) is the root, so groups keep their first value's order.
+  void unite(std::size_t a, std::size_t b, const Node& n) {
+    std::size_t ra = root(a), rb = root(b);
     if (ra == rb) return;
-    Space& sa = spaces[ra];
-    Space& sb = spaces[rb];
-    HOTPATH_CHECK(sa.channels < 0 || sb.channels < 0 || sa.channels == sb.channels, "prune: node ", n.name,
-                  " ties values of ", sa.channels, " and ", sb.channels, " channels (", sa.values.front(), ", ",
-                  sb.values.front(), ")");
-    const std::size_t root = uf.unite(ra, rb);
-    Space& into = spaces[root];
-    Space& from = spaces[root == ra ? rb : ra];
+    if (rb < ra) std::swap(ra, rb);
+    Space& into = spaces_[ra];
+    Space& from = spaces_[rb];
+    HOTPATH_CHECK(into.channels < 0 || from.channels < 0 || into.channels == from.channels, "prune: node ", n.name,
+                  " ties values of ", into.channels, " and ", from.channels, " channels (", into.values.front(), ", ",
+                  from.values.front(), ")");
+    parent_[rb] = ra;
     if (into.channels < 0) into.channels = from.channels;
     if (into.fixed_by.empty()) into.fixed_by = from.fixed_by;
     for (std::vector<std::size_t> Space::*list : {&Space::producers, &Space::consumers, &Space::depthwise}) {
       (into.*list).insert((into.*list).end(), (from.*list).begin(), (from.*list).end());
     }
     into.values.insert(into.values.end(), from.values.begin(), from.values.end());
-  };
-
-  std::map<std::string, ValueInfo> values;
-  for (const ValueSpec& in : graph.inputs) {
-    const bool image = in.shape.size() == 4;
-    ValueInfo v{.space = new_space(image ? in.shape[1] : -1, in.name),
-                .rank = static_cast<std::int64_t>(in.shape.size()),
-                .height = image ? in.shape[2] : -1,
-                .width = image ? in.shape[3] : -1};
-    fix(v.space, "graph input " + in.name);
-    values[in.name] = v;
   }
-  Analysis a;
-  std::vector<std::pair<std::size_t, std::size_t>> cost_spaces;  // per a.costs entry: its in and out space
-  for (std::size_t i = 0; i < graph.nodes.size(); ++i) {
-    const Node& n = graph.nodes[i];
+
+ private:
+  std::vector<Space> spaces_;
+  std::vector<std::size_t> parent_;
+};
+
+// Walks the graph's nodes, tying their values' channel spaces and recording each conv2d/linear's cost.
+class GroupBuilder {
+ public:
+  explicit GroupBuilder(const Graph& graph) : graph_(graph) {
+    for (const ValueSpec& in : graph.inputs) {
+      const bool image = in.shape.size() == 4;
+      ValueInfo v{.space = spaces_.add(image ? in.shape[1] : -1, in.name),
+                  .rank = static_cast<std::int64_t>(in.shape.size()),
+                  .height = image ? in.shape[2] : -1,
+                  .width = image ? in.shape[3] : -1};
+      spaces_.fix(v.space, "graph input " + in.name);
+      values_[in.name] = v;
+    }
+    for (std::size_t i = 0; i < graph.nodes.size(); ++i) visit(i);
+    for (const std::string& out : graph.outputs) spaces_.fix(values_.at(out).space, "graph output " + out);
+  }
+
+  // The groups, ordered by the first node that writes each (the graph input's first), and each cost's groups.
+  Analysis finish() {
+    std::vector<std::pair<std::size_t, std::size_t>> order;  // (first writer's node index + 1, root); 0: none
+    for (std::size_t s = 0; s < spaces_.size(); ++s) {
+      if (spaces_.root(s) != s) continue;
+      const Space& sp = spaces_.at(s);
+      std::size_t first = graph_.nodes.size();
+      for (const auto* list : {&sp.producers, &sp.depthwise}) {
+        for (std::size_t i : *list) first = std::min(first, i);
+      }
+      order.emplace_back(first == graph_.nodes.size() ? 0 : first + 1, s);
+    }
+    std::stable_sort(order.begin(), order.end());
+    Analysis a;
+    std::map<std::size_t, std::size_t> group_of_root;
+    for (const auto& [first, root] : order) {
+      const Space& sp = spaces_.at(root);
+      ChannelGroup g;
+      g.channels = sp.channels;
+      g.producers = names(sp.producers);
+      g.consumers = names(sp.consumers);
+      g.depthwise = names(sp.depthwise);
+      g.values = sp.values;
+      g.fixed_by = sp.fixed_by;
+      if (g.fixed_by.empty() && g.producers.empty() && g.depthwise.empty()) g.fixed_by = "no node writes its channels";
+      if (g.fixed_by.empty() && g.channels <= 1) g.fixed_by = "a single channel";
+      g.prunable = g.fixed_by.empty();
+      group_of_root[root] = a.groups.size();
+      a.groups.push_back(std::move(g));
+    }
+    a.costs = costs_;
+    for (std::size_t c = 0; c < a.costs.size(); ++c) {
+      a.costs[c].in_group = group_of_root.at(spaces_.root(cost_spaces_[c].first));
+      a.costs[c].out_group = group_of_root.at(spaces_.root(cost_spaces_[c].second));
+    }
+    return a;
+  }
+
+ private:
+  std::vector<std::string> names(std::vector<std::size_t> idx) const {
+    std::sort(idx.begin(), idx.end());
+    std::vector<std::string> out;
+    for (std::size_t i : idx) out.push_back(graph_.nodes[i].name);
+    return out;
+  }
+
+  void visit(std::size_t i) {
+    const Node& n = graph_.nodes[i];
     HOTPATH_CHECK(n.attr_str("quant", "").empty(), "prune: node ", n.name, " is quantized (", n.attr_str("quant", ""),
                   "); prune the fp32 graph, then quantize");
-    const ValueInfo x = n.inputs.empty() || n.input(0).empty() ? ValueInfo{} : values.at(n.input(0));
+    const ValueInfo x = n.inputs.empty() || n.input(0).empty() ? ValueInfo{} : values_.at(n.input(0));
     ValueInfo y = x;
-    const auto residual = [&](std::size_t out_space) {
-      if (n.inputs.size() > 1 && !n.input(1).empty()) unite(out_space, values.at(n.input(1)).space, n);
-    };
     switch (n.op) {
-      case OpKind::kConv2d: {
-        const at::Tensor& w = graph.params.at(n.params.at("weight"));
-        const std::int64_t groups = n.attr_int("groups", 1);
-        const std::int64_t out = w.size(0), per_group = w.size(1);
-        set_channels(x.space, per_group * groups, n, n.input(0));
-        const auto stride = n.attr_ints("stride", {1, 1});
-        const auto pad = n.attr_ints("padding", {0, 0, 0, 0}), dil = n.attr_ints("dilation", {1, 1});
-        const auto size = [&](std::int64_t in, std::int64_t before, std::int64_t after, std::int64_t kk,
-                              std::int64_t s, std::int64_t d) {
-          return in < 0 ? in : (in + before + after - d * (kk - 1) - 1) / s + 1;
-        };
-        y.height = size(x.height, pad[0], pad[2], w.size(2), stride[0], dil[0]);
-        y.width = size(x.width, pad[1], pad[3], w.size(3), stride[1], dil[1]);
-        y.rank = 4;
-        const bool depthwise = groups > 1 && per_group == 1 && out == groups;
-        if (groups == 1) {
-          y.space = new_space(out, n.output);
-          spaces[y.space].producers.push_back(i);
-          spaces[uf.find(x.space)].consumers.push_back(i);
-        } else if (depthwise) {
-          y.space = x.space;
-          spaces[uf.find(x.space)].depthwise.push_back(i);
-          spaces[uf.find(x.space)].values.push_back(n.output);
-        } else {
-          y.space = new_space(out, n.output);
-          fix(x.space, "grouped conv " + n.name + " (groups " + std::to_string(groups) + ")");
-          fix(y.space, "grouped conv " + n.name + " (groups " + std::to_string(groups) + ")");
-        }
-        residual(y.space);
-        a.costs.push_back({.node = i,
-                           .in = per_group * groups,
-                           .out = out,
-                           .per_position = per_group * w.size(2) * w.size(3),
-                           .positions = y.height * y.width,
-                           .depthwise = depthwise});
-        cost_spaces.emplace_back(x.space, y.space);
-        break;
-      }
-      case OpKind::kLinear: {
-        const at::Tensor& w = graph.params.at(n.params.at("weight"));
-        y.space = new_space(w.size(0), n.output);
-        if (x.rank == 2) {
-          set_channels(x.space, w.size(1), n, n.input(0));
-          spaces[y.space].producers.push_back(i);
-          spaces[uf.find(x.space)].consumers.push_back(i);
-        } else {  // over a last axis that is no channel axis here
-          fix(x.space, "linear " + n.name + " over a rank-" + std::to_string(x.rank) + " value");
-          fix(y.space, "linear " + n.name + " over a rank-" + std::to_string(x.rank) + " value");
-        }
-        residual(y.space);
-        a.costs.push_back({.node = i, .in = w.size(1), .out = w.size(0), .per_position = w.size(1), .positions = 1});
-        cost_spaces.emplace_back(x.space, y.space);
-        break;
-      }
+      case OpKind::kConv2d: y = conv(i, x); break;
+      case OpKind::kLinear: y = linear(i, x); break;
       case OpKind::kMaxPool2d: {
         const auto k = n.attr_ints("kernel", {}), s = n.attr_ints("stride", {}), p = n.attr_ints("padding", {0, 0});
         if (x.height >= 0) y.height = (x.height + 2 * p[0] - k[0]) / s[0] + 1;
         if (x.width >= 0) y.width = (x.width + 2 * p[1] - k[1]) / s[1] + 1;
-        spaces[uf.find(x.space)].values.push_back(n.output);
+        spaces_.at(x.space).values.push_back(n.output);
         break;
       }
       case OpKind::kGlobalAvgPool:
         y.height = y.width = 1;
         y.rank = n.attr_int("keepdims", 0) != 0 ? 4 : 2;
-        spaces[uf.find(x.space)].values.push_back(n.output);
+        spaces_.at(x.space).values.push_back(n.output);
         break;
       case OpKind::kAdd:
       case OpKind::kMul: {
-        const ValueInfo& b = values.at(n.input(1));
-        if (channels_of(x.space) == channels_of(b.space)) {
-          unite(x.space, b.space, n);
+        const ValueInfo& b = values_.at(n.input(1));
+        if (spaces_.at(x.space).channels == spaces_.at(b.space).channels) {
+          spaces_.unite(x.space, b.space, n);
         } else {  // a broadcast over channels: nothing ties them, nothing may change either
-          fix(x.space, std::string(op_name(n.op)) + " " + n.name + " broadcasts over channels");
-          fix(b.space, std::string(op_name(n.op)) + " " + n.name + " broadcasts over channels");
+          spaces_.fix(x.space, std::string(op_name(n.op)) + " " + n.name + " broadcasts over channels");
+          spaces_.fix(b.space, std::string(op_name(n.op)) + " " + n.name + " broadcasts over channels");
         }
-        spaces[uf.find(x.space)].values.push_back(n.output);
+        spaces_.at(x.space).values.push_back(n.output);
         break;
       }
-      default:
+      default:  // an op pruning does not follow: what it reads and writes stays whole
         for (const std::string& in : n.inputs) {
-          if (!in.empty()) fix(values.at(in).space, std::string(op_name(n.op)) + " " + n.name);
+          if (!in.empty()) spaces_.fix(values_.at(in).space, std::string(op_name(n.op)) + " " + n.name);
         }
-        y = ValueInfo{.space = new_space(-1, n.output), .rank = -1};
-        fix(y.space, std::string(op_name(n.op)) + " " + n.name);
+        y = ValueInfo{.space = spaces_.add(-1, n.output), .rank = -1};
+        spaces_.fix(y.space, std::string(op_name(n.op)) + " " + n.name);
         break;
     }
-    values[n.output] = y;
+    values_[n.output] = y;
   }
-  for (const std::string& out : graph.outputs) fix(values.at(out).space, "graph output " + out);
 
-  // One group per root, ordered by the first node that writes it (the graph input's group first).
-  std::map<std::size_t, std::size_t> group_of_root;
-  std::vector<std::pair<std::size_t, std::size_t>> order;  // (first writer's node index + 1, root); 0: an input
-  for (std::size_t s = 0; s < spaces.size(); ++s) {
-    if (uf.find(s) != s) continue;
-    const Space& sp = spaces[s];
-    std::size_t first = 0;
-    if (!sp.producers.empty() || !sp.depthwise.empty()) {
-      first = 1 + std::min(sp.producers.empty() ? graph.nodes.size() : *std::min_element(sp.producers.begin(), sp.producers.end()),
-                           sp.depthwise.empty() ? graph.nodes.size() : *std::min_element(sp.depthwise.begin(), sp.depthwise.end()));
+  void residual(const Node& n, std::size_t out_space) {
+    if (n.inputs.size() > 1 && !n.input(1).empty()) spaces_.unite(out_space, values_.at(n.input(1)).space, n);
+  }
+
+  ValueInfo conv(std::size_t i, const ValueInfo& x) {
+    const Node& n = graph_.nodes[i];
+    const at::Tensor& w = graph_.params.at(n.params.at("weight"));
+    const std::int64_t groups = n.attr_int("groups", 1);
+    const std::int64_t out = w.size(0), per_group = w.size(1);
+    spaces_.set_channels(x.space, per_group * groups, n, n.input(0));
+    const auto stride = n.attr_ints("stride", {1, 1}), pad = n.attr_ints("padding", {0, 0, 0, 0});
+    const auto dil = n.attr_ints("dilation", {1, 1});
+    const auto size = [](std::int64_t in, std::int64_t before, std::int64_t after, std::int64_t k, std::int64_t s,
+                         std::int64_t d) { return in < 0 ? in : (in + before + after - d * (k - 1) - 1) / s + 1; };
+    ValueInfo y{.space = x.space,
+                .rank = 4,
+                .height = size(x.height, pad[0], pad[2], w.size(2), stride[0], dil[0]),
+                .width = size(x.width, pad[1], pad[3], w.size(3), stride[1], dil[1])};
+    const bool depthwise = groups > 1 && per_group == 1 && out == groups;
+    if (groups == 1) {
+      y.space = spaces_.add(out, n.output);
+      spaces_.at(y.space).producers.push_back(i);
+      spaces_.at(x.space).consumers.push_back(i);
+    } else if (depthwise) {  // its output channels are its input channels
+      spaces_.at(x.space).depthwise.push_back(i);
+      spaces_.at(x.space).values.push_back(n.output);
+    } else {
+      y.space = spaces_.add(out, n.output);
+      const std::string why = "grouped conv " + n.name + " (groups " + std::to_string(groups) + ")";
+      spaces_.fix(x.space, why);
+      spaces_.fix(y.space, why);
     }
-    order.emplace_back(first, s);
+    residual(n, y.space);
+    costs_.push_back({.node = i,
+                      .in = per_group * groups,
+                      .out = out,
+                      .per_position = per_group * w.size(2) * w.size(3),
+                      .positions = y.height * y.width,
+                      .depthwise = depthwise});
+    cost_spaces_.emplace_back(x.space, y.space);
+    return y;
   }
-  std::stable_sort(order.begin(), order.end());
-  const auto names = [&](std::vector<std::size_t> idx) {
-    std::sort(idx.begin(), idx.end());
-    std::vector<std::string> out;
-    for (std::size_t i : idx) out.push_back(graph.nodes[i].name);
-    return out;
-  };
-  for (const auto& [first, root] : order) {
-    const Space& sp = spaces[root];
-    ChannelGroup g;
-    g.channels = sp.channels;
-    g.producers = names(sp.producers);
-    g.consumers = names(sp.consumers);
-    g.depthwise = names(sp.depthwise);
-    g.values = sp.values;
-    g.fixed_by = sp.fixed_by;
-    if (g.fixed_by.empty() && g.producers.empty() && g.depthwise.empty()) g.fixed_by = "no node writes its channels";
-    if (g.fixed_by.empty() && g.channels <= 1) g.fixed_by = "a single channel";
-    g.prunable = g.fixed_by.empty();
-    group_of_root[root] = a.groups.size();
-    a.groups.push_back(std::move(g));
+
+  ValueInfo linear(std::size_t i, const ValueInfo& x) {
+    const Node& n = graph_.nodes[i];
+    const at::Tensor& w = graph_.params.at(n.params.at("weight"));
+    ValueInfo y = x;
+    y.space = spaces_.add(w.size(0), n.output);
+    if (x.rank == 2) {
+      spaces_.set_channels(x.space, w.size(1), n, n.input(0));
+      spaces_.at(y.space).producers.push_back(i);
+      spaces_.at(x.space).consumers.push_back(i);
+    } else {  // over a last axis that is no channel axis here
+      const std::string why = "linear " + n.name + " over a rank-" + std::to_string(x.rank) + " value";
+      spaces_.fix(x.space, why);
+      spaces_.fix(y.space, why);
+    }
+    residual(n, y.space);
+    costs_.push_back({.node = i, .in = w.size(1), .out = w.size(0), .per_position = w.size(1), .positions = 1});
+    cost_spaces_.emplace_back(x.space, y.space);
+    return y;
   }
-  for (std::size_t c = 0; c < a.costs.size(); ++c) {
-    a.costs[c].in_group = group_of_root.at(uf.find(cost_spaces[c].first));
-    a.costs[c].out_group = group_of_root.at(uf.find(cost_spaces[c].second));
-  }
-  return a;
+
+  const Graph& graph_;
+  SpaceTable spaces_;
+  std::map<std::string, ValueInfo> values_;
+  std::vector<Analysis::NodeCost> costs_;
+  std::vector<std::pair<std::size_t, std::size_t>> cost_spaces_;  // per cost: its input and output space
+};
+
+Analysis analyse(const Graph& graph) {
+  graph.validate();
+  return GroupBuilder(graph).finish();
 }
 
 // Multiply-adds of one sample with each group at `widths` (channels now where a group is absent from the map).
