@@ -219,6 +219,16 @@ Json bert_config_from_graph(const infer::Graph& g) {
           {"num_labels", labels}};
 }
 
+// The peers build the package's architecture from its source's weights: for a structurally pruned package that is the
+// unpruned model, and the comparison would be of two models.
+void check_peers_run_this_model(const Package& pkg, const std::string& path) {
+  const nlohmann::json* exported_with = pkg.source.contains("exported_with") ? &pkg.source["exported_with"] : nullptr;
+  HOTPATH_CHECK(exported_with == nullptr || !exported_with->contains("pruned_macs"), "bench infer: ", path,
+                " is structurally pruned; the peers would run the unpruned ", pkg.architecture,
+                ": bench it without --compare beside its unpruned package, or run its ONNX file "
+                "(hotpath export --model-dir PKG --format onnx) in the peer");
+}
+
 // The unfolded weights (torchvision / Hugging Face keys) of the model the package was exported from, for
 // the peers, or "" when there is no telling: a file the provenance names ("unfolded_weights", or
 // "model_dir"/model.safetensors), the registry's pretrained file, or for a --random-init export the same
@@ -421,13 +431,7 @@ Json run_infer_bench(const InferBenchOptions& a, std::ostream* log, std::vector<
   const Package& pkg = predictor.package();
   const Engine& engine = *predictor.engine();
   const infer::Graph& graph = engine.graph();
-  // The peers build the package's architecture from its source's weights: for a pruned package that is the unpruned
-  // model, a comparison of different models.
-  const nlohmann::json* exported_with = pkg.source.contains("exported_with") ? &pkg.source["exported_with"] : nullptr;
-  HOTPATH_CHECK(peers.empty() || exported_with == nullptr || !exported_with->contains("pruned_macs"), "bench infer: ",
-                a.package, " is structurally pruned; the peers would run the unpruned ", pkg.architecture,
-                ": bench it without --compare beside its unpruned package, or run its ONNX file "
-                "(hotpath export --model-dir PKG --format onnx) in the peer");
+  if (!peers.empty()) check_peers_run_this_model(pkg, a.package);
   const bool text = pkg.kind != PackageKind::kImageClassifier;
   const bool embeddings = pkg.kind == PackageKind::kSentenceEmbedder;
   const std::int64_t seq_len = text ? (a.seq_len > 0 ? a.seq_len : pkg.text.max_length) : 0;

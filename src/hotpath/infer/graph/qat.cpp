@@ -231,10 +231,68 @@ void check_batch(const Graph& g, const QatBatch& b, std::int64_t step, bool need
                 "qat: step ", step, ": label_weight > 0 needs int64 labels [", b.images.size(0), "] with each batch");
 }
 
+// A graph's parameters as float copies, the trained ones requiring gradients: every float param (conv/linear weights
+// and biases), or without `weights` only the ones some node reads as its bias.
+struct Trainable {
+  std::map<std::string, at::Tensor> params;  // every param, by key
+  std::vector<std::string> keys;             // the trained ones' keys ...
+  std::vector<at::Tensor> tensors;           // ... and tensors
+};
+
+Trainable trainable_params(const Graph& g, bool weights) {
+  std::set<std::string> biases;
+  for (const Node& n : g.nodes) {
+    if (auto it = n.params.find("bias"); it != n.params.end()) biases.insert(it->second);
+  }
+  Trainable t;
+  for (const auto& [key, value] : g.params) {
+    at::Tensor p = value.detach().to(at::kFloat).clone();
+    if (p.is_floating_point() && (weights || biases.count(key) != 0)) {
+      p.requires_grad_(true);
+      t.keys.push_back(key);
+      t.tensors.push_back(p);
+    }
+    t.params.emplace(key, std::move(p));
+  }
+  return t;
+}
+
+// QAT's start: the fp32 graph's nodes and params with other values; plain fine-tuning's: any image graph with the
+// teacher's input and outputs (a pruned copy).
+void check_start_graph(const Graph& fp32, const Graph& start, bool fake_quantize) {
+  if (!fake_quantize) {
+    check_graph(start, {});
+    HOTPATH_CHECK(start.inputs.front().shape == fp32.inputs.front().shape && start.outputs.size() == fp32.outputs.size(),
+                  "qat: the start graph's input or outputs differ from the teacher's");
+    return;
+  }
+  HOTPATH_CHECK(start.nodes.size() == fp32.nodes.size() && start.params.size() == fp32.params.size(),
+                "qat: the start graph has ", start.nodes.size(), " nodes and ", start.params.size(),
+                " params; the fp32 graph ", fp32.nodes.size(), " and ", fp32.params.size());
+  for (const auto& [key, t] : fp32.params) {
+    auto it = start.params.find(key);
+    HOTPATH_CHECK(it != start.params.end() && it->second.sizes() == t.sizes(), "qat: the start graph's param ", key,
+                  " is missing or of another shape");
+  }
+}
+
 double mean(const std::vector<double>& v, std::size_t from, std::size_t to) {
   double s = 0.0;
   for (std::size_t i = from; i < to; ++i) s += v[i];
   return to > from ? s / static_cast<double>(to - from) : 0.0;
+}
+
+// The report's loss at the start and the end (means over up to 10 steps), seconds and each conv's input range.
+void add_losses_and_ranges(nlohmann::ordered_json& report, const std::vector<double>& losses, const Ranges& ranges,
+                           double seconds) {
+  const std::size_t n = losses.size();
+  const std::size_t window = std::max<std::size_t>(1, std::min<std::size_t>(10, n / 4));
+  nlohmann::ordered_json range_json = nlohmann::ordered_json::object();
+  for (const auto& [name, r] : ranges) range_json[name] = {r.first, r.second};
+  report["loss_first"] = mean(losses, 0, window);
+  report["loss_last"] = mean(losses, n - window, n);
+  report["seconds"] = seconds;
+  report["input_ranges"] = range_json;
 }
 
 }  // namespace
@@ -243,20 +301,7 @@ QatResult qat_train(const Graph& fp32, const QatData& data, const QatOptions& op
   check_options(options);
   check_graph(fp32, options.keep_float);
   const Graph& student_start = start != nullptr ? *start : fp32;
-  if (start != nullptr && !options.fake_quantize) {  // a graph of its own (pruned): the same input and output only
-    check_graph(*start, {});
-    HOTPATH_CHECK(start->inputs.front().shape == fp32.inputs.front().shape && start->outputs.size() == fp32.outputs.size(),
-                  "qat: the start graph's input or outputs differ from the teacher's");
-  } else if (start != nullptr) {
-    HOTPATH_CHECK(start->nodes.size() == fp32.nodes.size() && start->params.size() == fp32.params.size(),
-                  "qat: the start graph has ", start->nodes.size(), " nodes and ", start->params.size(),
-                  " params; the fp32 graph ", fp32.nodes.size(), " and ", fp32.params.size());
-    for (const auto& [key, t] : fp32.params) {
-      auto it = start->params.find(key);
-      HOTPATH_CHECK(it != start->params.end() && it->second.sizes() == t.sizes(), "qat: the start graph's param ",
-                    key, " is missing or of another shape");
-    }
-  }
+  if (start != nullptr) check_start_graph(fp32, *start, options.fake_quantize);
   HOTPATH_CHECK(static_cast<bool>(data), "qat: no data source");
   // Training needs autograd even when the caller runs under inference mode (the export does).
   const c10::InferenceMode training(/*enabled=*/false);
@@ -275,22 +320,9 @@ QatResult qat_train(const Graph& fp32, const QatData& data, const QatOptions& op
                   "', which is no conv2d node of the graph");
   }
 
-  // The student's parameters: every float param, trained (the graph's params are conv/linear weights and biases);
-  // without train_weights only the ones some node reads as its bias.
-  std::set<std::string> biases;
-  for (const Node& n : fp32.nodes) {
-    if (auto it = n.params.find("bias"); it != n.params.end()) biases.insert(it->second);
-  }
-  std::map<std::string, at::Tensor> params;
-  std::vector<at::Tensor> trained;
-  for (const auto& [key, t] : student_start.params) {
-    at::Tensor p = t.detach().to(at::kFloat).clone();
-    if (p.is_floating_point() && (options.train_weights || biases.count(key) != 0)) {
-      p.requires_grad_(true);
-      trained.push_back(p);
-    }
-    params.emplace(key, std::move(p));
-  }
+  Trainable student_params = trainable_params(student_start, options.train_weights);
+  std::map<std::string, at::Tensor>& params = student_params.params;
+  std::vector<at::Tensor>& trained = student_params.tensors;
   Ranges ranges = options.initial_ranges;
   // Without fake quantization every conv and linear is "kept float": the interpreter runs the plain graph.
   std::set<std::string> keep(options.keep_float.begin(), options.keep_float.end());
@@ -386,10 +418,6 @@ QatResult qat_train(const Graph& fp32, const QatData& data, const QatOptions& op
   result.input_ranges = ranges;
   result.weight_bits = conv_bits;
   result.keep_float = options.keep_float;
-  const std::size_t n = losses.size();
-  const std::size_t window = std::max<std::size_t>(1, std::min<std::size_t>(10, n / 4));
-  nlohmann::ordered_json range_json = nlohmann::ordered_json::object();
-  for (const auto& [name, r] : ranges) range_json[name] = {r.first, r.second};
   result.report = {{"steps", options.steps},
                    {"lr", options.lr},
                    {"weight_decay", options.weight_decay},
@@ -404,11 +432,9 @@ QatResult qat_train(const Graph& fp32, const QatData& data, const QatOptions& op
                    {"linear_weight_bits", linear_bits},
                    {"fake_quantize", options.fake_quantize},
                    {"fake_quantized_linears", options.linear && options.fake_quantize},
-                   {"keep_float", options.keep_float},
-                   {"loss_first", mean(losses, 0, window)},
-                   {"loss_last", mean(losses, n - window, n)},
-                   {"seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - clock_start).count()},
-                   {"input_ranges", range_json}};
+                   {"keep_float", options.keep_float}};
+  add_losses_and_ranges(result.report, losses, ranges,
+                        std::chrono::duration<double>(std::chrono::steady_clock::now() - clock_start).count());
   return result;
 }
 
@@ -437,16 +463,8 @@ std::map<std::string, at::Tensor> graph_gradients(const Graph& graph, const std:
   HOTPATH_CHECK(!batches.empty(), "graph_gradients: no batches");
   const c10::InferenceMode training(/*enabled=*/false);
   const at::AutoGradMode grad(true);
-  std::map<std::string, at::Tensor> params;
-  std::vector<std::pair<std::string, at::Tensor>> trained;
-  for (const auto& [key, t] : graph.params) {
-    at::Tensor p = t.detach().to(at::kFloat).clone();
-    if (p.is_floating_point()) {
-      p.requires_grad_(true);
-      trained.emplace_back(key, p);
-    }
-    params.emplace(key, std::move(p));
-  }
+  Trainable trainable = trainable_params(graph, /*weights=*/true);
+  std::map<std::string, at::Tensor>& params = trainable.params;
   Ranges none;
   std::set<std::string> keep;
   for (const Node& n : graph.nodes) keep.insert(n.name);
@@ -461,7 +479,10 @@ std::map<std::string, at::Tensor> graph_gradients(const Graph& graph, const std:
     (at::cross_entropy_loss(logits, labels) / static_cast<double>(batches.size())).backward();
   }
   std::map<std::string, at::Tensor> out;
-  for (auto& [key, p] : trained) out.emplace(key, p.grad().defined() ? p.grad().detach() : at::zeros_like(p));
+  for (std::size_t i = 0; i < trainable.keys.size(); ++i) {
+    const at::Tensor& p = trainable.tensors[i];
+    out.emplace(trainable.keys[i], p.grad().defined() ? p.grad().detach() : at::zeros_like(p));
+  }
   return out;
 }
 
