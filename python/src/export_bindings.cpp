@@ -90,7 +90,7 @@ py::dict export_package(const py::dict& source_settings, const std::string& out,
   qat.options.train_weights = !qat_biases_only;
   if (!qat.data.empty()) o.qat = qat;
   prune.options.importance = infer::importance_from_name(prune_importance);
-  if (prune.options.ratio > 0.0 || prune.options.target_macs > 0.0) {
+  if (prune.options.ratio != 0.0 || prune.options.target_macs != 0.0) {  // a negative one is refused by name
     o.prune = prune;
   } else {
     HOTPATH_CHECK(prune.data.empty() && prune.options.ignore.empty(),

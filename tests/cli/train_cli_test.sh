@@ -124,9 +124,9 @@ python3 -c 'import json,sys; p=json.load(open(sys.argv[1]))["prune"]; assert p["
 "$hp" export --model-dir pruned --format onnx --out pruned.onnx >/dev/null 2>onnx.err || fail "onnx of the pruned package: $(cat onnx.err)"
 expect_error prune-ratio-one "ratio must be in (0, 1) (1 would remove every channel)" export --model-dir run2 --out p1 --prune-ratio 1
 expect_error prune-no-amount "add --prune-macs FRACTION or --prune-ratio R" export --model-dir run2 --out p2 --prune-data "$work/fm-000000.tar"
-expect_error prune-taylor-no-data "taylor importance needs data" export --model-dir run2 --out p3 --prune-ratio 0.3 --prune-importance taylor
+expect_error prune-taylor-no-data "taylor weighs the weights by their gradients on --prune-data" export --model-dir run2 --out p3 --prune-ratio 0.3 --prune-importance taylor
 expect_error prune-ignore "ignore names 'nope', which is no conv2d or linear node" export --model-dir run2 --out p4 --prune-ratio 0.3 --prune-ignore nope
-expect_error bench-pruned-peers "is structurally pruned; the peers would run the unpruned" bench infer pruned --compare onnxruntime
+expect_error bench-pruned-peers "is pruned (structurally or to zero weights); the peers would run the unpruned" bench infer pruned --compare onnxruntime
 expect_error onnx-int8-package "the package qat is int8" export --model-dir qat --format onnx --out qat.onnx
 
 # The real pretrained EfficientNet-Lite0 (converted by scripts/setup) on darknet's dog photo.

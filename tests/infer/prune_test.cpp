@@ -233,6 +233,21 @@ TEST(PruneGraph, RefusesBadOptionsAndQuantizedGraphsWithOneClearLine) {
   EXPECT_NE(error_of([&] { channel_groups(q); }).find("prune the fp32 graph, then quantize"), std::string::npos);
 }
 
+// A depthwise conv cut to one channel would have groups 1 (a dense 1 → 1 conv) and fall out of its group: groups with
+// one keep two channels, so that an iterative run's later cuts and the report see the same groups.
+TEST(PruneGraph, DepthwiseGroupsKeepTwoChannelsAndStayOneGroup) {
+  const Graph g = lowered("efficientnet_b0", 32);
+  const PruneResult r = prune_graph(g, {}, {.ratio = 0.97, .iterations = 2});
+  const std::vector<ChannelGroup> before = channel_groups(g), after = channel_groups(r.graph);
+  ASSERT_EQ(after.size(), before.size());
+  for (std::size_t i = 0; i < before.size(); ++i) EXPECT_EQ(after[i].name(), before[i].name());
+  const Node* dw = r.graph.find_node("features.1.0.block.0.0");  // 32 → int(0.96) = 0 → 2 channels
+  ASSERT_NE(dw, nullptr);
+  EXPECT_EQ(dw->attr_int("groups", 0), 2);
+  EXPECT_EQ(Engine::from_graph(r.graph).run({at::randn({2, 3, 32, 32})}).front().sizes(),
+            (std::vector<std::int64_t>{2, 10}));
+}
+
 TEST(PruneGraph, IgnoredNodesKeepTheirOutputChannels) {
   const Graph g = lowered("resnet18", 64);
   const PruneResult r = prune_graph(g, {}, {.ratio = 0.5, .ignore = {"layer1.0.conv1"}});

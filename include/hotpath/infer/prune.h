@@ -17,11 +17,12 @@
 // Importance (per channel of a group, torch-pruning's GroupMagnitudeImportance / GroupTaylorImportance): for each
 // member the channel's slice — a producer's row, a consumer's column, a depthwise conv's row — scored as
 //   l1 / l2   Σ|w|^p over the slice
-//   taylor    |Σ w·∂L/∂w| over the slice (∂L: cross-entropy on a few batches, with their labels, else with the
+//   taylor    Σ|w·∂L/∂w| over the slice (∂L: cross-entropy on a few batches, with their labels, else with the
 //             model's own top-1 class)
 // averaged over the members and divided by its mean. Batch norms are folded into the convolutions by lowering, so
 // magnitudes are those of the weights the engine runs. Each group keeps int(C · (1 − ratio)) of its C channels (at
-// least one; a multiple of round_to where C allows), those of highest importance, in their order.
+// least one, two where it has a depthwise conv; a multiple of round_to where C allows), those of highest
+// importance, in their order.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -108,6 +109,9 @@ struct PruneResult {
   Graph graph;
   nlohmann::ordered_json report;  // options, MACs and params before/after, each group's width, fine-tune losses
 };
+
+// The options' own bounds (what prune_graph checks before it looks at a graph): for callers that check early.
+void check_prune_options(const PruneOptions& options);
 
 // Iterative structured pruning of an fp32 image graph. `data` is needed for Taylor importance and fine-tuning (it
 // may be empty otherwise). Throws hotpath::Error for: ratio outside [0, 1) or target_macs outside (0, 1) (a ratio

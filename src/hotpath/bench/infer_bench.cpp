@@ -219,12 +219,14 @@ Json bert_config_from_graph(const infer::Graph& g) {
           {"num_labels", labels}};
 }
 
-// The peers build the package's architecture from its source's weights: for a structurally pruned package that is the
-// unpruned model, and the comparison would be of two models.
+// The peers build the package's architecture from its source's weights: for a pruned package (structurally, or to zero
+// weights) that is the unpruned model, and the comparison would be of two models.
 void check_peers_run_this_model(const Package& pkg, const std::string& path) {
   const nlohmann::json* exported_with = pkg.source.contains("exported_with") ? &pkg.source["exported_with"] : nullptr;
-  HOTPATH_CHECK(exported_with == nullptr || !exported_with->contains("pruned_macs"), "bench infer: ", path,
-                " is structurally pruned; the peers would run the unpruned ", pkg.architecture,
+  HOTPATH_CHECK(exported_with == nullptr || (!exported_with->contains("pruned_macs") &&
+                                              !exported_with->contains("sparsity")),
+                "bench infer: ", path, " is pruned (structurally or to zero weights); the peers would run the unpruned ",
+                pkg.architecture,
                 ": bench it without --compare beside its unpruned package, or run its ONNX file "
                 "(hotpath export --model-dir PKG --format onnx) in the peer");
 }

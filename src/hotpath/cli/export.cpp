@@ -69,7 +69,7 @@ void run(const ExportArgs& a) {
   qat.options.train_weights = !a.qat_biases_only;
   infer::ExportPrune prune = a.prune;
   prune.options.importance = infer::importance_from_name(a.prune_importance);
-  const bool pruning = prune.options.ratio > 0.0 || prune.options.target_macs > 0.0;
+  const bool pruning = prune.options.ratio != 0.0 || prune.options.target_macs != 0.0;
   HOTPATH_CHECK(pruning || (prune.data.empty() && prune.options.ignore.empty()),
                 "export: --prune-data/--prune-ignore prune a model: add --prune-macs FRACTION or --prune-ratio R");
   const infer::ExportReport r = infer::export_package(

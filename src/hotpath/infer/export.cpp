@@ -578,22 +578,22 @@ void write_dir_then_rename(const fs::path& out, const std::function<void(const f
 // ---- training batches (QAT, pruning's fine-tuning) -------------------------------------------------
 
 // Batches of image shards for training an export's graph: the package's preprocessing with a random resized crop
-// (none at crop_scale_min 1: the eval transform) and a flip, shuffled, epochs repeated. `flag` names the option in
-// messages ("--qat-data").
+// (none at crop_scale_min 1: the eval transform) and a flip, shuffled, epochs repeated. `prefix` names the options in
+// messages ("--qat": --qat-data, --qat-batch-size, --qat-crop-scale).
 struct TrainingBatches {
   std::shared_ptr<data::Loader> loader;
   QatData next;
 };
 
 TrainingBatches training_batches(const Package& p, const std::vector<std::string>& shards, std::int64_t batch_size,
-                                 double crop_scale_min, std::uint64_t seed, bool labels, const std::string& flag) {
-  HOTPATH_CHECK(!shards.empty(), "export: ", flag, " SHARDS (training images) is required here");
-  HOTPATH_CHECK(batch_size >= 1 && batch_size <= 4096, "export: ", flag, ": batch size ", batch_size,
+                                 double crop_scale_min, std::uint64_t seed, bool labels, const std::string& prefix) {
+  HOTPATH_CHECK(!shards.empty(), "export: ", prefix, "-data SHARDS (training images) is required here");
+  HOTPATH_CHECK(batch_size >= 1 && batch_size <= 4096, "export: ", prefix, "-batch-size ", batch_size,
                 " outside [1, 4096]");
-  HOTPATH_CHECK(crop_scale_min > 0.0 && crop_scale_min <= 1.0, "export: ", flag, ": crop scale ", crop_scale_min,
+  HOTPATH_CHECK(crop_scale_min > 0.0 && crop_scale_min <= 1.0, "export: ", prefix, "-crop-scale ", crop_scale_min,
                 " outside (0, 1]");
   data::LoaderOptions lo = p.image.loader_options(data::resolve_shards(shards));
-  HOTPATH_CHECK(!lo.shards.empty(), "export: no ", flag, " shard matches ", shards.front());
+  HOTPATH_CHECK(!lo.shards.empty(), "export: no ", prefix, "-data shard matches ", shards.front());
   if (crop_scale_min < 1.0) {  // else the eval transform, flipped at random
     lo.crop = data::CropMode::kRandomResizedCrop;
     lo.rrc.scale_min = crop_scale_min;
@@ -607,13 +607,13 @@ TrainingBatches training_batches(const Package& p, const std::vector<std::string
   if (labels) lo.num_classes = p.num_classes;
   auto loader = std::make_shared<data::Loader>(lo);
   auto epoch = std::make_shared<std::int64_t>(0);
-  QatData next = [loader, epoch, labels, batch_size, flag]() -> QatBatch {
+  QatData next = [loader, epoch, labels, batch_size, prefix]() -> QatBatch {
     std::optional<data::Batch> b = loader->next();
     if (!b) {
       loader->seek({++*epoch, 0});
       b = loader->next();
-      HOTPATH_CHECK(b.has_value(), "export: ", flag, " yields no full batch of ", batch_size,
-                    " samples (lower the batch size)");
+      HOTPATH_CHECK(b.has_value(), "export: ", prefix, "-data yields no full batch of ", batch_size, " samples (lower ",
+                    prefix, "-batch-size)");
     }
     return {b->images.to(at::kFloat), labels ? b->labels : at::Tensor()};
   };
@@ -624,7 +624,7 @@ TrainingBatches training_batches(const Package& p, const std::vector<std::string
 QatResult run_qat(const Graph& graph, const Graph& start, const Package& p, const ExportQat& qat,
                   StageProgress& progress) {
   const TrainingBatches batches = training_batches(p, qat.data, qat.batch_size, qat.crop_scale_min, qat.seed,
-                                                   qat.options.label_weight > 0.0, "--qat-data");
+                                                   qat.options.label_weight > 0.0, "--qat");
   QatOptions o = qat.options;
   o.progress = [&](std::int64_t step, std::int64_t steps, double) {
     progress("quantization-aware training", static_cast<std::size_t>(step), static_cast<std::size_t>(steps));
@@ -642,9 +642,10 @@ PruneResult run_prune(const Graph& graph, const Package& p, const ExportPrune& p
   std::optional<TrainingBatches> batches;
   if (!prune.data.empty()) {
     batches = training_batches(p, prune.data, prune.batch_size, prune.crop_scale_min, prune.seed,
-                               prune.options.finetune.label_weight > 0.0, "--prune-data");
+                               prune.options.finetune.label_weight > 0.0, "--prune");
   }
   PruneOptions o = prune.options;
+  const bool untuned = !batches && o.finetune_steps > 0;  // fine-tuning asked for, no data to do it on: said so
   if (!batches) o.finetune_steps = 0;
   std::int64_t cut = 0;
   o.progress = [&](std::int64_t iteration, std::int64_t) { cut = iteration; };
@@ -654,6 +655,7 @@ PruneResult run_prune(const Graph& graph, const Package& p, const ExportPrune& p
   };
   PruneResult r = prune_graph(graph, batches ? batches->next : QatData{}, o);
   r.report["data"] = prune.data;
+  if (untuned) r.report["not_fine_tuned"] = "no --prune-data: the cut is not fine-tuned";
   if (batches) {
     r.report["batch_size"] = prune.batch_size;
     r.report["crop_scale_min"] = prune.crop_scale_min;
@@ -751,6 +753,7 @@ ExportVerdict export_verdict(const Package& package, const ReportData& data, con
   if (report.contains("prune")) {
     const nlohmann::ordered_json& pr = report["prune"];
     if (pr.contains("macs")) summary << " pruned to " << 100.0 * pr["macs"]["kept"].get<double>() << " % of the MACs";
+    if (pr.contains("not_fine_tuned")) summary << " (not fine-tuned: no --prune-data)";
     if (pr.contains("magnitude")) {
       summary << (pr.contains("macs") ? " and " : " ") << 100.0 * pr["magnitude"]["sparsity"].get<double>()
               << " % zero weights (no speed-up: the tensors stay dense)";
@@ -816,7 +819,13 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
   const fs::path out = check_out_dir(source, options);
   HOTPATH_CHECK(options.sparsity >= 0.0 && options.sparsity < 1.0, "export: --sparsity ", options.sparsity,
                 " outside [0, 1)");
-  if (options.prune && !options.prune->data.empty()) (void)data::resolve_shards(options.prune->data);
+  if (options.prune) {  // before the model loads, as QAT's: a typo here costs no minutes
+    check_prune_options(options.prune->options);
+    HOTPATH_CHECK(options.prune->options.importance != Importance::kTaylor || !options.prune->data.empty(),
+                  "export: --prune-importance taylor weighs the weights by their gradients on --prune-data SHARDS; "
+                  "give them, or use l1 or l2");
+    if (!options.prune->data.empty()) (void)data::resolve_shards(options.prune->data);
+  }
   if (options.qat) {  // before the model loads and the calibration runs: a typo here costs no minutes
     HOTPATH_CHECK(options.precision == Precision::kInt8,
                   "export: --qat-data trains for an int8 export; add --precision int8");
@@ -886,6 +895,7 @@ ExportReport export_package(const ExportSource& source, const ExportOptions& opt
   if (report.contains("prune") && report["prune"].contains("macs")) {
     package.source["exported_with"]["pruned_macs"] = report["prune"]["macs"]["kept"];
   }
+  if (options.sparsity > 0.0) package.source["exported_with"]["sparsity"] = options.sparsity;
   // Again: calibration can take minutes, and a run may have been started at --out meanwhile.
   (void)check_out_dir(source, options);
   progress.stage("writing the package");

@@ -226,7 +226,7 @@ class GroupBuilder {
                 .rank = 4,
                 .height = size(x.height, pad[0], pad[2], w.size(2), stride[0], dil[0]),
                 .width = size(x.width, pad[1], pad[3], w.size(3), stride[1], dil[1])};
-    const bool depthwise = groups > 1 && per_group == 1 && out == groups;
+    const bool depthwise = groups > 1 && per_group == 1 && out == groups;  // groups == in == out
     if (groups == 1) {
       y.space = spaces_.add(out, n.output);
       spaces_.at(y.space).producers.push_back(i);
@@ -305,7 +305,7 @@ at::Tensor slice_scores(const at::Tensor& w, const at::Tensor& g, bool rows, Imp
   const at::Tensor wf = (rows ? w : w.transpose(0, 1)).to(at::kFloat).flatten(1);
   if (importance == Importance::kTaylor) {
     const at::Tensor gf = (rows ? g : g.transpose(0, 1)).to(at::kFloat).flatten(1);
-    return (wf * gf).sum(1).abs();
+    return (wf * gf).abs().sum(1);  // torch-pruning's GroupTaylorImportance default (multivariable=False)
   }
   return importance == Importance::kL1 ? wf.abs().sum(1) : wf.square().sum(1);
 }
@@ -318,7 +318,9 @@ std::vector<std::int64_t> top_channels(const at::Tensor& importance, std::int64_
   return kept;
 }
 
-void check_options(const Graph& graph, const PruneOptions& o) {
+}  // namespace
+
+void check_prune_options(const PruneOptions& o) {
   const bool by_ratio = o.ratio != 0.0, by_macs = o.target_macs != 0.0;
   HOTPATH_CHECK(by_ratio != by_macs, "prune: give exactly one of ratio (channels removed per group) or target_macs "
                                      "(the fraction of multiply-adds to keep)");
@@ -333,6 +335,12 @@ void check_options(const Graph& graph, const PruneOptions& o) {
                 o.taylor_batches);
   HOTPATH_CHECK(o.finetune_steps >= 0 && o.finetune_steps <= 10000000, "prune: finetune_steps must be in "
                                                                        "[0, 10000000]; got ", o.finetune_steps);
+}
+
+namespace {
+
+void check_options(const Graph& graph, const PruneOptions& o) {
+  check_prune_options(o);
   for (const std::string& name : o.ignore) {
     const Node* n = graph.find_node(name);
     HOTPATH_CHECK(n != nullptr && (n->op == OpKind::kConv2d || n->op == OpKind::kLinear), "prune: ignore names '",
@@ -482,9 +490,16 @@ PruneResult prune_graph(const Graph& graph, const QatData& data, const PruneOpti
                 "prune: taylor importance needs data (batches to take the gradients on)");
   HOTPATH_CHECK(options.finetune_steps == 0 || static_cast<bool>(data), "prune: fine-tuning needs data");
   const GraphCost before = graph_cost(graph);
+  // A group with a depthwise conv keeps two channels at least: at one, its conv would have groups 1 and read as a
+  // dense 1 → 1 conv, which no longer ties the group together.
+  const auto keep_of = [&](std::size_t g, double ratio) {
+    const std::int64_t c = first.groups[g].channels;
+    const std::int64_t keep = kept_channels(c, ratio, options.round_to);
+    return first.groups[g].depthwise.empty() ? keep : std::max(keep, std::min<std::int64_t>(2, c));
+  };
   const auto widths_at = [&](double ratio) {
     std::map<std::size_t, std::int64_t> w;
-    for (std::size_t g : prunable) w[g] = kept_channels(first.groups[g].channels, ratio, options.round_to);
+    for (std::size_t g : prunable) w[g] = keep_of(g, ratio);
     return w;
   };
   double ratio = options.ratio;
@@ -504,7 +519,8 @@ PruneResult prune_graph(const Graph& graph, const QatData& data, const PruneOpti
   Graph current = graph;
   nlohmann::ordered_json finetune = nlohmann::ordered_json::array();
   for (std::int64_t it = 1; it <= options.iterations; ++it) {
-    const double step_ratio = ratio * static_cast<double>(it) / static_cast<double>(options.iterations);
+    const double step_ratio =  // the last cut at exactly the searched ratio (its widths are the search's)
+        it == options.iterations ? ratio : ratio * static_cast<double>(it) / static_cast<double>(options.iterations);
     const Analysis now = analyse_with(current, options.ignore);
     HOTPATH_CHECK(now.groups.size() == first.groups.size(), "prune: the pruned graph's groups changed (",
                   now.groups.size(), " from ", first.groups.size(), ")");
@@ -516,7 +532,7 @@ PruneResult prune_graph(const Graph& graph, const QatData& data, const PruneOpti
     }
     std::map<std::size_t, std::vector<std::int64_t>> kept;
     for (std::size_t g : prunable) {
-      const std::int64_t keep = kept_channels(first.groups[g].channels, step_ratio, options.round_to);
+      const std::int64_t keep = keep_of(g, step_ratio);
       if (keep >= now.groups[g].channels) continue;
       kept[g] = top_channels(channel_importance(current, now.groups[g], options.importance, gradients), keep);
     }
