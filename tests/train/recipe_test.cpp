@@ -8,7 +8,9 @@
 #include <string>
 #include <variant>
 
+#include "hotpath/core/cpu.h"
 #include "hotpath/core/error.h"
+#include "hotpath/train/trainer.h"
 #include "support/test_support.h"
 
 namespace hotpath::train {
@@ -253,6 +255,21 @@ TEST(Recipe, TheDocsTableIsTheHelpRecipeOutput) {
   ASSERT_NE(e, std::string::npos);
   EXPECT_EQ(docs.substr(b + begin.size(), e - b - begin.size()), recipe_help())
       << "regenerate it: build/hotpath train --help-recipe";
+}
+
+// What holds on every CPU: auto is bf16 exactly where the dispatch level has native bf16 dot products, fp32 under
+// an AVX2 cap (an AVX2-only machine's choice), and a concrete precision is never changed.
+TEST(Recipe, AutoPrecisionIsBf16OnlyWhereTheCpuComputesBf16Natively) {
+  Recipe r = parse_recipe("train:\n  precision: auto\n  device: cpu\n", {}, "r.yaml");
+  const bool native = cpu::max_isa() >= cpu::Isa::kAvx512Bf16;
+  EXPECT_EQ(with_precision_resolved(r).train.precision, native ? "bf16" : "fp32");
+  cpu::set_max_isa(cpu::Isa::kAvx2);
+  EXPECT_EQ(with_precision_resolved(r).train.precision, "fp32");
+  cpu::reset_max_isa();
+  for (const char* concrete : {"fp32", "bf16"}) {
+    r.train.precision = concrete;
+    EXPECT_EQ(with_precision_resolved(r).train.precision, concrete);
+  }
 }
 
 TEST(Recipe, ShippedConfigsParse) {

@@ -79,7 +79,13 @@ struct TrainResult {
   StepBreakdown breakdown;
 };
 
-// Runs the recipe's task through the loop (see the top of this file).
+// train.precision "auto" made concrete for the device the run takes (train.device; auto = CUDA when present):
+// bf16 where that device computes bf16 natively — a CPU at hotpath's avx512_bf16 dispatch level (AVX512_BF16,
+// which AMX CPUs have too; HOTPATH_MAX_ISA caps it) or a GPU with bf16 — else fp32. Other values pass unchanged.
+// train() resolves it itself; a caller that hands the recipe to a peer (bench train) resolves it first.
+Recipe with_precision_resolved(Recipe recipe);
+
+// Runs the recipe's task through the loop (see the top of this file), train.precision resolved as above.
 TrainResult train(const Recipe& recipe, const TrainOptions& options = {});
 
 }  // namespace hotpath::train

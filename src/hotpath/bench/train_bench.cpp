@@ -62,7 +62,8 @@ BenchReport run_train_bench(const TrainBenchOptions& a, std::ostream* log) {
                 a.compare, "'");
   std::vector<std::string> overrides = a.overrides;
   if (a.threads > 0) overrides.push_back("train.threads=" + std::to_string(a.threads));
-  train::Recipe recipe = train::load_recipe(a.config, overrides);
+  // "auto" precision resolved here: the peer gets the same concrete precision as hotpath.
+  train::Recipe recipe = train::with_precision_resolved(train::load_recipe(a.config, overrides));
   HOTPATH_CHECK(recipe.data.kind == "image", a.config, ": bench train measures image recipes; for text recipes use "
                 "`hotpath bench text --part finetune`");
   // Both sides get the same explicit thread count (the trainer's default: every core).

@@ -87,7 +87,7 @@ std::vector<RecipeKey> make_table() {
       {.name = "train.epochs", .field = HOTPATH_FIELD(train.epochs), .doc = "passes over data.train", .lo = 1, .hi = 1e6},
       {.name = "train.batch_size", .field = HOTPATH_FIELD(train.batch_size), .doc = "samples per optimizer step, all micro-batches (the loader's batch is batch_size / accum_steps)", .lo = 1, .hi = 1048576, .resume = true},
       {.name = "train.accum_steps", .field = HOTPATH_FIELD(train.accum_steps), .doc = "micro-batches per optimizer step (dividing batch_size)", .lo = 1, .hi = 1048576, .resume = true},
-      {.name = "train.precision", .field = HOTPATH_FIELD(train.precision), .doc = "fp32, bf16 autocast, or fp16 autocast + loss scaler (CUDA)", .allowed = {"fp32", "bf16", "fp16"}},
+      {.name = "train.precision", .field = HOTPATH_FIELD(train.precision), .doc = "fp32, bf16 autocast, fp16 autocast + loss scaler (CUDA), or auto: bf16 where the device has native bf16 math (AVX512_BF16/AMX, a bf16 GPU), else fp32", .allowed = {"fp32", "bf16", "fp16", "auto"}},
       {.name = "train.label_smoothing", .field = HOTPATH_FIELD(train.label_smoothing), .doc = "in [0, 1)", .lo = 0, .hi = 1},
       {.name = "train.clip_grad_norm", .field = HOTPATH_FIELD(train.clip_grad_norm), .doc = "max global gradient L2 norm, 0 = off", .lo = 0},
       {.name = "train.ema_decay", .field = HOTPATH_FIELD(train.ema_decay), .doc = "EMA of the weights, in [0, 1), 0 = off", .lo = 0, .hi = 1},

@@ -10,9 +10,11 @@
 #include <sstream>
 #include <thread>
 
+#include "hotpath/core/cpu.h"
 #include "hotpath/core/error.h"
 #include "hotpath/ops/autocast_ops.h"
 #include "hotpath/train/from_recipe.h"
+#include "hotpath/train/trainer.h"
 #include "cuda/cuda_training.h"
 
 namespace hotpath::train {
@@ -28,6 +30,15 @@ at::Device pick_device(const std::string& name) {
 }
 
 }  // namespace
+
+Recipe with_precision_resolved(Recipe recipe) {
+  auto& precision = recipe.train.precision;
+  if (precision != "auto") return recipe;
+  const at::Device device = pick_device(recipe.train.device);
+  const bool native_bf16 = device.is_cuda() ? cuda_has_bf16(device) : cpu::max_isa() >= cpu::Isa::kAvx512Bf16;
+  precision = native_bf16 ? "bf16" : "fp32";
+  return recipe;
+}
 
 std::optional<at::ScalarType> autocast_dtype(const std::string& precision) {
   if (precision == "bf16") return at::kBFloat16;

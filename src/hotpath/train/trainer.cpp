@@ -345,6 +345,9 @@ void Run::write_profile() {
 
 }  // namespace
 
-TrainResult train(const Recipe& recipe, const TrainOptions& options) { return Run(recipe, options).go(); }
+TrainResult train(const Recipe& recipe, const TrainOptions& options) {
+  const Recipe resolved = with_precision_resolved(recipe);
+  return Run(resolved, options).go();
+}
 
 }  // namespace hotpath::train
