@@ -26,7 +26,7 @@ names="T-shirt/top,Trouser,Pullover,Dress,Coat,Sandal,Shirt,Sneaker,Bag,Ankle bo
   || die "pack test: $(tail -3 pack.log)"
 
 "$hp" train "$src/configs/fashion_mnist.yaml" --set "data.train=$work/train-000000.tar" \
-  --set "data.eval=$work/test-000000.tar" --set "output_dir=$work/run" --set train.epochs=1 > train.log 2>&1 \
+  --set "data.eval=$work/test-000000.tar" --set "output_dir=$work/run" --set train.epochs=1 --set train.precision=fp32 > train.log 2>&1 \
   || die "train: $(tail -3 train.log)"
 
 start=$(date +%s)
