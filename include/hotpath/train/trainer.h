@@ -80,8 +80,9 @@ struct TrainResult {
 };
 
 // train.precision "auto" made concrete for the device the run takes (train.device; auto = CUDA when present):
-// bf16 where that device computes bf16 natively — a CPU at hotpath's avx512_bf16 dispatch level (AVX512_BF16,
-// which AMX CPUs have too; HOTPATH_MAX_ISA caps it) or a GPU with bf16 — else fp32. Other values pass unchanged.
+// bf16 where that device computes bf16 natively — a CPU where ops::bf16_math() is native (the avx512_bf16 dispatch
+// level: AVX512_BF16, which AMX CPUs have too; HOTPATH_MAX_ISA caps it, HOTPATH_BF16_MATH forces it) or a GPU with
+// bf16 — else fp32. Other values pass unchanged.
 // train() resolves it itself; a caller that hands the recipe to a peer (bench train) resolves it first.
 Recipe with_precision_resolved(Recipe recipe);
 

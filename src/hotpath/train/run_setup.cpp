@@ -10,7 +10,6 @@
 #include <sstream>
 #include <thread>
 
-#include "hotpath/core/cpu.h"
 #include "hotpath/core/error.h"
 #include "hotpath/ops/autocast_ops.h"
 #include "hotpath/train/from_recipe.h"
@@ -35,7 +34,8 @@ Recipe with_precision_resolved(Recipe recipe) {
   auto& precision = recipe.train.precision;
   if (precision != "auto") return recipe;
   const at::Device device = pick_device(recipe.train.device);
-  const bool native_bf16 = device.is_cuda() ? cuda_has_bf16(device) : cpu::max_isa() >= cpu::Isa::kAvx512Bf16;
+  // On the CPU: the autocast ops' own choice (ops/autocast_ops.h), so auto is bf16 exactly where they run native bf16.
+  const bool native_bf16 = device.is_cuda() ? cuda_has_bf16(device) : ops::bf16_math() == ops::Bf16Math::kNative;
   precision = native_bf16 ? "bf16" : "fp32";
   return recipe;
 }
