@@ -1,6 +1,7 @@
 // The inference engine against the training models it was lowered from: every family, every op,
 // folded batch norms, fused residuals, merged LoRA, packages written and read back, bad packages.
 #include "hotpath/infer/engine.h"
+#include "hotpath/ops/onednn_conv.h"
 
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hotpath/core/cpu.h"
@@ -91,11 +93,18 @@ TEST_P(EngineVision, MatchesTheTrainingModelWithin1e5) {
   const at::Tensor x = at::randn({3, c.channels, c.size, c.size});
   const at::Tensor expected = image_reference(*model, x);
   Graph g = lower_image_model(*model, {.channels = c.channels, .image_size = c.size});
-  for (bool channels_last : {true, false}) {
-    const Engine engine = Engine::from_graph(g, {.threads = 1, .channels_last = channels_last});
+  // Channels-last runs the convs through oneDNN's library directly (where the build has it) and through ATen's
+  // prepacked op, its twin; contiguous runs at::conv2d.
+  for (const auto& [channels_last, direct] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, false}}) {
+    const Engine engine = Engine::from_graph(g, {.threads = 1, .channels_last = channels_last, .direct_convs = direct});
     const at::Tensor got = engine.run({x}).front();
     ASSERT_EQ(got.sizes(), expected.sizes());
-    EXPECT_LT(rel_error(got, expected), 1e-5) << c.name << (channels_last ? " channels-last" : " contiguous");
+    EXPECT_LT(rel_error(got, expected), 1e-5)
+        << c.name << (channels_last ? " channels-last" : " contiguous") << (direct ? ", direct convs" : "");
+    if (channels_last && direct && ops::OneDnnConv::unavailable().empty() && c.name != std::string("vit_tiny")) {
+      EXPECT_NE(engine.describe().find("conv: oneDNN's library called directly"), std::string::npos)
+          << engine.describe();
+    }
   }
   // No BatchNorm survives lowering: every conv carries its folded scale and shift, no running statistics are kept.
   for (const auto& [key, t] : g.params) EXPECT_EQ(key.find("running_"), std::string::npos) << key;
@@ -105,8 +114,12 @@ INSTANTIATE_TEST_SUITE_P(Families, EngineVision,
                          ::testing::Values(VisionCase{"cnn_small", 1, 28}, VisionCase{"resnet18", 3, 64},
                                            VisionCase{"resnet18_small", 3, 32}, VisionCase{"resnet50", 3, 64},
                                            VisionCase{"efficientnet_b0", 3, 64},
-                                           VisionCase{"efficientnet_lite0", 3, 65}, VisionCase{"vit_tiny", 3, 224}),
-                         [](const auto& test_info) { return std::string(test_info.param.name); });
+                                           VisionCase{"efficientnet_lite0", 3, 65},
+                                           VisionCase{"efficientnet_lite0", 3, 64},  // TF "same": asymmetric padding
+                                           VisionCase{"vit_tiny", 3, 224}),
+                         [](const auto& test_info) {
+                           return std::string(test_info.param.name) + "_" + std::to_string(test_info.param.size);
+                         });
 
 // The tiny BERT's position embeddings: EngineInputs checks that a longer input is refused.
 constexpr std::int64_t kTextPositions = 40;
@@ -218,9 +231,11 @@ TEST(EngineConv, ResidualThenEveryActivationMatchesATen) {
     if (act == "silu") want = at::silu(want);
     if (act == "sigmoid") want = want.sigmoid();
     if (act == "tanh") want = want.tanh();
-    for (bool channels_last : {true, false}) {
-      const at::Tensor got = Engine::from_graph(g, {.channels_last = channels_last}).run({x}).front();
-      EXPECT_LT(rel_error(got, want), 1e-5) << act << (channels_last ? " channels-last" : " contiguous");
+    for (const auto& [channels_last, direct] : {std::pair{true, true}, std::pair{true, false}, std::pair{false, false}}) {
+      const at::Tensor got =
+          Engine::from_graph(g, {.channels_last = channels_last, .direct_convs = direct}).run({x}).front();
+      EXPECT_LT(rel_error(got, want), 1e-5)
+          << act << (channels_last ? " channels-last" : " contiguous") << (direct ? ", direct convs" : "");
     }
   }
 }

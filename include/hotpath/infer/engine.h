@@ -65,6 +65,10 @@ struct EngineOptions {
   std::size_t planned_shapes = 8;
   // Channels-last memory for image activations (oneDNN's fast conv layout).
   bool channels_last = true;
+  // fp32 convs on the CPU call oneDNN's library directly (ops/onednn_conv.h: one primitive per input shape,
+  // asymmetric padding native) where the build has it; false runs ATen's mkldnn::_convolution_pointwise with
+  // prepacked weights (the twin, and what a build without Debian's libdnnl-dev runs). describe() says which.
+  bool direct_convs = true;
   // Where the graph runs. CUDA: weights and activations on the device in cuda_dtype (fp16 by default; bf16,
   // fp32), convs through cuDNN in benchmark mode, attention through SDPA; run() takes CPU inputs (staged
   // through pinned memory) and returns CPU outputs. int8 packages run on the CPU only. (infer/engine/cuda/)

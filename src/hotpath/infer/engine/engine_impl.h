@@ -22,6 +22,7 @@
 #include "hotpath/infer/engine.h"
 #include "hotpath/infer/graph.h"
 #include "hotpath/ops/int8_linear.h"
+#include "hotpath/ops/onednn_conv.h"
 #include "int8_nodes.h"
 
 namespace hotpath::infer {
@@ -46,6 +47,7 @@ struct Step {
   std::vector<int> release;  // slots read for the last time here
   at::Tensor weight, bias;
   std::vector<std::int64_t> stride, padding, pre_pad, dilation, kernel;
+  std::vector<std::int64_t> conv_pad;  // conv: the node's padding, top, left, bottom, right
   std::int64_t groups = 1, heads = 1, dim = 0, index = 0;
   bool keepdims = false;
   double eps = 1e-5;
@@ -58,14 +60,20 @@ struct Step {
   bool fast_ln = false;        // layer_norm / bert_embed: hotpath's f32 LayerNorm kernel (out=, + quantize)
   bool rows = false;           // runs on a range of token rows in the batch-1 row split
   bool packed = false;                                          // run mkldnn_conv_ops with packed weights
+  bool direct = false;  // fp32 conv through ops::OneDnnConv (oneDNN's library called directly), per input shape
   bool mkl = false;  // fp32 linear of an image graph: MKL's packed sgemm at small row counts (packed_linear_for)
   PostOp post;
   // The weight in oneDNN's layout, per input shape (at most kMaxPackedShapes; guarded by Impl::pack_mutex).
   mutable std::map<std::vector<std::int64_t>, at::Tensor> packed_by_shape;
+  // The direct conv per input shape (at most kMaxDirectShapes; guarded by Impl::pack_mutex).
+  mutable std::map<std::vector<std::int64_t>, std::shared_ptr<const ops::OneDnnConv>> direct_by_shape;
 };
 
 // Input shapes (batch sizes, in practice) a conv keeps a packed weight for; past it, the first one serves.
 constexpr std::size_t kMaxPackedShapes = 4;
+// Input shapes a direct conv keeps a oneDNN primitive for (the reordered weight is shared between them where
+// oneDNN wants one layout, as it does for every batch size of the models here); past it, ATen's prepacked op.
+constexpr std::size_t kMaxDirectShapes = 16;
 // Row counts an fp32 linear packs its weight for (each a full copy of it), and the largest: MKL copies the
 // weight into its panels on every at::addmm call, ~14 % of a ViT-B/16 batch-1 run (M 197); at large M the
 // copy is a small share of the multiply and at::addmm runs.
@@ -149,7 +157,7 @@ struct Engine::Impl {
   std::vector<int> input_slots, output_slots;
   int num_slots = 0;
   std::map<std::string, int> int8_counts;
-  std::string conv_note;  // why convs do not run oneDNN's prepacked fused kernel ("" when they do)
+  std::string conv_note;  // what fp32 convs run when not ATen's prepacked fused oneDNN op ("" when they do)
   mutable std::mutex pack_mutex;
   // Every node works per sample (text graphs: no convs or pools, no select along the batch): run() may cut
   // a batch into parts that threads run independently (EngineOptions::split_batch). "" or why not.
@@ -170,6 +178,9 @@ struct Engine::Impl {
 
   // s.weight packed by oneDNN for an input of x's shape (once per shape, at most kMaxPackedShapes).
   const at::Tensor& packed_for(const Step& s, const at::Tensor& x) const;
+  // s's direct conv for an input of x's shape (created once per shape); nullptr past kMaxDirectShapes shapes
+  // or where oneDNN has no direct kernel for the shape: the caller then runs ATen's path.
+  const ops::OneDnnConv* direct_for(const Step& s, const at::Tensor& x) const;
   // s.weight packed by MKL for m rows (once per m, at most kMaxPackedLinearShapes); nullptr past that.
   const at::Tensor* packed_linear_for(const Step& s, std::int64_t m) const;
 

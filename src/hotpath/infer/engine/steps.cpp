@@ -128,6 +128,23 @@ const MklLinearOps& mkl_linear_ops() {
   return ops;
 }
 
+// The activation the direct conv fuses; tanh and tanh-gelu run after it (ops/onednn_conv.h says why).
+ops::ConvActivation conv_activation(Act act) {
+  switch (act) {
+    case Act::kRelu: return ops::ConvActivation::kRelu;
+    case Act::kRelu6: return ops::ConvActivation::kRelu6;
+    case Act::kGelu: return ops::ConvActivation::kGelu;
+    case Act::kSilu: return ops::ConvActivation::kSilu;
+    case Act::kSigmoid: return ops::ConvActivation::kSigmoid;
+    case Act::kNone:
+    case Act::kGeluTanh:
+    case Act::kTanh: return ops::ConvActivation::kNone;
+  }
+  return ops::ConvActivation::kNone;
+}
+
+bool fused_by_direct_conv(Act act) { return act == Act::kNone || conv_activation(act) != ops::ConvActivation::kNone; }
+
 PostOp post_op(Act act) {
   switch (act) {
     case Act::kNone: return {};
@@ -184,6 +201,43 @@ const at::Tensor& Engine::Impl::packed_for(const Step& s, const at::Tensor& x) c
   return s.packed_by_shape.emplace(shape, w).first->second;
 }
 
+const ops::OneDnnConv* Engine::Impl::direct_for(const Step& s, const at::Tensor& x) const {
+  std::vector<std::int64_t> shape(x.sizes().begin(), x.sizes().end());
+  const std::lock_guard<std::mutex> lock(pack_mutex);
+  auto it = s.direct_by_shape.find(shape);
+  if (it != s.direct_by_shape.end()) return it->second.get();
+  if (s.direct_by_shape.size() >= detail::kMaxDirectShapes) return nullptr;
+  ops::ConvGeometry g;
+  g.batch = x.size(0);
+  g.in_channels = x.size(1);
+  g.height = x.size(2);
+  g.width = x.size(3);
+  g.out_channels = s.weight.size(0);
+  g.kernel_h = s.weight.size(2);
+  g.kernel_w = s.weight.size(3);
+  g.groups = s.groups;
+  g.stride = {s.stride[0], s.stride[1]};
+  g.dilation = {s.dilation[0], s.dilation[1]};
+  g.padding = {s.conv_pad[0], s.conv_pad[1], s.conv_pad[2], s.conv_pad[3]};
+  HOTPATH_CHECK(g.in_channels == s.weight.size(1) * s.groups, "engine: conv ", s.node->name, " got ", g.in_channels,
+                " input channels, its weight expects ", s.weight.size(1) * s.groups);
+  const at::Tensor w = s.weight.contiguous();  // [out, in/groups, kh, kw]
+  const at::Tensor b = s.bias.defined() ? s.bias.contiguous() : at::Tensor();
+  const ops::OneDnnConv* sibling = nullptr;
+  for (const auto& [other_shape, other] : s.direct_by_shape) {
+    if (other) sibling = other.get();
+  }
+  std::shared_ptr<const ops::OneDnnConv> conv;
+  try {
+    conv = std::make_shared<const ops::OneDnnConv>(g, w.data_ptr<float>(), b.defined() ? b.data_ptr<float>() : nullptr,
+                                                   conv_activation(s.act), s.in.size() > 1 && s.in[1] >= 0, sibling);
+  } catch (const Error&) {
+    // No direct kernel for this shape (OneDnnConv skips oneDNN's GEMM-based and reference ones): nullptr, and
+    // this shape keeps ATen's path, which also reports what is wrong with an input it cannot take.
+  }
+  return s.direct_by_shape.emplace(std::move(shape), std::move(conv)).first->second.get();
+}
+
 const at::Tensor* Engine::Impl::packed_linear_for(const Step& s, std::int64_t m) const {
   const std::vector<std::int64_t> key = {m};
   const std::lock_guard<std::mutex> lock(pack_mutex);
@@ -225,6 +279,7 @@ void Engine::Impl::prepare_conv2d(Step& s, const Node& n) {
   const auto pad = n.attr_ints("padding", {});
   HOTPATH_CHECK(s.stride.size() == 2 && s.dilation.size() == 2 && pad.size() == 4, "engine: conv ", n.name,
                 " needs stride [2], dilation [2] and padding [4]");
+  s.conv_pad = {pad[0], pad[1], pad[2], pad[3]};  // top, left, bottom, right
   if (pad[0] == pad[2] && pad[1] == pad[3]) {
     s.padding = {pad[0], pad[1]};
   } else {
@@ -238,13 +293,25 @@ void Engine::Impl::prepare_conv2d(Step& s, const Node& n) {
     s.weight = cast(param(n, "weight"), true);
     if (n.has_param("bias")) s.bias = cast(param(n, "bias"));
     const MkldnnConvOps& mk = mkldnn_conv_ops();
+    const std::string direct_missing = ops::OneDnnConv::unavailable();
     if (options.device.is_cuda()) {
       conv_note = "cuDNN";
+    } else if (options.channels_last && options.direct_convs && compute == at::kFloat && direct_missing.empty()) {
+      // One oneDNN primitive per input shape, created on first use (direct_for); the padding, even
+      // TensorFlow's asymmetric "same", goes to oneDNN as it is.
+      s.direct = true;
+      s.packed = mk.reorder.has_value();  // ATen's prepacked op past kMaxDirectShapes shapes
+      s.post = post_op(s.act);
+      conv_note = "oneDNN's library called directly: one primitive per input shape, weights reordered once, "
+                  "bias/residual/activation fused, asymmetric padding native";
     } else if (options.channels_last && mk.reorder) {
       // Packed per input shape on first use (packed_for): oneDNN picks the weight's blocked layout
       // from the input shape, and a weight packed for another shape is reordered again on every call.
       s.packed = true;
       s.post = post_op(s.act);
+      if (options.direct_convs && compute == at::kFloat && !direct_missing.empty()) {
+        conv_note = "oneDNN through ATen, weights prepacked, bias/activation/residual fused (" + direct_missing + ")";
+      }
     } else {
       conv_note = options.channels_last ? mk.missing : "contiguous layout asked: convs run at::conv2d";
     }
@@ -363,6 +430,26 @@ at::Tensor Engine::Impl::run_conv2d(const Step& s, StepArgs& args) const {
   if (s.int8) {  // pads inside, with the input's zero point
     y = s.int8->run(x, in(1));
     return y;
+  }
+  if (s.direct && x.scalar_type() == at::kFloat && x.device().is_cpu()) {
+    const at::Tensor xc = x.contiguous(at::MemoryFormat::ChannelsLast);
+    if (const ops::OneDnnConv* conv = direct_for(s, xc)) {
+      const ops::ConvGeometry& g = conv->geometry();
+      y = args.io.get(0, {g.batch, g.out_channels, g.out_height(), g.out_width()}, at::kFloat,
+                      at::MemoryFormat::ChannelsLast);
+      if (!y.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+        y = at::empty(y.sizes(), y.options().memory_format(at::MemoryFormat::ChannelsLast));
+      }
+      at::Tensor res;
+      if (in(1).defined()) {
+        res = in(1).contiguous(at::MemoryFormat::ChannelsLast);
+        HOTPATH_CHECK(res.sizes() == y.sizes() && res.scalar_type() == at::kFloat, "engine: conv ", n.name,
+                      " adds a residual of ", res.sizes(), " to an output of ", y.sizes());
+      }
+      conv->run(xc.data_ptr<float>(), y.data_ptr<float>(), res.defined() ? res.data_ptr<float>() : nullptr);
+      if (!fused_by_direct_conv(s.act)) activate_(y, s.act);
+      return y;
+    }
   }
   const at::Tensor xp = s.pre_pad.empty() ? x : at::constant_pad_nd(x, s.pre_pad, 0.0);
   if (s.packed) {

@@ -1,0 +1,65 @@
+// fp32 convolution through oneDNN's own library (Debian libdnnl-dev), called directly: the primitive is
+// created once per input shape, the weight reordered once into its layout, bias + residual add + activation
+// run as post-ops, activations are NHWC (channels-last) in and out, asymmetric padding is native.
+//
+// Why not LibTorch's copy of oneDNN: ATen's mkldnn::_convolution_pointwise re-creates the primitive descriptor
+// on every call (~30 µs each, half of EfficientNet-Lite0's batch-1 time), pads TensorFlow's "same" padding
+// with a separate pass, and libtorch_cpu.so does not export oneDNN's symbols. This module is torch-free so that
+// it sees Debian's dnnl.hpp (v2), not the v3 header in torch/include. The inference engine's fp32 convs run
+// here; ATen's op stays its twin (EngineOptions::direct_convs = false). A build without libdnnl-dev still
+// compiles: unavailable() then says why and the engine keeps ATen's path.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace hotpath::ops {
+
+struct ConvGeometry {
+  std::int64_t batch = 1, in_channels = 0, height = 0, width = 0;
+  std::int64_t out_channels = 0, kernel_h = 1, kernel_w = 1, groups = 1;
+  std::array<std::int64_t, 2> stride{1, 1}, dilation{1, 1};
+  std::array<std::int64_t, 4> padding{0, 0, 0, 0};  // top, left, bottom, right
+
+  [[nodiscard]] std::int64_t out_height() const;
+  [[nodiscard]] std::int64_t out_width() const;
+};
+
+// The activations fused as post-ops. Not tanh nor tanh-gelu: under QEMU's Haswell model (the tests' real-AVX2
+// CPU) oneDNN 2.6's AVX2 code for them crashed; the engine runs those after the conv instead.
+enum class ConvActivation { kNone, kRelu, kRelu6, kGelu, kSilu, kSigmoid };
+
+class OneDnnConv {
+ public:
+  // "" when this build calls oneDNN's library directly, else why it does not.
+  static std::string unavailable();
+
+  // weight: [out_channels, in_channels / groups, kernel_h, kernel_w], contiguous; bias: [out_channels] or
+  // nullptr. Both are copied. `residual`: run() adds an NHWC tensor of the output's shape before the
+  // activation (a ResNet block's skip connection). Throws hotpath::Error on a geometry oneDNN refuses.
+  // `same_weights`: a conv of the same weights for another input shape (another batch size); where oneDNN
+  // wants them in the same layout, the reordered copy is shared instead of made again.
+  OneDnnConv(const ConvGeometry& geometry, const float* weight, const float* bias, ConvActivation activation,
+             bool residual, const OneDnnConv* same_weights = nullptr);
+  OneDnnConv(OneDnnConv&&) noexcept;
+  OneDnnConv& operator=(OneDnnConv&&) noexcept;
+  OneDnnConv(const OneDnnConv&) = delete;
+  OneDnnConv& operator=(const OneDnnConv&) = delete;
+  ~OneDnnConv();
+
+  // src: [batch, height, width, in_channels]; dst: [batch, out_height, out_width, out_channels]; residual as
+  // dst (required when constructed with residual). Safe to call from several threads at once.
+  void run(const float* src, float* dst, const float* residual = nullptr) const;
+
+  [[nodiscard]] const ConvGeometry& geometry() const;
+  // oneDNN's implementation, e.g. "brgconv_1x1:avx512_core".
+  [[nodiscard]] const std::string& implementation() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hotpath::ops
