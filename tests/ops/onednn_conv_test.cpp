@@ -58,7 +58,8 @@ struct Outputs {
   at::Tensor got, want;
 };
 
-Outputs run_case(const Case& c, ConvActivation act, bool bias, bool residual) {
+Outputs run_case(const Case& c, ConvActivation act, bool bias, bool residual,
+                 ConvAlgorithm algorithm = ConvAlgorithm::kAuto) {
   const ConvGeometry g = geometry_of(c);
   const at::Tensor x = at::randn({g.batch, g.in_channels, g.height, g.width});
   const at::Tensor w = at::randn({g.out_channels, g.in_channels / g.groups, g.kernel_h, g.kernel_w}) * 0.3;
@@ -74,7 +75,8 @@ Outputs run_case(const Case& c, ConvActivation act, bool bias, bool residual) {
     want = want + r;
   }
   want = activate(want, act);
-  const OneDnnConv conv(g, w.contiguous().data_ptr<float>(), bias ? b.data_ptr<float>() : nullptr, act, residual);
+  const OneDnnConv conv(g, w.contiguous().data_ptr<float>(), bias ? b.data_ptr<float>() : nullptr,
+                        {.activation = act, .residual = residual, .algorithm = algorithm});
   const at::Tensor xc = x.contiguous(at::MemoryFormat::ChannelsLast);
   at::Tensor got = at::empty(want.sizes(), want.options().memory_format(at::MemoryFormat::ChannelsLast));
   conv.run(xc.data_ptr<float>(), got.data_ptr<float>(), residual ? r.data_ptr<float>() : nullptr);
@@ -152,13 +154,63 @@ INSTANTIATE_TEST_SUITE_P(Every, OneDnnConvActivation,
                                            ConvActivation::kGelu, ConvActivation::kSilu, ConvActivation::kSigmoid),
                          [](const auto& p) { return std::string(activation_name(p.param)); });
 
+// oneDNN's Winograd F(2x2, 3x3) kernel (AVX-512; blocked activations, reordered around it) for the 3x3 stride-1
+// convs of a ResNet, forced and by kAuto's rule; a second batch size shares the first one's reordered weights.
+TEST_F(OneDnnConvTest, WinogradAndTheAutomaticChoiceMatchATensConv) {
+  at::manual_seed(4);
+  const bool avx512 = cpu::detected_isa() >= cpu::Isa::kAvx512 && std::getenv("ONEDNN_MAX_CPU_ISA") == nullptr;
+  for (const Case& c : {Case{1, 64, 14, 64, 3, 1, 1, 1, {1, 1, 1, 1}}, Case{2, 32, 28, 48, 3, 1, 1, 1, {1, 1, 1, 1}}}) {
+    for (const ConvActivation act : {ConvActivation::kNone, ConvActivation::kRelu, ConvActivation::kSilu}) {
+      try {
+        const Outputs r = run_case(c, act, /*bias=*/true, /*residual=*/false, ConvAlgorithm::kWinograd);
+        EXPECT_LT(rel_error(r.got, r.want), 1e-5) << "winograd, " << c.in << " channels, " << activation_name(act);
+      } catch (const Error& e) {
+        // AVX-512 has the kernel, with a relu post-op but not a swish one.
+        EXPECT_FALSE(avx512 && act != ConvActivation::kSilu) << activation_name(act) << ": " << e.what();
+        EXPECT_NE(std::string(e.what()).find("no Winograd kernel"), std::string::npos) << e.what();
+      }
+      const Outputs r = run_case(c, act, true, false, ConvAlgorithm::kAuto);
+      EXPECT_LT(rel_error(r.got, r.want), 1e-5) << "auto, " << c.in << " channels, " << activation_name(act);
+    }
+  }
+  // Batch 1 then batch 3 of one weight: the second conv shares the first one's reordered weights.
+  const ConvGeometry g1 = geometry_of({1, 32, 14, 32, 3, 1, 1, 1, {1, 1, 1, 1}});  // 14x15 output: Winograd's plane
+  ConvGeometry g3 = g1;
+  g3.batch = 3;
+  const at::Tensor w = at::randn({32, 32, 3, 3});
+  const at::Tensor b = at::randn({32});
+  const OneDnnConv one(g1, w.data_ptr<float>(), b.data_ptr<float>(), {.activation = ConvActivation::kRelu});
+  const OneDnnConv three(g3, w.data_ptr<float>(), b.data_ptr<float>(),
+                         {.activation = ConvActivation::kRelu, .same_weights = &one});
+  std::cout << "batch 1: " << one.implementation() << "; batch 3: " << three.implementation() << "\n";
+  EXPECT_EQ(one.winograd(), one.implementation().find("wino") != std::string::npos);
+  if (avx512) {
+    EXPECT_TRUE(one.winograd() && three.winograd()) << one.implementation();
+    const std::vector<float> w7(32 * 32 * 9, 0.01F);
+    ConvGeometry small = g1;  // a 7x8 output: below kWinogradMinPlane, direct
+    small.height = 7;
+    small.width = 8;
+    EXPECT_FALSE(OneDnnConv(small, w7.data(), nullptr).winograd());
+  }
+  const at::Tensor x = at::randn({3, 32, g1.height, g1.width});
+  const at::Tensor want = at::conv2d(x, w, b, 1, 1).relu();
+  const at::Tensor xc = x.contiguous(at::MemoryFormat::ChannelsLast);
+  at::Tensor got = at::empty(want.sizes(), want.options().memory_format(at::MemoryFormat::ChannelsLast));
+  three.run(xc.data_ptr<float>(), got.data_ptr<float>());
+  EXPECT_LT(rel_error(got, want), 1e-5);
+  at::Tensor got1 = at::empty({1, 32, g1.height, g1.width}, want.options().memory_format(at::MemoryFormat::ChannelsLast));
+  const at::Tensor x1 = xc.narrow(0, 0, 1).contiguous(at::MemoryFormat::ChannelsLast);
+  one.run(x1.data_ptr<float>(), got1.data_ptr<float>());
+  EXPECT_LT(rel_error(got1, want.narrow(0, 0, 1)), 1e-5);
+}
+
 TEST_F(OneDnnConvTest, RunsFromSeveralThreadsAtOnceWithTheSerialResults) {
   at::manual_seed(2);
   const Case c{2, 16, 12, 16, 3, 1, 1, 1, {1, 1, 1, 1}};
   const ConvGeometry g = geometry_of(c);
   const at::Tensor w = at::randn({16, 16, 3, 3});
   const at::Tensor b = at::randn({16});
-  const OneDnnConv conv(g, w.data_ptr<float>(), b.data_ptr<float>(), ConvActivation::kRelu, false);
+  const OneDnnConv conv(g, w.data_ptr<float>(), b.data_ptr<float>(), {.activation = ConvActivation::kRelu});
   constexpr int kThreads = 4;
   std::vector<at::Tensor> xs, serial, parallel;
   for (int t = 0; t < kThreads; ++t) {
@@ -185,7 +237,7 @@ TEST_F(OneDnnConvTest, RefusesBadGeometryAndAMissingResidualWithOneLine) {
   const std::vector<float> w(64 * 9, 0.1F);
   const auto refuses = [&](ConvGeometry g, const std::string& needle) {
     try {
-      const OneDnnConv conv(g, w.data(), nullptr, ConvActivation::kNone, false);
+      const OneDnnConv conv(g, w.data(), nullptr);
       ADD_FAILURE() << "accepted: " << needle;
     } catch (const Error& e) {
       const std::string what = e.what();
@@ -210,7 +262,7 @@ TEST_F(OneDnnConvTest, RefusesBadGeometryAndAMissingResidualWithOneLine) {
   ConvGeometry pad = g;
   pad.padding = {-1, 0, 0, 0};
   refuses(pad, "padding must be >= 0");
-  const OneDnnConv plain(g, w.data(), nullptr, ConvActivation::kNone, false);
+  const OneDnnConv plain(g, w.data(), nullptr);
   std::vector<float> x(4 * 36, 1.0F), y(4 * 16), r(4 * 16);
   EXPECT_THROW(plain.run(x.data(), y.data(), r.data()), Error);
 }
@@ -225,7 +277,7 @@ TEST_F(OneDnnConvTest, PicksKernelsWithinTheIsaOneDnnIsAllowed) {
   g.kernel_h = g.kernel_w = 3;
   g.padding = {1, 1, 1, 1};
   const std::vector<float> w(32 * 32 * 9, 0.01F);
-  const OneDnnConv conv(g, w.data(), nullptr, ConvActivation::kRelu, false);
+  const OneDnnConv conv(g, w.data(), nullptr, {.activation = ConvActivation::kRelu, .algorithm = ConvAlgorithm::kDirect});
   const std::string impl = conv.implementation();
   const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
   const bool capped = cap != nullptr && std::string(cap).rfind("AVX2", 0) == 0;

@@ -2,7 +2,9 @@
 // include/hotpath/ops/onednn_conv.h for why.
 #include "hotpath/ops/onednn_conv.h"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <new>
 #include <unordered_map>
 #include <utility>
@@ -85,26 +87,133 @@ void append_activation(dnnl::post_ops& po, ConvActivation act) {
 
 }  // namespace
 
+namespace {
+
+// A user-mode scratchpad and the Winograd path's blocked buffers, carved from one per-thread Scratch.
+struct Carve {
+  char* base;
+  std::size_t used = 0;
+  void* take(std::size_t n) {
+    void* p = base + used;
+    used += (n + 63) / 64 * 64;
+    return p;
+  }
+};
+
+std::size_t rounded(std::size_t n) { return (n + 63) / 64 * 64; }
+
+// The direct conv, or the Winograd one between two reorders (NHWC -> nChw16c -> NHWC).
+struct Variant {
+  dnnl::convolution_forward conv;
+  dnnl::memory weights, bias;  // in this primitive's layout, owned (or shared with another shape's conv)
+  dnnl::memory::desc src_md, dst_md, scratch_md;
+  std::string implementation;
+  // Winograd only:
+  dnnl::reorder to_blocked, from_blocked;
+  dnnl::memory::desc to_scratch_md, from_scratch_md;
+
+  [[nodiscard]] bool blocked() const { return static_cast<bool>(to_blocked); }
+  [[nodiscard]] std::size_t scratch_bytes() const {
+    std::size_t n = rounded(scratch_md.get_size());
+    if (blocked()) {
+      n += rounded(src_md.get_size()) + rounded(dst_md.get_size()) +
+           rounded(std::max(to_scratch_md.get_size(), from_scratch_md.get_size()));
+    }
+    return n;
+  }
+};
+
+}  // namespace
+
 struct OneDnnConv::Impl {
   ConvGeometry g;
   bool residual = false;
   std::string implementation;
-  dnnl::memory::desc src_md, dst_md, scratch_md;
-  dnnl::memory weights, bias;  // in the primitive's layout, owned
-  dnnl::convolution_forward conv;
-  std::size_t scratch_bytes = 0;
+  dnnl::memory::desc nhwc_src, nhwc_dst;
+  Variant v;
+
+  void run(const Variant& x, const float* src, float* dst, const float* residual_data) const;
 };
+
+namespace {
+
+const auto usable = [](const std::string& impl) {
+  return impl.find("gemm:") == std::string::npos && impl.rfind("ref", 0) != 0;
+};
+
+// Weights [out, in/groups, kh, kw] reordered into pd's layout, or `shared`'s where it already has that layout.
+void place_weights(Variant& v, const dnnl::memory::desc& wanted, const dnnl::memory::desc& user_md, const float* weight,
+                   const float* bias, std::int64_t out_channels, const Variant* shared) {
+  const dnnl::engine& eng = cpu_engine();
+  if (shared != nullptr && shared->weights && shared->weights.get_desc() == wanted) {
+    v.weights = shared->weights;  // a reference-counted handle: shared, not copied
+    v.bias = shared->bias;
+    return;
+  }
+  dnnl::stream stream(eng);
+  dnnl::memory user_w(user_md, eng, const_cast<float*>(weight));  // NOLINT(cppcoreguidelines-pro-type-const-cast): read only
+  v.weights = dnnl::memory(wanted, eng);
+  dnnl::reorder(user_w, v.weights).execute(stream, user_w, v.weights);
+  stream.wait();
+  if (bias != nullptr) {
+    v.bias = dnnl::memory({{out_channels}, Dt::f32, Tag::a}, eng);
+    std::memcpy(v.bias.get_data_handle(), bias, static_cast<std::size_t>(out_channels) * sizeof(float));
+  }
+}
+
+}  // namespace
+
+void OneDnnConv::Impl::run(const Variant& x, const float* src, float* dst, const float* residual_data) const {
+  thread_local Scratch scratch;
+  thread_local dnnl::stream stream(cpu_engine());
+  const dnnl::engine& eng = cpu_engine();
+  Carve carve{static_cast<char*>(scratch.at_least(x.scratch_bytes() + 64))};
+  // NOLINTBEGIN(cppcoreguidelines-pro-type-const-cast): oneDNN takes void* for inputs it only reads
+  const dnnl::memory user_src(nhwc_src, eng, const_cast<float*>(src));
+  const dnnl::memory user_dst(nhwc_dst, eng, dst);
+  std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_WEIGHTS, x.weights}};
+  if (x.bias) args.emplace(DNNL_ARG_BIAS, x.bias);
+  if (residual) {
+    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+                 dnnl::memory(nhwc_dst, eng, const_cast<float*>(residual_data)));
+  }
+  // NOLINTEND(cppcoreguidelines-pro-type-const-cast)
+  if (x.scratch_md.get_size() > 0) {
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(x.scratch_md, eng, carve.take(x.scratch_md.get_size())));
+  }
+  if (!x.blocked()) {
+    args.emplace(DNNL_ARG_SRC, user_src);
+    args.emplace(DNNL_ARG_DST, user_dst);
+    x.conv.execute(stream, args);
+    stream.wait();
+    return;
+  }
+  const dnnl::memory bsrc(x.src_md, eng, carve.take(x.src_md.get_size()));
+  const dnnl::memory bdst(x.dst_md, eng, carve.take(x.dst_md.get_size()));
+  void* reorder_scratch = carve.take(std::max(x.to_scratch_md.get_size(), x.from_scratch_md.get_size()));
+  const auto reorder = [&](const dnnl::reorder& r, const dnnl::memory::desc& md, const dnnl::memory& from,
+                           const dnnl::memory& to) {
+    std::unordered_map<int, dnnl::memory> a{{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    if (md.get_size() > 0) a.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(md, eng, reorder_scratch));
+    r.execute(stream, a);
+  };
+  reorder(x.to_blocked, x.to_scratch_md, user_src, bsrc);
+  args.emplace(DNNL_ARG_SRC, bsrc);
+  args.emplace(DNNL_ARG_DST, bdst);
+  x.conv.execute(stream, args);
+  reorder(x.from_blocked, x.from_scratch_md, bdst, user_dst);
+  stream.wait();
+}
 
 std::string OneDnnConv::unavailable() { return ""; }
 
-OneDnnConv::OneDnnConv(const ConvGeometry& geometry, const float* weight, const float* bias,
-                       ConvActivation activation, bool residual, const OneDnnConv* same_weights)
+OneDnnConv::OneDnnConv(const ConvGeometry& geometry, const float* weight, const float* bias, const ConvOptions& options)
     : impl_(std::make_unique<Impl>()) {
   check_geometry(geometry);
   HOTPATH_CHECK(weight != nullptr, "onednn conv: no weight");
   Impl& m = *impl_;
   m.g = geometry;
-  m.residual = residual;
+  m.residual = options.residual;
   const ConvGeometry& g = geometry;
   using Dims = dnnl::memory::dims;
   const Dims src{g.batch, g.in_channels, g.height, g.width};
@@ -113,15 +222,19 @@ OneDnnConv::OneDnnConv(const ConvGeometry& geometry, const float* weight, const 
   const Dims wdims = grouped ? Dims{g.groups, g.out_channels / g.groups, g.in_channels / g.groups, g.kernel_h,
                                     g.kernel_w}
                              : Dims{g.out_channels, g.in_channels, g.kernel_h, g.kernel_w};
+  const Impl* shared = options.same_weights != nullptr ? options.same_weights->impl_.get() : nullptr;
+  const bool winograd_shape = g.kernel_h == 3 && g.kernel_w == 3 && g.stride == std::array<std::int64_t, 2>{1, 1} &&
+                              g.dilation == std::array<std::int64_t, 2>{1, 1} && g.groups == 1 && !options.residual;
   try {
     const dnnl::engine& eng = cpu_engine();
-    m.src_md = dnnl::memory::desc(src, Dt::f32, Tag::nhwc);
-    m.dst_md = dnnl::memory::desc(dst, Dt::f32, Tag::nhwc);
+    m.nhwc_src = dnnl::memory::desc(src, Dt::f32, Tag::nhwc);
+    m.nhwc_dst = dnnl::memory::desc(dst, Dt::f32, Tag::nhwc);
     const dnnl::memory::desc w_any(wdims, Dt::f32, Tag::any);
+    const dnnl::memory::desc user_w(wdims, Dt::f32, grouped ? Tag::goihw : Tag::oihw);
     const dnnl::memory::desc b_md({g.out_channels}, Dt::f32, Tag::a);
     dnnl::post_ops po;
-    if (residual) po.append_binary(dnnl::algorithm::binary_add, m.dst_md);
-    append_activation(po, activation);
+    if (options.residual) po.append_binary(dnnl::algorithm::binary_add, m.nhwc_dst);
+    append_activation(po, options.activation);
     dnnl::primitive_attr attr;
     attr.set_post_ops(po);
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -129,48 +242,77 @@ OneDnnConv::OneDnnConv(const ConvGeometry& geometry, const float* weight, const 
     const Dims dilates{g.dilation[0] - 1, g.dilation[1] - 1};  // oneDNN counts dilation from 0
     const Dims pad_l{g.padding[0], g.padding[1]};
     const Dims pad_r{g.padding[2], g.padding[3]};
-    const auto desc = bias != nullptr
-                          ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                            dnnl::algorithm::convolution_direct, m.src_md, w_any,
-                                                            b_md, m.dst_md, strides, dilates, pad_l, pad_r)
-                          : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                            dnnl::algorithm::convolution_direct, m.src_md, w_any,
-                                                            m.dst_md, strides, dilates, pad_l, pad_r);
-    dnnl::convolution_forward::primitive_desc pd(desc, attr, eng);
-    // Debian's libdnnl and LibTorch's oneDNN both define the std::call_once thunks of their GEMM kernels'
-    // jit_init() with vague linkage; in one process the dynamic linker binds libdnnl's to LibTorch's, so
-    // libdnnl's GEMM kernels are never generated and every GEMM-based implementation fails to execute
-    // (found with LD_DEBUG=bindings). So the GEMM-based ones are skipped, and so is the reference one (slow):
-    // such a conv keeps ATen's path (the engine catches this error).
-    const auto usable = [](const std::string& impl) {
-      return impl.find("gemm:") == std::string::npos && impl.rfind("ref", 0) != 0;
+    // A primitive_desc's implementation iterator points into its op desc: the desc must outlive next_impl().
+    const auto make_desc = [&](dnnl::algorithm alg, const dnnl::memory::desc& s, const dnnl::memory::desc& d) {
+      return bias != nullptr ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, alg, s, w_any,
+                                                               b_md, d, strides, dilates, pad_l, pad_r)
+                             : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, alg, s, w_any, d,
+                                                               strides, dilates, pad_l, pad_r);
     };
-    while (!usable(pd.impl_info_str()) && pd.next_impl()) {
-    }
-    m.implementation = pd.impl_info_str();
-    HOTPATH_CHECK(usable(m.implementation), "onednn conv: no direct kernel for a ", g.kernel_h, "x", g.kernel_w,
-                  " conv of ", g.in_channels, " -> ", g.out_channels, " channels (groups ", g.groups,
-                  ") here: oneDNN offers ", m.implementation);
-    m.scratch_md = pd.scratchpad_desc();
-    m.scratch_bytes = m.scratch_md.get_size();
-    m.conv = dnnl::convolution_forward(pd);
 
-    if (same_weights != nullptr && same_weights->impl_->weights &&
-        same_weights->impl_->weights.get_desc() == pd.weights_desc()) {
-      m.weights = same_weights->impl_->weights;  // a reference-counted handle: shared, not copied
-      m.bias = same_weights->impl_->bias;
-      return;
+    // Direct: NHWC in and out.
+    const bool want_winograd =
+        winograd_shape && (options.algorithm == ConvAlgorithm::kWinograd ||
+                           (options.algorithm == ConvAlgorithm::kAuto && g.out_height() * g.out_width() >= kWinogradMinPlane));
+    std::optional<Variant> direct;
+    if (options.algorithm != ConvAlgorithm::kWinograd) {
+      const auto desc = make_desc(dnnl::algorithm::convolution_direct, m.nhwc_src, m.nhwc_dst);
+      dnnl::convolution_forward::primitive_desc pd(desc, attr, eng);
+      // Debian's libdnnl and LibTorch's oneDNN both define the std::call_once thunks of their GEMM kernels'
+      // jit_init() with vague linkage; in one process the dynamic linker binds libdnnl's to LibTorch's, so
+      // libdnnl's GEMM kernels are never generated and every GEMM-based implementation fails to execute
+      // (found with LD_DEBUG=bindings). So the GEMM-based ones are skipped, and so is the reference one (slow):
+      // such a conv keeps ATen's path (the engine catches this error).
+      while (!usable(pd.impl_info_str()) && pd.next_impl()) {
+      }
+      HOTPATH_CHECK(usable(pd.impl_info_str()), "onednn conv: no direct kernel for a ", g.kernel_h, "x", g.kernel_w,
+                    " conv of ", g.in_channels, " -> ", g.out_channels, " channels (groups ", g.groups,
+                    ") here: oneDNN offers ", pd.impl_info_str());
+      Variant& v = direct.emplace();
+      v.implementation = pd.impl_info_str();
+      v.src_md = m.nhwc_src;
+      v.dst_md = m.nhwc_dst;
+      v.scratch_md = pd.scratchpad_desc();
+      v.conv = dnnl::convolution_forward(pd);
+      place_weights(v, pd.weights_desc(), user_w, weight, bias, g.out_channels,
+                    shared != nullptr && !shared->v.blocked() ? &shared->v : nullptr);
     }
-    dnnl::stream stream(eng);
-    const dnnl::memory user_w({wdims, Dt::f32, grouped ? Tag::goihw : Tag::oihw}, eng,
-                              const_cast<float*>(weight));  // NOLINT(cppcoreguidelines-pro-type-const-cast): read only
-    m.weights = dnnl::memory(pd.weights_desc(), eng);
-    dnnl::reorder(user_w, m.weights).execute(stream, const_cast<dnnl::memory&>(user_w), m.weights);
-    stream.wait();
-    if (bias != nullptr) {
-      m.bias = dnnl::memory(b_md, eng);
-      std::memcpy(m.bias.get_data_handle(), bias, static_cast<std::size_t>(g.out_channels) * sizeof(float));
+
+    // Winograd: nChw16c in and out, reordered around it.
+    std::optional<Variant> wino;
+    if (want_winograd) {
+      const dnnl::memory::desc bsrc(src, Dt::f32, Tag::nChw16c);
+      const dnnl::memory::desc bdst(dst, Dt::f32, Tag::nChw16c);
+      const auto desc = make_desc(dnnl::algorithm::convolution_winograd, bsrc, bdst);
+      std::optional<dnnl::convolution_forward::primitive_desc> pd;
+      try {
+        pd.emplace(desc, attr, eng);
+      } catch (const dnnl::error&) {  // no Winograd kernel on this CPU or for this shape
+      }
+      if (pd && usable(pd->impl_info_str())) {
+        Variant& v = wino.emplace();
+        v.implementation = pd->impl_info_str();
+        v.src_md = bsrc;
+        v.dst_md = bdst;
+        v.scratch_md = pd->scratchpad_desc();
+        v.conv = dnnl::convolution_forward(*pd);
+        dnnl::primitive_attr rattr;
+        rattr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+        const dnnl::reorder::primitive_desc to(eng, m.nhwc_src, eng, bsrc, rattr);
+        const dnnl::reorder::primitive_desc from(eng, bdst, eng, m.nhwc_dst, rattr);
+        v.to_scratch_md = to.scratchpad_desc();
+        v.from_scratch_md = from.scratchpad_desc();
+        v.to_blocked = dnnl::reorder(to);
+        v.from_blocked = dnnl::reorder(from);
+        place_weights(v, pd->weights_desc(), user_w, weight, bias, g.out_channels,
+                      shared != nullptr && shared->v.blocked() ? &shared->v : nullptr);
+      }
     }
+    HOTPATH_CHECK(direct || wino, "onednn conv: no Winograd kernel for a ", g.kernel_h, "x", g.kernel_w, " conv of ",
+                  g.in_channels, " -> ", g.out_channels, " channels here");
+
+    m.v = std::move(wino ? *wino : *direct);
+    m.implementation = m.v.implementation;
   } catch (const dnnl::error& e) {
     throw Error("onednn conv: oneDNN refused a " + std::to_string(g.kernel_h) + "x" + std::to_string(g.kernel_w) +
                 " conv of " + std::to_string(g.in_channels) + " -> " + std::to_string(g.out_channels) +
@@ -183,26 +325,8 @@ void OneDnnConv::run(const float* src, float* dst, const float* residual) const 
   HOTPATH_CHECK(src != nullptr && dst != nullptr, "onednn conv: null source or destination");
   HOTPATH_CHECK((residual != nullptr) == m.residual, "onednn conv: built ", m.residual ? "with" : "without",
                 " a residual input, run ", residual != nullptr ? "with" : "without", " one");
-  thread_local Scratch scratch;
-  thread_local dnnl::stream stream(cpu_engine());
-  const dnnl::engine& eng = cpu_engine();
-  // NOLINTBEGIN(cppcoreguidelines-pro-type-const-cast): oneDNN takes void* for inputs it only reads
-  std::unordered_map<int, dnnl::memory> args{
-      {DNNL_ARG_SRC, dnnl::memory(m.src_md, eng, const_cast<float*>(src))},
-      {DNNL_ARG_WEIGHTS, m.weights},
-      {DNNL_ARG_DST, dnnl::memory(m.dst_md, eng, dst)}};
-  if (m.bias) args.emplace(DNNL_ARG_BIAS, m.bias);
-  if (m.residual) {
-    args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
-                 dnnl::memory(m.dst_md, eng, const_cast<float*>(residual)));
-  }
-  // NOLINTEND(cppcoreguidelines-pro-type-const-cast)
-  if (m.scratch_bytes > 0) {
-    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(m.scratch_md, eng, scratch.at_least(m.scratch_bytes)));
-  }
   try {
-    m.conv.execute(stream, args);
-    stream.wait();
+    m.run(m.v, src, dst, residual);
   } catch (const dnnl::error& e) {
     throw Error("onednn conv: " + m.implementation + " failed on a " + std::to_string(m.g.kernel_h) + "x" +
                 std::to_string(m.g.kernel_w) + " conv of " + std::to_string(m.g.in_channels) + " -> " +
@@ -211,6 +335,8 @@ void OneDnnConv::run(const float* src, float* dst, const float* residual) const 
   }
 }
 
+bool OneDnnConv::winograd() const { return impl_->v.blocked(); }
+
 #else  // built without Debian's libdnnl-dev
 
 struct OneDnnConv::Impl {
@@ -218,12 +344,14 @@ struct OneDnnConv::Impl {
   std::string implementation;
 };
 
+bool OneDnnConv::winograd() const { return false; }
+
 std::string OneDnnConv::unavailable() {
   return "built without oneDNN's library (Debian libdnnl-dev): convs run ATen's mkldnn op";
 }
 
 OneDnnConv::OneDnnConv(const ConvGeometry& geometry, const float* /*weight*/, const float* /*bias*/,
-                       ConvActivation /*activation*/, bool /*residual*/, const OneDnnConv* /*same_weights*/) {
+                       const ConvOptions& /*options*/) {
   check_geometry(geometry);
   throw Error("onednn conv: " + unavailable());
 }

@@ -577,7 +577,23 @@ std::string Engine::describe() const {
   os << "\n";
   os << "layout: " << (m.options.channels_last ? "channels-last" : "contiguous") << " image activations\n";
   os << "conv: " << (m.conv_note.empty() ? "oneDNN, weights prepacked, bias/activation/residual fused"
-                                         : m.conv_note) << "\n";
+                                         : m.conv_note);
+  {
+    std::size_t direct = 0, winograd = 0, aten = 0;
+    const std::lock_guard<std::mutex> lock(m.pack_mutex);
+    for (const Step& s : m.steps) {
+      for (const auto& [shape, conv] : s.direct_by_shape) {
+        if (!conv) ++aten;
+        else if (conv->winograd()) ++winograd;
+        else ++direct;
+      }
+    }
+    if (direct + winograd + aten > 0) {
+      os << "; created so far: " << direct << " direct, " << winograd << " Winograd (faster when timed on their shape)";
+      if (aten > 0) os << ", " << aten << " on ATen's op (no direct kernel)";
+    }
+  }
+  os << "\n";
   os << "nodes: " << m.steps.size();
   for (const auto& [op, count] : m.int8_counts) os << ", int8 " << op << " " << count;
   os << "\n";

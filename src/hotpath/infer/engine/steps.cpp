@@ -229,8 +229,10 @@ const ops::OneDnnConv* Engine::Impl::direct_for(const Step& s, const at::Tensor&
   }
   std::shared_ptr<const ops::OneDnnConv> conv;
   try {
-    conv = std::make_shared<const ops::OneDnnConv>(g, w.data_ptr<float>(), b.defined() ? b.data_ptr<float>() : nullptr,
-                                                   conv_activation(s.act), s.in.size() > 1 && s.in[1] >= 0, sibling);
+    conv = std::make_shared<const ops::OneDnnConv>(
+        g, w.data_ptr<float>(), b.defined() ? b.data_ptr<float>() : nullptr,
+        ops::ConvOptions{.activation = conv_activation(s.act), .residual = s.in.size() > 1 && s.in[1] >= 0,
+                         .same_weights = sibling});
   } catch (const Error&) {
     // No direct kernel for this shape (OneDnnConv skips oneDNN's GEMM-based and reference ones): nullptr, and
     // this shape keeps ATen's path, which also reports what is wrong with an input it cannot take.
