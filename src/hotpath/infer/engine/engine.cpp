@@ -589,7 +589,7 @@ std::string Engine::describe() const {
       }
     }
     if (direct + winograd + aten > 0) {
-      os << "; created so far: " << direct << " direct, " << winograd << " Winograd (faster when timed on their shape)";
+      os << "; created so far: " << direct << " direct, " << winograd << " Winograd (3x3 stride 1, output plane >= 14x14)";
       if (aten > 0) os << ", " << aten << " on ATen's op (no direct kernel)";
     }
   }
