@@ -102,13 +102,17 @@ TEST(Qat, FakeQuantizedForwardIsTheInt8EnginesOutput) {
 }
 
 // The gradient reaches the parameters through the fake quantization: on one repeated batch the distillation loss
-// of the quantized student falls.
+// of the quantized student falls. The ranges freeze after step 1 (then train) and the learning rate is 1e-3: with
+// the ranges observed for 50 steps at 3e-4 the loss (~1e-3) moved by 0.37-2.06x over seeds 12-16, and a teacher
+// differing by float rounding (oneDNN's direct convs vs ATen's) flipped the outcome; here it falls to 0.05-0.20x
+// on every seed with either teacher.
 TEST(Qat, TrainingLowersTheQuantizedStudentsLoss) {
   Graph g = test_graphs::cnn();
   g.params["fc.weight"] = g.params["fc.weight"] * 30;  // peaked logits, as a trained classifier's
   at::manual_seed(12);
   const at::Tensor fixed = at::randn({16, 3, 16, 16});
-  const QatResult r = qat_train(g, [&] { return QatBatch{fixed, {}}; }, {.steps = 100, .lr = 3e-4, .temperature = 1.0});
+  const QatResult r = qat_train(g, [&] { return QatBatch{fixed, {}}; },
+                                {.steps = 100, .lr = 1e-3, .observer_steps = 1, .temperature = 1.0});
   EXPECT_LT(r.report["loss_last"].get<double>(), 0.6 * r.report["loss_first"].get<double>());
   ASSERT_EQ(r.input_ranges.size(), 3U);  // stem, block, down
   EXPECT_EQ(r.report["conv_weight_bits"].get<int>(), r.weight_bits);

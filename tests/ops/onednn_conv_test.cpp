@@ -159,7 +159,8 @@ INSTANTIATE_TEST_SUITE_P(Every, OneDnnConvActivation,
 TEST_F(OneDnnConvTest, WinogradAndTheAutomaticChoiceMatchATensConv) {
   at::manual_seed(4);
   const bool avx512 = cpu::detected_isa() >= cpu::Isa::kAvx512 && std::getenv("ONEDNN_MAX_CPU_ISA") == nullptr;
-  for (const Case& c : {Case{1, 64, 14, 64, 3, 1, 1, 1, {1, 1, 1, 1}}, Case{2, 32, 28, 48, 3, 1, 1, 1, {1, 1, 1, 1}}}) {
+  for (const Case& c : {Case{1, 64, 14, 64, 3, 1, 1, 1, {1, 1, 1, 1}}, Case{2, 32, 28, 48, 3, 1, 1, 1, {1, 1, 1, 1}},
+                        Case{16, 3, 16, 8, 3, 1, 1, 1, {1, 1, 1, 1}}}) {  // 3 input channels: a stem
     for (const ConvActivation act : {ConvActivation::kNone, ConvActivation::kRelu, ConvActivation::kSilu}) {
       try {
         const Outputs r = run_case(c, act, /*bias=*/true, /*residual=*/false, ConvAlgorithm::kWinograd);
