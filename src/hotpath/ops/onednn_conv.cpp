@@ -27,6 +27,13 @@ std::int64_t ConvGeometry::out_width() const {
 
 namespace {
 
+// "a 3x3 conv of 8 -> 12 channels (groups 2)": how every message names the conv.
+[[maybe_unused]] std::string conv_name(const ConvGeometry& g) {  // unused without libdnnl
+  return "a " + std::to_string(g.kernel_h) + "x" + std::to_string(g.kernel_w) + " conv of " +
+         std::to_string(g.in_channels) + " -> " + std::to_string(g.out_channels) + " channels (groups " +
+         std::to_string(g.groups) + ")";
+}
+
 void check_geometry(const ConvGeometry& g) {
   HOTPATH_CHECK(g.batch > 0 && g.in_channels > 0 && g.height > 0 && g.width > 0 && g.out_channels > 0 &&
                     g.kernel_h > 0 && g.kernel_w > 0 && g.groups > 0,
@@ -265,9 +272,8 @@ OneDnnConv::OneDnnConv(const ConvGeometry& geometry, const float* weight, const 
       // such a conv keeps ATen's path (the engine catches this error).
       while (!usable(pd.impl_info_str()) && pd.next_impl()) {
       }
-      HOTPATH_CHECK(usable(pd.impl_info_str()), "onednn conv: no direct kernel for a ", g.kernel_h, "x", g.kernel_w,
-                    " conv of ", g.in_channels, " -> ", g.out_channels, " channels (groups ", g.groups,
-                    ") here: oneDNN offers ", pd.impl_info_str());
+      HOTPATH_CHECK(usable(pd.impl_info_str()), "onednn conv: no direct kernel for ", conv_name(g),
+                    " here: oneDNN offers ", pd.impl_info_str());
       Variant& v = direct.emplace();
       v.implementation = pd.impl_info_str();
       v.src_md = m.nhwc_src;
@@ -308,15 +314,12 @@ OneDnnConv::OneDnnConv(const ConvGeometry& geometry, const float* weight, const 
                       shared != nullptr && shared->v.blocked() ? &shared->v : nullptr);
       }
     }
-    HOTPATH_CHECK(direct || wino, "onednn conv: no Winograd kernel for a ", g.kernel_h, "x", g.kernel_w, " conv of ",
-                  g.in_channels, " -> ", g.out_channels, " channels here");
+    HOTPATH_CHECK(direct || wino, "onednn conv: no Winograd kernel for ", conv_name(g), " here");
 
     m.v = std::move(wino ? *wino : *direct);
     m.implementation = m.v.implementation;
   } catch (const dnnl::error& e) {
-    throw Error("onednn conv: oneDNN refused a " + std::to_string(g.kernel_h) + "x" + std::to_string(g.kernel_w) +
-                " conv of " + std::to_string(g.in_channels) + " -> " + std::to_string(g.out_channels) +
-                " channels (groups " + std::to_string(g.groups) + "): " + e.what());
+    throw Error("onednn conv: oneDNN refused " + conv_name(g) + ": " + e.what());
   }
 }
 
@@ -328,10 +331,8 @@ void OneDnnConv::run(const float* src, float* dst, const float* residual) const 
   try {
     m.run(m.v, src, dst, residual);
   } catch (const dnnl::error& e) {
-    throw Error("onednn conv: " + m.implementation + " failed on a " + std::to_string(m.g.kernel_h) + "x" +
-                std::to_string(m.g.kernel_w) + " conv of " + std::to_string(m.g.in_channels) + " -> " +
-                std::to_string(m.g.out_channels) + " channels (groups " + std::to_string(m.g.groups) +
-                (m.residual ? ", residual" : "") + "): " + e.what());
+    throw Error("onednn conv: " + m.implementation + " failed on " + conv_name(m.g) +
+                (m.residual ? " with a residual" : "") + ": " + e.what());
   }
 }
 
