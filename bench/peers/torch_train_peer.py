@@ -123,6 +123,8 @@ def make_loader(d, micro_batch, seed):
         crop.append(T.RandomCrop(size, padding=d["translate"]))
     steps = crop + [T.RandomHorizontalFlip(d["flip"]), T.ToTensor(),
                     T.Normalize(d["mean"][:d["channels"]], d["std"][:d["channels"]])]
+    if d.get("random_erasing", 0) > 0:
+        steps.append(T.RandomErasing(p=d["random_erasing"], value=0))  # after Normalize: erased = the mean
     transform = T.Compose(steps)
     decoder = "pil" if d["channels"] == 3 else "pill"  # "pill": gray (L)
     dataset = (

@@ -33,10 +33,12 @@ class Loader:
     shards: paths or patterns ("train-{000000..000099}.tar", globs), or a list of them.
     batch_size: samples per batch on this rank (train.batch_size). The last partial batch is dropped when
         training; with train=False every sample is kept, in shard order.
-    train: True: RandomResizedCrop(image_size, scale) + flip + translate, shuffled (shard order and a
+    train: True: RandomResizedCrop(image_size, scale) + flip + translate (+ random_erasing), shuffled (shard order and a
         shuffle_buffer of samples), every draw a function of (seed, epoch, position). False: the eval transform
         (crop 'resize_center_crop' from resize_shorter, or 'resize'), no shuffle.
     crop: train: 'random_resized_crop' | 'resize'; eval: 'resize_center_crop' | 'resize' (None: the first).
+    random_erasing: torchvision's RandomErasing(p=random_erasing) after the flip (train; scale 0.02-0.33, ratio
+        0.3-3.3): the erased pixels become the mean (0 after normalisation).
     channels: 3 (RGB) or 1 (gray). mean, std: per channel, on [0, 1] pixels.
     channels_last: images in NHWC memory (as [B, C, H, W] tensors with channels-last strides).
     workers: decode threads. prefetch: batches prepared ahead.
@@ -65,6 +67,7 @@ class Loader:
         scale: tuple[float, float] = (0.08, 1.0),
         flip: float = 0.5,
         translate: int = 0,
+        random_erasing: float = 0.0,
         resize_shorter: int = 256,
         mean: Sequence[float] = (0.485, 0.456, 0.406),
         std: Sequence[float] = (0.229, 0.224, 0.225),
@@ -93,6 +96,7 @@ class Loader:
             "data.scale_max": scale[1],
             "data.flip": flip,
             "data.translate": translate,
+            "data.random_erasing": random_erasing,
             "data.resize_shorter": resize_shorter,
             "data.mean": list(mean),
             "data.std": list(std),

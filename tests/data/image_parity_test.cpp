@@ -1,6 +1,7 @@
 // Parity of the image kernels with the python peers: JPEG/PNG decode vs PIL, resampling vs PIL's
 // resize(box=...), the eval transform vs torchvision (Resize 256 + CenterCrop 224), the train crop
-// vs PIL crop + resize, and RandomResizedCrop's box distribution vs torchvision's get_params.
+// vs PIL crop + resize, and the box distributions of RandomResizedCrop and RandomErasing vs torchvision's
+// get_params.
 // Photos come from Debian's wallpaper packages, cut down by tests/oracles/ref_image.py so the test stays fast.
 #include <gtest/gtest.h>
 
@@ -266,6 +267,65 @@ TEST(ImageParity, RandomResizedCropBoxesFollowTorchvisionDistribution) {
     EXPECT_LT(dh, critical(oh.size(), th.size()));
     EXPECT_LT(dx, critical(ox.size(), tx.size()));
     EXPECT_LT(dy, critical(oy.size(), ty.size()));
+  }
+}
+
+// RandomErasing(p=1) draws against torchvision's get_params: the erased rectangle's height, width and where it
+// sits, over the draws where an attempt fitted (the fraction that did not is compared too).
+TEST(ImageParity, RandomErasingRectsFollowTorchvisionDistribution) {
+  TempDir dir;
+  const std::vector<std::array<int, 3>> sizes = {{28, 28, 20000}, {224, 160, 20000}};
+  json jobs = json::array();
+  for (std::size_t s = 0; s < sizes.size(); ++s) {
+    jobs.push_back({{"op", "erase"}, {"width", sizes[s][0]}, {"height", sizes[s][1]}, {"n", sizes[s][2]}, {"seed", 3},
+                    {"out", dir.file("erase" + std::to_string(s) + ".json")}});
+  }
+  run_jobs(dir, jobs);
+  const RandomErasingParams params{.probability = 1.0};
+  for (std::size_t s = 0; s < sizes.size(); ++s) {
+    const auto [width, height, n] = sizes[s];
+    std::ifstream in(dir.file("erase" + std::to_string(s) + ".json"));
+    const json ref = json::parse(in);
+    std::vector<double> tw, th, tx, ty, ow, oh, ox, oy;
+    int t_none = 0, o_none = 0;
+    for (int k = 0; k < n; ++k) {
+      const int w = ref["w"][k], h = ref["h"][k], i = ref["i"][k], j = ref["j"][k];
+      if (w == 0 || h == 0) {
+        ++t_none;
+        continue;
+      }
+      tw.push_back(w);
+      th.push_back(h);
+      tx.push_back(static_cast<double>(j) / (width - w));
+      ty.push_back(static_cast<double>(i) / (height - h));
+    }
+    Rng rng(13);
+    for (int k = 0; k < n; ++k) {
+      const PixelRect r = random_erasing_rect(width, height, params, rng);
+      if (r.width() <= 0 || r.height() <= 0) {
+        ++o_none;
+        continue;
+      }
+      ASSERT_TRUE(r.x0 >= 0 && r.y0 >= 0 && r.x1 < width + 1 && r.y1 < height + 1 && r.width() < width &&
+                  r.height() < height);
+      ow.push_back(r.width());
+      oh.push_back(r.height());
+      ox.push_back(static_cast<double>(r.x0) / (width - r.width()));
+      oy.push_back(static_cast<double>(r.y0) / (height - r.height()));
+    }
+    auto critical = [](std::size_t a, std::size_t b) {
+      return 1.95 * std::sqrt(static_cast<double>(a + b) / (static_cast<double>(a) * b));
+    };
+    const double dw = ks_statistic(ow, tw), dh = ks_statistic(oh, th), dx = ks_statistic(ox, tx), dy = ks_statistic(oy, ty);
+    std::printf("%dx%d, %d draws: none %d vs %d; KS w %.4f, h %.4f, x/(W-w) %.4f, y/(H-h) %.4f (critical %.4f)\n",
+                width, height, n, o_none, t_none, dw, dh, dx, dy, critical(ow.size(), tw.size()));
+    EXPECT_LT(dw, critical(ow.size(), tw.size()));
+    EXPECT_LT(dh, critical(oh.size(), th.size()));
+    EXPECT_LT(dx, critical(ox.size(), tx.size()));
+    EXPECT_LT(dy, critical(oy.size(), ty.size()));
+    // Both counts of failed draws are binomial with the same p: within 4 standard deviations of each other.
+    const double sd = std::sqrt(2.0 * std::max(1, t_none) * (1.0 - static_cast<double>(t_none) / n));
+    EXPECT_LT(std::abs(o_none - t_none), 4 * sd + 1);
   }
 }
 

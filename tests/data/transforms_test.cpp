@@ -118,6 +118,52 @@ TEST(ResizeCenterCrop, MatchesTorchvisionSizesAndRounding) {
   EXPECT_THROW(resize_center_crop_box(100, 100, 200, 224), Error);
 }
 
+// --- RandomErasing ---------------------------------------------------------------------------
+
+TEST(RandomErasing, RectsFitStrictlyInsideWithinScaleAndRatio) {
+  const RandomErasingParams params{.probability = 1.0};
+  for (auto [w, h] : {std::pair{28, 28}, std::pair{224, 160}, std::pair{5, 40}}) {
+    Rng rng(3);
+    const double area = static_cast<double>(w) * h;
+    for (int i = 0; i < 5000; ++i) {
+      const PixelRect r = random_erasing_rect(w, h, params, rng);
+      if (r.width() == 0 && r.height() == 0) continue;  // no attempt fitted: torchvision leaves the image
+      ASSERT_GE(r.x0, 0);
+      ASSERT_GE(r.y0, 0);
+      ASSERT_LT(r.width(), w);  // torchvision's condition is strict: h < H and w < W
+      ASSERT_LT(r.height(), h);
+      ASSERT_LE(r.x1, w);
+      ASSERT_LE(r.y1, h);
+      if (r.width() == 0 || r.height() == 0) continue;  // a side rounded to 0: nothing erased, as in torchvision
+      // Rounded from sqrt(area * ratio) (height) and sqrt(area / ratio) (width): half a pixel each way.
+      EXPECT_GE((r.width() + 0.5) * (r.height() + 0.5), params.scale_min * area);
+      EXPECT_LE((r.width() - 0.5) * (r.height() - 0.5), params.scale_max * area);
+      EXPECT_GE((r.height() + 0.5) / (r.width() - 0.5), params.ratio_min);
+      EXPECT_LE((r.height() - 0.5) / (r.width() + 0.5), params.ratio_max);
+    }
+  }
+}
+
+TEST(RandomErasing, ErasesWithTheGivenProbabilityAndDrawsNothingWhenOff) {
+  Rng rng(9);
+  int erased = 0;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) erased += random_erasing_rect(28, 28, {.probability = 0.25}, rng).width() > 0 ? 1 : 0;
+  // Binomial(20000, ~0.25): sd ~61; 28x28 always fits within 10 attempts.
+  EXPECT_NEAR(erased, 0.25 * n, 300);
+  Rng a(4), b(4);
+  EXPECT_EQ(random_erasing_rect(28, 28, {.probability = 0.0}, a).width(), 0);
+  EXPECT_EQ(a.next_u64(), b.next_u64());  // probability 0 consumed no draw: the stream is the same
+}
+
+TEST(RandomErasing, RejectsBadParameters) {
+  Rng rng(1);
+  EXPECT_THROW(random_erasing_rect(28, 28, {.probability = 1.5}, rng), Error);
+  EXPECT_THROW(random_erasing_rect(28, 28, {.probability = 1, .scale_min = 0.5, .scale_max = 0.2}, rng), Error);
+  EXPECT_THROW(random_erasing_rect(28, 28, {.probability = 1, .ratio_min = 0}, rng), Error);
+  EXPECT_THROW(random_erasing_rect(0, 28, {.probability = 1}, rng), Error);
+}
+
 // --- store_sample ---------------------------------------------------------------------------
 
 // 3x2 RGB image, pixel (x, y) channel c = 10 * (3 * y + x) + c.
@@ -263,6 +309,52 @@ TEST(StoreSample, RejectsBadArguments) {
   Normalization zero_std;
   zero_std.std[1] = 0;
   EXPECT_THROW(store_sample(px, 1, 1, 3, false, zero_std, {}, out), Error);
+}
+
+// erase_sample: the rectangle becomes the mean pixel in every format and layout, nothing else changes.
+TEST(EraseSample, FillsTheRectangleWithTheMeanPixelInEveryFormat) {
+  const auto img = tiny_image();  // 3x2 RGB
+  const Normalization norm;       // ImageNet statistics
+  const PixelRect rect{1, 0, 3, 1};  // columns 1-2 of row 0
+  auto inside = [&](int x, int y) { return x >= rect.x0 && x < rect.x1 && y >= rect.y0 && y < rect.y1; };
+  for (PixelLayout layout : {PixelLayout::kCHW, PixelLayout::kHWC}) {
+    auto at = [&](int x, int y, int c) { return layout == PixelLayout::kHWC ? (y * 3 + x) * 3 + c : c * 6 + y * 3 + x; };
+    {
+      const StoreFormat f{.type = PixelType::kFloat32, .layout = layout};
+      std::vector<float> plain(18), erased(18);
+      store_sample(img.data(), 3, 2, 3, false, norm, f, plain.data());
+      store_sample(img.data(), 3, 2, 3, false, norm, f, erased.data());
+      erase_sample(rect, 3, 2, 3, norm, f, erased.data());
+      for (int y = 0; y < 2; ++y) {
+        for (int x = 0; x < 3; ++x) {
+          for (int c = 0; c < 3; ++c) EXPECT_EQ(erased[at(x, y, c)], inside(x, y) ? 0.0f : plain[at(x, y, c)]);
+        }
+      }
+      const StoreFormat raw{.type = PixelType::kFloat32, .layout = layout, .normalize = false};
+      erase_sample(rect, 3, 2, 3, norm, raw, erased.data());
+      EXPECT_EQ(erased[at(2, 0, 1)], norm.mean[1]);  // unnormalised float: the mean on the [0, 1] scale
+    }
+    {
+      const StoreFormat f{.type = PixelType::kBFloat16, .layout = layout};
+      std::vector<std::uint16_t> out(18, 0xFFFF);
+      erase_sample(rect, 3, 2, 3, norm, f, out.data());
+      EXPECT_EQ(out[at(1, 0, 2)], 0);       // bf16 zero
+      EXPECT_EQ(out[at(0, 0, 2)], 0xFFFF);  // outside: untouched
+    }
+    {
+      const StoreFormat f{.type = PixelType::kUInt8, .layout = layout};
+      std::vector<std::uint8_t> out(18, 255);
+      erase_sample(rect, 3, 2, 3, norm, f, out.data());
+      // uint8 (a device normalises later): the level nearest mean·255 — 124, 116, 104 for ImageNet's mean.
+      EXPECT_EQ(out[at(1, 0, 0)], 124);
+      EXPECT_EQ(out[at(2, 0, 1)], 116);
+      EXPECT_EQ(out[at(2, 0, 2)], 104);
+      EXPECT_EQ(out[at(1, 1, 0)], 255);
+    }
+  }
+  float out[18] = {};
+  EXPECT_THROW(erase_sample(PixelRect{2, 0, 4, 1}, 3, 2, 3, norm, {}, out), Error);  // past the right edge
+  EXPECT_NO_THROW(erase_sample(PixelRect{}, 3, 2, 3, norm, {}, out));                 // empty: nothing to do
 }
 
 }  // namespace

@@ -15,6 +15,9 @@ Jobs (one JSON object each; outputs are raw uint8 HWC files or JSON):
     {"op": "eval", "src": F, "out": RAW, "resize": 256, "crop": 224}   torchvision Resize + CenterCrop
     {"op": "rrc", "width": W, "height": H, "n": N, "seed": S, "out": JSON}
                                                                        RandomResizedCrop.get_params
+    {"op": "erase", "width": W, "height": H, "n": N, "seed": S, "out": JSON}
+                                                                       RandomErasing.get_params (value 0);
+                                                                       h = w = 0 where no attempt fits
 Python is only for tests: never on the product's runtime path.
 """
 import json
@@ -219,10 +222,29 @@ def job_rrc(job):
     return {"n": len(rows)}
 
 
+def job_erase(job):
+    import torch
+    from torchvision import transforms
+
+    torch.manual_seed(job["seed"])
+    img = torch.zeros(1, job["height"], job["width"])
+    scale, ratio = job.get("scale", [0.02, 0.33]), job.get("ratio", [0.3, 3.3])
+    rows = []
+    for _ in range(job["n"]):
+        i, j, h, w, v = transforms.RandomErasing.get_params(img, scale, ratio, value=[0.0])
+        # No attempt fitted: torchvision returns the whole image itself, which forward leaves unchanged.
+        rows.append((0, 0, 0, 0) if v is img else (i, j, h, w))
+    with open(job["out"], "w") as f:
+        json.dump({"i": [r[0] for r in rows], "j": [r[1] for r in rows], "h": [r[2] for r in rows],
+                   "w": [r[3] for r in rows]}, f)
+    return {"n": len(rows)}
+
+
 def run(jobs_path):
     with open(jobs_path) as f:
         jobs = json.load(f)
-    ops = {"decode": job_decode, "resize": job_resize, "crop_resize": job_crop_resize, "eval": job_eval, "rrc": job_rrc}
+    ops = {"decode": job_decode, "resize": job_resize, "crop_resize": job_crop_resize, "eval": job_eval, "rrc": job_rrc,
+           "erase": job_erase}
     print(json.dumps([ops[job["op"]](job) for job in jobs]))
 
 

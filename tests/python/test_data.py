@@ -14,7 +14,7 @@ import fixtures
 import hotpath
 
 # Settings of one loader, as Loader keywords and as the recipe keys `hotpath train` reads (the same values).
-KWARGS = dict(batch_size=8, image_size=24, scale=(0.3, 1.0), flip=0.5, translate=2, workers=2, prefetch=3,
+KWARGS = dict(batch_size=8, image_size=24, scale=(0.3, 1.0), flip=0.5, translate=2, random_erasing=0.25, workers=2, prefetch=3,
               shuffle_buffer=16, seed=5, channels_last=True, num_classes=10, mean=(0.5, 0.4, 0.3),
               std=(0.2, 0.25, 0.3))
 RECIPE = """
@@ -27,6 +27,7 @@ data:
   scale_max: 1.0
   flip: 0.5
   translate: 2
+  random_erasing: 0.25
   workers: 1
   prefetch: 2
   shuffle_buffer: 16
@@ -210,6 +211,8 @@ class LoaderTest(unittest.TestCase):
             self.loader(image_size=0)
         with self.assertRaisesRegex(ValueError, "data.flip"):
             self.loader(flip="sometimes")
+        with self.assertRaisesRegex(ValueError, "data.random_erasing"):
+            self.loader(random_erasing=1.5)
         with self.assertRaisesRegex(ValueError, "rank 2 of world_size 2"):
             self.loader(rank=2, world_size=2)
         missing = os.path.join(self.tmp.name, "missing-000000.tar")

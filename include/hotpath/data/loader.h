@@ -63,6 +63,7 @@ struct LoaderOptions {
   double flip_probability = 0.5;       // horizontal flip
   int translate = 0;                   // torchvision RandomCrop(size, padding=translate): shift by up to
                                        // ±translate pixels in x and y, uncovered pixels black (0)
+  RandomErasingParams erasing{};       // RandomErasing after the flip (probability 0: off); erased = mean pixel
   bool allow_dct_scaling = true;       // JPEG: decode at 1/2, 1/4, 1/8 when the crop allows
   StoreFormat format{};                // dtype + layout (kHWC = channels-last)
   Normalization normalization{};
@@ -96,10 +97,11 @@ struct SampleAugment {
   bool flip = false;   // mirrored left-right
   int shift_x = 0;     // translate: the resized image moves by (shift_x, shift_y), uncovered pixels 0
   int shift_y = 0;
+  PixelRect erase;     // random erasing, in output pixels after shift and flip (zero width: none)
 };
 
 // The draws of sample `position` (its place in the epoch's global batch order) of `epoch` for an image of
-// width × height: crop box, flip, translate, in that order from the sample's own stream. The CPU and the
+// width × height: crop box, flip, translate, erasing, in that order from the sample's own stream. The CPU and the
 // CUDA paths both call this, so the crops of a seed are the same whichever decodes.
 SampleAugment draw_sample_augment(const LoaderOptions& options, int width, int height, std::int64_t epoch,
                                   std::int64_t position);

@@ -15,6 +15,7 @@
 
 #include "hotpath/core/random.h"
 #include "hotpath/data/kernels/image.h"
+#include "hotpath/data/kernels/resample.h"
 
 namespace hotpath::data {
 
@@ -37,6 +38,22 @@ Box random_resized_crop_box(int width, int height, const RandomResizedCropParams
 // exceed resize_shorter (torchvision would pad).
 Box resize_center_crop_box(int width, int height, int resize_shorter, int crop);
 
+// torchvision.transforms.RandomErasing(p, scale, ratio, value=0) — Zhong et al., "Random Erasing Data
+// Augmentation" — placed after Normalize: erased pixels become 0, i.e. the dataset mean.
+struct RandomErasingParams {
+  double probability = 0.0;  // 0 = off (draws nothing)
+  double scale_min = 0.02;   // erased area as a fraction of the image
+  double scale_max = 0.33;
+  double ratio_min = 0.3;    // height / width of the erased rectangle (log-uniform)
+  double ratio_max = 3.3;
+};
+
+// RandomErasing.forward + get_params on a width × height image: erase with `probability`, then up to 10
+// attempts of (area ~ U(scale), log-ratio ~ U(log ratio)), h = round(sqrt(area·ratio)),
+// w = round(sqrt(area/ratio)), accepted if h < height and w < width, top-left uniform. Empty (zero width)
+// when the coin says no or no attempt fits (torchvision then returns the image unchanged).
+PixelRect random_erasing_rect(int width, int height, const RandomErasingParams& params, Rng& rng);
+
 enum class PixelType { kUInt8, kFloat32, kBFloat16 };
 enum class PixelLayout { kCHW, kHWC };
 
@@ -57,5 +74,12 @@ struct StoreFormat {
 // torchvision's (x/255 - mean)/std; bf16 rounds that float to nearest even.
 void store_sample(const std::uint8_t* hwc, int width, int height, int channels, bool flip,
                   const Normalization& norm, const StoreFormat& format, void* dst);
+
+// Fills `rect` of a sample store_sample wrote (same width, height, channels, format) with the mean
+// pixel: 0 where the format normalises (torchvision's RandomErasing(value=0) after Normalize), mean
+// on the [0, 1] scale for unnormalised float, the nearest uint8 to mean·255 for uint8. rect must lie
+// inside the image.
+void erase_sample(const PixelRect& rect, int width, int height, int channels, const Normalization& norm,
+                  const StoreFormat& format, void* dst);
 
 }  // namespace hotpath::data

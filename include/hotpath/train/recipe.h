@@ -68,6 +68,7 @@ struct DataSection {
   std::int64_t resize_shorter = 256;    // eval Resize before CenterCrop
   double flip = 0.5;                    // horizontal flip probability (train)
   std::int64_t translate = 0;           // RandomCrop(size, padding=translate) (train)
+  double random_erasing = 0.0;          // RandomErasing probability after flip (train; torchvision's scale/ratio)
   std::vector<double> mean{0.485, 0.456, 0.406};
   std::vector<double> std{0.229, 0.224, 0.225};
   std::int64_t workers = 2;             // decode threads

@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "hotpath/core/error.h"
@@ -57,7 +58,7 @@ void shift_into(const at::Tensor& chw, int dx, int dy, at::Tensor dst) {
 }  // namespace
 
 at::Tensor crop_resize_batch(const std::vector<at::Tensor>& images_hwc, std::span<const SampleAugment> augments,
-                             int size) {
+                             int size, const Normalization& norm) {
   HOTPATH_CHECK(images_hwc.size() == augments.size(), "crop_resize_batch: ", images_hwc.size(), " images but ",
                 augments.size(), " augments");
   HOTPATH_CHECK(!images_hwc.empty(), "crop_resize_batch: no images");
@@ -80,6 +81,15 @@ at::Tensor crop_resize_batch(const std::vector<at::Tensor>& images_hwc, std::spa
       row.copy_(resized);
     }
     if (a.flip) row.copy_(row.flip({2}));
+    if (a.erase.width() > 0 && a.erase.height() > 0) {
+      HOTPATH_CHECK(a.erase.x0 >= 0 && a.erase.y0 >= 0 && a.erase.x1 <= size && a.erase.y1 <= size,
+                    "crop_resize_batch: erase rectangle of image ", i, " is not inside ", size, "x", size);
+      for (std::int64_t c = 0; c < channels; ++c) {
+        // The CPU path's uint8 store for a device that normalises later (erase_sample): the level nearest the mean.
+        const float level = std::clamp(std::nearbyint(norm.mean[c] * 255.0f), 0.0f, 255.0f);
+        row[c].slice(0, a.erase.y0, a.erase.y1).slice(1, a.erase.x0, a.erase.x1).fill_(level);
+      }
+    }
   }
   return out;
 }

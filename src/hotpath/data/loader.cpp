@@ -226,6 +226,7 @@ SampleAugment draw_sample_augment(const LoaderOptions& o, int width, int height,
     a.shift_x = static_cast<int>(o.translate - left);
     a.shift_y = static_cast<int>(o.translate - top);
   }
+  if (o.erasing.probability > 0) a.erase = random_erasing_rect(o.size, o.size, o.erasing, rng);
   return a;
 }
 
@@ -582,6 +583,7 @@ void Loader::State::process(Slot& slot, int row, std::uint8_t* hwc, DecodeScratc
   auto* dst = static_cast<std::uint8_t*>(slot.images.data_ptr()) +
               static_cast<std::size_t>(row) * static_cast<std::size_t>(row_elements) * elem;
   store_sample(hwc, o.size, o.size, o.channels, a.flip, o.normalization, host_format, dst);
+  erase_sample(a.erase, o.size, o.size, o.channels, o.normalization, host_format, dst);
   local.decode_seconds += std::chrono::duration<double>(t1 - t0).count();
   local.store_seconds += seconds_since(t1);
 }
@@ -723,6 +725,8 @@ Loader::Loader(LoaderOptions options) : state_(std::make_unique<State>(std::move
                 o.translate);
   HOTPATH_CHECK(o.flip_probability >= 0 && o.flip_probability <= 1, "loader: flip probability must be in [0, 1], got ",
                 o.flip_probability);
+  HOTPATH_CHECK(o.erasing.probability >= 0 && o.erasing.probability <= 1,
+                "loader: random erasing probability must be in [0, 1], got ", o.erasing.probability);
   shards_for_rank(o.shards, o.rank, o.world_size);  // validates rank/world_size
   HOTPATH_CHECK(!o.split_batches || o.drop_last, "loader: split_batches needs drop_last (every rank its full share)");
   HOTPATH_CHECK(o.decode != DecodeBackend::kNvjpeg || o.device.is_cuda(),

@@ -74,4 +74,30 @@ Box resize_center_crop_box(int width, int height, int resize_shorter, int crop) 
   return Box{left * sx, top * sy, crop * sx, crop * sy, /*crop_first=*/false};
 }
 
+PixelRect random_erasing_rect(int width, int height, const RandomErasingParams& params, Rng& rng) {
+  HOTPATH_CHECK(width > 0 && height > 0, "random_erasing_rect: image size ", width, "x", height, " must be positive");
+  HOTPATH_CHECK(params.probability >= 0 && params.probability <= 1, "random_erasing_rect: probability ",
+                params.probability, " must be in [0, 1]");
+  HOTPATH_CHECK(params.scale_min >= 0 && params.scale_min <= params.scale_max && params.scale_max <= 1,
+                "random_erasing_rect: scale range [", params.scale_min, ", ", params.scale_max,
+                "] must be ordered within [0, 1]");
+  HOTPATH_CHECK(params.ratio_min > 0 && params.ratio_min <= params.ratio_max, "random_erasing_rect: ratio range [",
+                params.ratio_min, ", ", params.ratio_max, "] must be positive and ordered");
+  if (params.probability <= 0 || !rng.bernoulli(params.probability)) return {};
+  const double area = static_cast<double>(width) * height;
+  const double log_ratio_min = std::log(params.ratio_min);
+  const double log_ratio_max = std::log(params.ratio_max);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double erase_area = area * rng.uniform(params.scale_min, params.scale_max);
+    const double aspect_ratio = std::exp(rng.uniform(log_ratio_min, log_ratio_max));
+    const int h = round_half_even(std::sqrt(erase_area * aspect_ratio));
+    const int w = round_half_even(std::sqrt(erase_area / aspect_ratio));
+    if (!(h < height && w < width)) continue;
+    const auto top = static_cast<int>(rng.uniform_int(0, height - h));
+    const auto left = static_cast<int>(rng.uniform_int(0, width - w));
+    return PixelRect{left, top, left + w, top + h};
+  }
+  return {};
+}
+
 }  // namespace hotpath::data

@@ -205,6 +205,7 @@ data::LoaderOptions train_loader_options(const Recipe& recipe, int rank, int wor
   o.rrc.scale_max = d.scale_max;
   o.flip_probability = d.flip;
   o.translate = static_cast<int>(d.translate);
+  o.erasing.probability = d.random_erasing;
   for (std::size_t c = 0; c < d.mean.size() && c < 3; ++c) {
     o.normalization.mean[c] = static_cast<float>(d.mean[c]);
     o.normalization.std[c] = static_cast<float>(d.std[c]);

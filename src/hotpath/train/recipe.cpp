@@ -69,6 +69,7 @@ std::vector<RecipeKey> make_table() {
       {.name = "data.resize_shorter", .field = HOTPATH_FIELD(data.resize_shorter), .doc = "evaluation Resize before CenterCrop (>= image_size)", .lo = 8, .hi = 8192, .kinds = kImage},
       {.name = "data.flip", .field = HOTPATH_FIELD(data.flip), .doc = "horizontal flip probability (training)", .lo = 0, .hi = 1, .kinds = kImage},
       {.name = "data.translate", .field = HOTPATH_FIELD(data.translate), .doc = "RandomCrop padding in pixels (training)", .lo = 0, .hi = 4096, .kinds = kImage},
+      {.name = "data.random_erasing", .field = HOTPATH_FIELD(data.random_erasing), .doc = "RandomErasing probability (training; erased pixels = the mean)", .lo = 0, .hi = 1, .kinds = kImage},
       {.name = "data.mean", .field = HOTPATH_FIELD(data.mean), .doc = "normalisation mean, one per channel", .kinds = kImage},
       {.name = "data.std", .field = HOTPATH_FIELD(data.std), .doc = "normalisation std, one per channel (> 0)", .kinds = kImage},
       {.name = "data.workers", .field = HOTPATH_FIELD(data.workers), .doc = "decode threads", .lo = 1, .hi = 256, .per_rank = true},

@@ -63,7 +63,7 @@ at::Tensor DeviceStage::decode(const at::Tensor& host_u8_hwc, std::span<const st
       good.push_back(std::move(decoded[i]));
       good_augments.push_back(augments[i]);
     }
-    if (!good.empty()) parts.push_back(crop_resize_batch(good, good_augments, options_.size));
+    if (!good.empty()) parts.push_back(crop_resize_batch(good, good_augments, options_.size, options_.normalization));
   }
   if (parts.empty()) return {};
   return normalize_batch(parts.size() == 1 ? parts.front() : at::cat(parts), options_.normalization, options_.format);

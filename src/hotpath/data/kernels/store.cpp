@@ -3,6 +3,7 @@
 // mirrored into a small stack buffer so every inner loop reads forward. The loops here are the
 // reference; x86/store_avx2.h has the AVX2 twins for 3 channels (bit-identical).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "hotpath/core/cpu.h"
@@ -185,6 +186,57 @@ void store_sample(const std::uint8_t* hwc, int width, int height, int channels, 
   } else {
     store_typed<3>(hwc, width, height, flip, norm, format, dst, avx2);
   }
+}
+
+namespace {
+
+template <typename T>
+void fill_rect(const PixelRect& rect, int width, int height, int channels, PixelLayout layout, const T* fill, void* dst) {
+  auto* out = static_cast<T*>(dst);
+  for (int y = rect.y0; y < rect.y1; ++y) {
+    for (int x = rect.x0; x < rect.x1; ++x) {
+      for (int c = 0; c < channels; ++c) {
+        const std::size_t at = layout == PixelLayout::kHWC
+                                   ? (static_cast<std::size_t>(y) * width + x) * channels + c
+                                   : (static_cast<std::size_t>(c) * height + y) * width + x;
+        out[at] = fill[c];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void erase_sample(const PixelRect& rect, int width, int height, int channels, const Normalization& norm,
+                  const StoreFormat& format, void* dst) {
+  HOTPATH_CHECK(dst != nullptr, "erase_sample: null buffer");
+  HOTPATH_CHECK(channels == 1 || channels == 3, "erase_sample: channels ", channels, " must be 1 or 3");
+  if (rect.width() <= 0 || rect.height() <= 0) return;
+  HOTPATH_CHECK(rect.x0 >= 0 && rect.y0 >= 0 && rect.x1 <= width && rect.y1 <= height, "erase_sample: rectangle ",
+                rect.width(), "x", rect.height(), " at (", rect.x0, ", ", rect.y0, ") is not inside the ", width, "x",
+                height, " image");
+  float value[kMaxChannels] = {};
+  for (int c = 0; c < channels; ++c) value[c] = format.normalize ? 0.0f : norm.mean[c];
+  switch (format.type) {
+    case PixelType::kFloat32:
+      fill_rect(rect, width, height, channels, format.layout, value, dst);
+      return;
+    case PixelType::kBFloat16: {
+      std::uint16_t bits[kMaxChannels] = {};
+      for (int c = 0; c < channels; ++c) bits[c] = to_bfloat16(value[c]);
+      fill_rect(rect, width, height, channels, format.layout, bits, dst);
+      return;
+    }
+    case PixelType::kUInt8: {
+      std::uint8_t bytes[kMaxChannels] = {};
+      for (int c = 0; c < channels; ++c) {
+        bytes[c] = static_cast<std::uint8_t>(std::clamp(std::nearbyint(norm.mean[c] * 255.0f), 0.0f, 255.0f));
+      }
+      fill_rect(rect, width, height, channels, format.layout, bytes, dst);
+      return;
+    }
+  }
+  HOTPATH_CHECK(false, "erase_sample: unknown pixel type ", static_cast<int>(format.type));
 }
 
 }  // namespace hotpath::data
