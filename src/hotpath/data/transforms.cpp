@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "hotpath/core/error.h"
 
@@ -12,6 +13,15 @@ namespace hotpath::data {
 namespace {
 
 int round_half_even(double v) { return static_cast<int>(std::nearbyint(v)); }
+
+// One attempt of torchvision's get_params (RandomResizedCrop, RandomErasing): an area of U(scale_min, scale_max)
+// of `area` and a log-uniform ratio r; returns {round(sqrt(a·r)), round(sqrt(a/r))}, in the draw order both use.
+std::pair<int, int> draw_sides(double area, double scale_min, double scale_max, double ratio_min, double ratio_max,
+                               Rng& rng) {
+  const double target_area = area * rng.uniform(scale_min, scale_max);
+  const double aspect_ratio = std::exp(rng.uniform(std::log(ratio_min), std::log(ratio_max)));
+  return {round_half_even(std::sqrt(target_area * aspect_ratio)), round_half_even(std::sqrt(target_area / aspect_ratio))};
+}
 
 }  // namespace
 
@@ -23,13 +33,8 @@ Box random_resized_crop_box(int width, int height, const RandomResizedCropParams
   HOTPATH_CHECK(params.ratio_min > 0 && params.ratio_min <= params.ratio_max, "random_resized_crop_box: ratio range [",
                 params.ratio_min, ", ", params.ratio_max, "] must be positive and ordered");
   const double area = static_cast<double>(width) * height;
-  const double log_ratio_min = std::log(params.ratio_min);
-  const double log_ratio_max = std::log(params.ratio_max);
   for (int attempt = 0; attempt < 10; ++attempt) {
-    const double target_area = area * rng.uniform(params.scale_min, params.scale_max);
-    const double aspect_ratio = std::exp(rng.uniform(log_ratio_min, log_ratio_max));
-    const int w = round_half_even(std::sqrt(target_area * aspect_ratio));
-    const int h = round_half_even(std::sqrt(target_area / aspect_ratio));
+    const auto [w, h] = draw_sides(area, params.scale_min, params.scale_max, params.ratio_min, params.ratio_max, rng);
     if (0 < w && w <= width && 0 < h && h <= height) {
       const auto top = rng.uniform_int(0, height - h);
       const auto left = rng.uniform_int(0, width - w);
@@ -85,13 +90,9 @@ PixelRect random_erasing_rect(int width, int height, const RandomErasingParams& 
                 params.ratio_min, ", ", params.ratio_max, "] must be positive and ordered");
   if (params.probability <= 0 || !rng.bernoulli(params.probability)) return {};
   const double area = static_cast<double>(width) * height;
-  const double log_ratio_min = std::log(params.ratio_min);
-  const double log_ratio_max = std::log(params.ratio_max);
   for (int attempt = 0; attempt < 10; ++attempt) {
-    const double erase_area = area * rng.uniform(params.scale_min, params.scale_max);
-    const double aspect_ratio = std::exp(rng.uniform(log_ratio_min, log_ratio_max));
-    const int h = round_half_even(std::sqrt(erase_area * aspect_ratio));
-    const int w = round_half_even(std::sqrt(erase_area / aspect_ratio));
+    // RandomErasing's ratio is height / width (RandomResizedCrop's is width / height).
+    const auto [h, w] = draw_sides(area, params.scale_min, params.scale_max, params.ratio_min, params.ratio_max, rng);
     if (!(h < height && w < width)) continue;
     const auto top = static_cast<int>(rng.uniform_int(0, height - h));
     const auto left = static_cast<int>(rng.uniform_int(0, width - w));
