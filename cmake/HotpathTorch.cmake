@@ -64,7 +64,15 @@ target_link_libraries(hotpath_torch INTERFACE ${_hp_torch_libs})
 # tests/train/link_order_test.cpp shows the binding on any machine).
 # One linker argument (the driver cannot move its parts). hotpath no longer calls remove_all (core/remove_tree.h),
 # so this order is the second line of defence; LinkOrder.* (also in cuda_tests, so a GPU run reports it) checks it.
-target_link_options(hotpath_torch INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
+#
+# Then libtorch_cpu.so, ahead of Debian's libdnnl.so.2 (ops/onednn_conv.h). Both oneDNNs define the std::call_once
+# thunks of their GEMM kernels' jit_init() with vague linkage, and each library's call_once stores the address of
+# the first definition in load order. With libdnnl first, LibTorch's call_once ran Debian's initialiser, LibTorch's
+# own kernel table stayed empty, and every at::_int_mm took oneDNN's reference GEMM (ref_gemm<double>): BERT-base
+# int8 at batch 1 went from ~30 ms to ~2 s. With LibTorch first, Debian's GEMM-based convs are the ones without
+# kernels, and OneDnnConv never picks those. LinkOrder.* and cli.link_order check both orders' outcome.
+target_link_options(hotpath_torch INTERFACE
+  "LINKER:--push-state,--no-as-needed,-lstdc++,${_hp_torch_lib}/libtorch_cpu.so,--pop-state")
 # The wheel's libraries find their own dependencies (nvidia-* wheels) through their RPATH;
 # ours only has to find the wheel's lib/ folder.
 set(CMAKE_BUILD_RPATH "${CMAKE_BUILD_RPATH};${_hp_torch_lib}")
