@@ -343,7 +343,10 @@ bool int8_gemm_replaces_int_mm() {
   return !(at::globalContext().userEnabledMkldnn() && at::cpu::is_avx512_vnni_supported());
 }
 
-bool int8_gemm_by_default() {
+namespace {
+
+// $HOTPATH_INT8_MATMUL, read once: -1 auto, 0 int_mm, 1 int8_gemm.
+int forced_int8_matmul() {
   static const int forced = [] {
     const char* v = std::getenv("HOTPATH_INT8_MATMUL");  // NOLINT(concurrency-mt-unsafe): read once
     if (v == nullptr || std::string_view(v).empty() || std::string_view(v) == "auto") return -1;
@@ -351,7 +354,16 @@ bool int8_gemm_by_default() {
     if (std::string_view(v) == "int_mm") return 0;
     throw Error(std::string("$HOTPATH_INT8_MATMUL: '") + v + "' is not one of auto, int8_gemm, int_mm");
   }();
+  return forced;
+}
+
+}  // namespace
+
+bool int8_gemm_by_default() {
+  const int forced = forced_int8_matmul();
   return forced < 0 ? int8_gemm_replaces_int_mm() : forced == 1;
 }
+
+bool int8_onednn_amx_by_default() { return forced_int8_matmul() < 0 && !int8_gemm_replaces_int_mm(); }
 
 }  // namespace hotpath::ops

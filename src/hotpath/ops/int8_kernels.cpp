@@ -11,11 +11,13 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 #include <type_traits>
 
 #include "hotpath/core/cpu.h"
 #include "hotpath/core/error.h"
 #include "hotpath/ops/int8_gemm.h"
+#include "hotpath/ops/onednn_matmul.h"
 #include "serial_note.h"
 
 namespace hotpath::ops {
@@ -189,6 +191,16 @@ const MatmulIsa& matmul_isa() {
       m.note = m.vnni ? "matmul at::_int_mm (oneDNN, VNNI; not capped by HOTPATH_MAX_ISA): 8-bit weights"
                       : "matmul at::_int_mm (oneDNN without VNNI: " + why +
                             "): 7-bit weights (its u8*s8 pairs saturate int16 with 8-bit ones)";
+      if (m.vnni && int8_onednn_amx_by_default()) {
+        try {  // what Int8Linear::prepare finds: a product oneDNN has an AMX kernel for
+          const std::vector<std::int8_t> probe(64 * 64, 1);
+          const OneDnnInt8Matmul amx(64, 64, probe.data());
+          m.note = "matmul oneDNN's AMX kernel called directly (Debian libdnnl, " + amx.implementation() +
+                   "; at::_int_mm past " + std::to_string(OneDnnInt8Matmul::kMaxRowCounts) +
+                   " row counts a layer): 8-bit weights";
+        } catch (const Error&) {  // no AMX here: at::_int_mm
+        }
+      }
     }
     m.conv_note = m.vnni ? "convolution onednn::qconv_pointwise (u8 x s8, VNNI): 8-bit weights"
                          : "convolution onednn::qconv_pointwise (u8 x s8 without VNNI: " + why + "): 7-bit weights";

@@ -12,7 +12,7 @@
 #include "hotpath/core/error.h"
 
 #ifdef HOTPATH_HAVE_ONEDNN
-#include <oneapi/dnnl/dnnl.hpp>
+#include "onednn_common.h"
 #endif
 
 namespace hotpath::ops {
@@ -57,28 +57,8 @@ namespace {
 
 using Tag = dnnl::memory::format_tag;
 using Dt = dnnl::memory::data_type;
-
-const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
-
-// A user-mode scratchpad per calling thread, grown to the largest primitive it has run.
-struct Scratch {
-  struct Free {
-    void operator()(void* p) const { ::operator delete(p, std::align_val_t{64}); }
-  };
-  std::unique_ptr<void, Free> data;
-  std::size_t bytes = 0;
-
-  void* at_least(std::size_t n) {
-    if (n > bytes) {
-      data.reset(::operator new(n, std::align_val_t{64}));
-      bytes = n;
-    }
-    return data.get();
-  }
-};
+using onednn::cpu_engine;
+using onednn::Scratch;
 
 void append_activation(dnnl::post_ops& po, ConvActivation act) {
   const auto add = [&](dnnl::algorithm alg, float alpha, float beta) { po.append_eltwise(1.0F, alg, alpha, beta); };
@@ -144,9 +124,7 @@ struct OneDnnConv::Impl {
 
 namespace {
 
-const auto usable = [](const std::string& impl) {
-  return impl.find("gemm:") == std::string::npos && impl.rfind("ref", 0) != 0;
-};
+const auto usable = onednn::usable_implementation;
 
 // Weights [out, in/groups, kh, kw] reordered into pd's layout, or `shared`'s where it already has that layout.
 void place_weights(Variant& v, const dnnl::memory::desc& wanted, const dnnl::memory::desc& user_md, const float* weight,
@@ -265,11 +243,8 @@ OneDnnConv::OneDnnConv(const ConvGeometry& geometry, const float* weight, const 
     if (options.algorithm != ConvAlgorithm::kWinograd) {
       const auto desc = make_desc(dnnl::algorithm::convolution_direct, m.nhwc_src, m.nhwc_dst);
       dnnl::convolution_forward::primitive_desc pd(desc, attr, eng);
-      // Debian's libdnnl and LibTorch's oneDNN both define the std::call_once thunks of their GEMM kernels'
-      // jit_init() with vague linkage; in one process the dynamic linker binds libdnnl's to LibTorch's, so
-      // libdnnl's GEMM kernels are never generated and every GEMM-based implementation fails to execute
-      // (found with LD_DEBUG=bindings). So the GEMM-based ones are skipped, and so is the reference one (slow):
-      // such a conv keeps ATen's path (the engine catches this error).
+      // GEMM-based and reference implementations are skipped (onednn_common.h): such a conv keeps ATen's path
+      // (the engine catches this error).
       while (!usable(pd.impl_info_str()) && pd.next_impl()) {
       }
       HOTPATH_CHECK(usable(pd.impl_info_str()), "onednn conv: no direct kernel for ", conv_name(g),
