@@ -23,8 +23,10 @@ class OneDnnInt8Matmul {
   // "" when this build calls oneDNN's library directly, else why it does not.
   static std::string unavailable();
 
-  // weight_kn: [k, n] int8, row-major (at::_int_mm's mat2); copied. Throws hotpath::Error naming the product
-  // when oneDNN has no AMX kernel for it here (no AMX, ONEDNN_MAX_CPU_ISA below it, a build without libdnnl).
+  // weight_kn: [k, n] int8, row-major (at::_int_mm's mat2), not copied: it must outlive this object (a new row
+  // count may want it in another layout; Int8Linear keeps it anyway, and a copy would be a third copy of every int8
+  // weight). Throws hotpath::Error naming the product when oneDNN has no AMX kernel for it here (no AMX,
+  // ONEDNN_MAX_CPU_ISA below it, a build without libdnnl).
   OneDnnInt8Matmul(std::int64_t k, std::int64_t n, const std::int8_t* weight_kn);
   OneDnnInt8Matmul(OneDnnInt8Matmul&&) noexcept;
   OneDnnInt8Matmul& operator=(OneDnnInt8Matmul&&) noexcept;

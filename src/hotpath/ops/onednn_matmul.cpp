@@ -40,7 +40,7 @@ bool amx(const std::string& impl) { return impl.find("amx") != std::string::npos
 
 struct OneDnnInt8Matmul::Impl {
   std::int64_t k = 0, n = 0;
-  std::vector<std::int8_t> weight_kn;  // the user's weight, for reorders into another layout
+  const std::int8_t* weight_kn = nullptr;  // the caller's weight (it outlives this), for reorders into a layout
   mutable std::string implementation;  // the first primitive's (set once, in the constructor)
 
   struct Primitive {
@@ -90,7 +90,7 @@ const OneDnnInt8Matmul::Impl::Primitive* OneDnnInt8Matmul::Impl::primitive(std::
   if (!p.weights) {
     dnnl::stream stream(eng);
     dnnl::memory user({{k, n}, Dt::s8, Tag::ab}, eng,
-                      const_cast<std::int8_t*>(weight_kn.data()));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+                      const_cast<std::int8_t*>(weight_kn));  // NOLINT(cppcoreguidelines-pro-type-const-cast)
     p.weights = dnnl::memory(wanted, eng);
     dnnl::reorder(user, p.weights).execute(stream, user, p.weights);
     stream.wait();
@@ -108,7 +108,7 @@ OneDnnInt8Matmul::OneDnnInt8Matmul(std::int64_t k, std::int64_t n, const std::in
   Impl& m = *impl_;
   m.k = k;
   m.n = n;
-  m.weight_kn.assign(weight_kn, weight_kn + k * n);
+  m.weight_kn = weight_kn;
   try {
     const std::lock_guard<std::mutex> lock(m.mu);
     m.primitive(kProbeRows);  // refuses here when there is no AMX kernel
