@@ -82,4 +82,8 @@ void store_sample(const std::uint8_t* hwc, int width, int height, int channels, 
 void erase_sample(const PixelRect& rect, int width, int height, int channels, const Normalization& norm,
                   const StoreFormat& format, void* dst);
 
+// The uint8 level nearest mean[channel]·255: what erased pixels hold in a uint8 sample (erase_sample, and the
+// device twin's erasing before it normalises).
+std::uint8_t mean_pixel_level(const Normalization& norm, int channel);
+
 }  // namespace hotpath::data

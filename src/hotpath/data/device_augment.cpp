@@ -86,7 +86,7 @@ at::Tensor crop_resize_batch(const std::vector<at::Tensor>& images_hwc, std::spa
                     "crop_resize_batch: erase rectangle of image ", i, " is not inside ", size, "x", size);
       for (std::int64_t c = 0; c < channels; ++c) {
         // The CPU path's uint8 store for a device that normalises later (erase_sample): the level nearest the mean.
-        const float level = std::clamp(std::nearbyint(norm.mean[c] * 255.0f), 0.0f, 255.0f);
+        const float level = mean_pixel_level(norm, static_cast<int>(c));
         row[c].slice(0, a.erase.y0, a.erase.y1).slice(1, a.erase.x0, a.erase.x1).fill_(level);
       }
     }

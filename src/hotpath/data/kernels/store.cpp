@@ -207,6 +207,11 @@ void fill_rect(const PixelRect& rect, int width, int height, int channels, Pixel
 
 }  // namespace
 
+std::uint8_t mean_pixel_level(const Normalization& norm, int channel) {
+  HOTPATH_CHECK(channel >= 0 && channel < kMaxChannels, "mean_pixel_level: channel ", channel, " is not 0, 1 or 2");
+  return static_cast<std::uint8_t>(std::clamp(std::nearbyint(norm.mean[channel] * 255.0f), 0.0f, 255.0f));
+}
+
 void erase_sample(const PixelRect& rect, int width, int height, int channels, const Normalization& norm,
                   const StoreFormat& format, void* dst) {
   HOTPATH_CHECK(dst != nullptr, "erase_sample: null buffer");
@@ -229,9 +234,7 @@ void erase_sample(const PixelRect& rect, int width, int height, int channels, co
     }
     case PixelType::kUInt8: {
       std::uint8_t bytes[kMaxChannels] = {};
-      for (int c = 0; c < channels; ++c) {
-        bytes[c] = static_cast<std::uint8_t>(std::clamp(std::nearbyint(norm.mean[c] * 255.0f), 0.0f, 255.0f));
-      }
+      for (int c = 0; c < channels; ++c) bytes[c] = mean_pixel_level(norm, c);
       fill_rect(rect, width, height, channels, format.layout, bytes, dst);
       return;
     }
