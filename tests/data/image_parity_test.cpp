@@ -226,6 +226,11 @@ double ks_statistic(std::vector<double> a, std::vector<double> b) {
   return d;
 }
 
+// Critical value of the two-sample KS test at alpha = 0.001 for samples of a and b draws: 1.95 sqrt((a + b) / (a b)).
+double critical(std::size_t a, std::size_t b) {
+  return 1.95 * std::sqrt(static_cast<double>(a + b) / (static_cast<double>(a) * b));
+}
+
 TEST(ImageParity, RandomResizedCropBoxesFollowTorchvisionDistribution) {
   TempDir dir;
   // 500x375 is ImageNet-like; 300x60 sends about a fifth of the draws to the centre fallback.
@@ -256,10 +261,6 @@ TEST(ImageParity, RandomResizedCropBoxesFollowTorchvisionDistribution) {
       if (b.w < width) ox.push_back(b.x / (width - b.w));
       if (b.h < height) oy.push_back(b.y / (height - b.h));
     }
-    // Critical value of the two-sample test at alpha = 0.001: 1.95 * sqrt((n + m) / (n m)).
-    auto critical = [](std::size_t a, std::size_t b) {
-      return 1.95 * std::sqrt(static_cast<double>(a + b) / (static_cast<double>(a) * b));
-    };
     const double dw = ks_statistic(ow, tw), dh = ks_statistic(oh, th), dx = ks_statistic(ox, tx), dy = ks_statistic(oy, ty);
     std::printf("%dx%d, %d draws: KS w %.4f, h %.4f, x/(W-w) %.4f, y/(H-h) %.4f (critical %.4f)\n", width, height, n, dw,
                 dh, dx, dy, critical(ow.size(), tw.size()));
@@ -313,9 +314,6 @@ TEST(ImageParity, RandomErasingRectsFollowTorchvisionDistribution) {
       ox.push_back(static_cast<double>(r.x0) / (width - r.width()));
       oy.push_back(static_cast<double>(r.y0) / (height - r.height()));
     }
-    auto critical = [](std::size_t a, std::size_t b) {
-      return 1.95 * std::sqrt(static_cast<double>(a + b) / (static_cast<double>(a) * b));
-    };
     const double dw = ks_statistic(ow, tw), dh = ks_statistic(oh, th), dx = ks_statistic(ox, tx), dy = ks_statistic(oy, ty);
     std::printf("%dx%d, %d draws: none %d vs %d; KS w %.4f, h %.4f, x/(W-w) %.4f, y/(H-h) %.4f (critical %.4f)\n",
                 width, height, n, o_none, t_none, dw, dh, dx, dy, critical(ow.size(), tw.size()));
