@@ -1,7 +1,8 @@
 // hotpath_int8_bench (Google Benchmark): hotpath's INT8 kernels against the float paths they replace.
 //   Linear on BERT-base shapes (M = 128 / 4096 tokens; 768→768, 768→3072, 3072→768):
 //     fp32 at::linear, bf16 at::linear, int8 Int8Linear::forward (quantize + _int_mm + fused epilogue),
-//     its pieces (_int_mm alone on the stored [K, N] weight, and on a [N, K] weight's transposed view),
+//     its pieces (_int_mm alone on the stored [K, N] weight, and on a [N, K] weight's transposed view; oneDNN's
+//     brgemm kernel called directly on the same weight, OneDnnInt8Matmul, where the CPU has AMX or AVX512_VNNI),
 //     and onednn::qlinear_pointwise.tensor with a prepacked weight and a per-tensor u8 activation.
 //   Conv on ResNet-50 layer shapes (batch 4, channels-last): fp32 at::conv2d + relu vs Int8Conv2d::forward
 //     (u8 quantize + qconv_pointwise, relu fused), and with a fused residual add.
@@ -26,6 +27,7 @@
 #include "hotpath/ops/int8_conv.h"
 #include "hotpath/ops/int8_gemm.h"
 #include "hotpath/ops/int8_linear.h"
+#include "hotpath/ops/onednn_matmul.h"
 
 namespace {
 
@@ -98,6 +100,29 @@ void IntMmKN(benchmark::State& s) {
   const at::Tensor q = at::randint(-127, 128, f.x.sizes(), at::kChar);
   const at::Tensor w_kn = at::randint(-127, 128, {s.range(1), s.range(2)}, at::kChar);
   for (auto _ : s) benchmark::DoNotOptimize(at::_int_mm(q, w_kn));
+  set_items(s);
+}
+
+// The same product on oneDNN's brgemm kernel called directly (the weight reordered once at construction).
+void OneDnnBrgemm(benchmark::State& s) {
+  const LinearFixture f(s);
+  const at::Tensor q = at::randint(-127, 128, f.x.sizes(), at::kChar);
+  const at::Tensor w_kn = at::randint(-127, 128, {s.range(1), s.range(2)}, at::kChar);
+  at::Tensor c = at::empty({s.range(0), s.range(2)}, at::kInt);
+  try {
+    const hotpath::ops::OneDnnInt8Matmul mm(s.range(1), s.range(2), w_kn.const_data_ptr<std::int8_t>());
+    for (auto _ : s) {
+      if (!mm.try_run(q.const_data_ptr<std::int8_t>(), s.range(0), c.data_ptr<std::int32_t>())) {
+        s.SkipWithError("declined this row count");
+        break;
+      }
+      benchmark::DoNotOptimize(c.data_ptr());
+    }
+    s.SetLabel(mm.implementation());
+  } catch (const std::exception& e) {
+    s.SkipWithError(e.what());
+    return;
+  }
   set_items(s);
 }
 
@@ -227,6 +252,7 @@ BENCHMARK(LinearInt8Unblocked)->Apply(linear_shapes);
 BENCHMARK(QLinearPointwise)->Apply(linear_shapes);
 BENCHMARK(IntMmKN)->Apply(linear_shapes);
 BENCHMARK(IntMmNKView)->Apply(linear_shapes);
+BENCHMARK(OneDnnBrgemm)->Apply(linear_shapes);
 BENCHMARK(IntMmScalarLoop)->Args({128, 768, 768})->Args({128, 768, 3072})->ArgNames({"M", "K", "N"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(Int8Gemm)->Apply(linear_shapes);
 BENCHMARK(Int8Gemm7)->Apply(linear_shapes);

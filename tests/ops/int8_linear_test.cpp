@@ -211,34 +211,34 @@ TEST(Int8Linear, HotpathGemmGivesTheTwinsBitsWithEightAndSevenBitWeightsAtEveryI
   }
 }
 
-// Where the CPU has AMX, kAuto multiplies on oneDNN's AMX kernel called directly: the same int32 sums as
-// at::_int_mm, so the same bits, at row counts it runs and at those it leaves to _int_mm (2 rows). Elsewhere
-// kOneDnnAmx refuses with one line and kAuto keeps _int_mm.
-TEST(Int8Linear, AmxProductGivesIntMmsBitsAtEveryRowCount) {
+// Where oneDNN has a brgemm int8 kernel (AMX or AVX512_VNNI), kAuto multiplies on it, called directly: the same
+// int32 sums as at::_int_mm, so the same bits, at row counts it runs and at those it leaves to _int_mm (AMX: 2
+// rows). Elsewhere kOneDnnBrgemm refuses with one line and kAuto keeps _int_mm.
+TEST(Int8Linear, BrgemmProductGivesIntMmsBitsAtEveryRowCount) {
   at::manual_seed(3);
   const at::Tensor w = at::randn({96, 768}) * (1.0 / std::sqrt(768.0));
   const at::Tensor b = at::randn({96}) * 0.1;
   auto [w8, scale] = Int8Linear::quantize_weight(w);
   const Int8Linear int_mm = Int8Linear::prepare(w8, scale, b, Int8MatmulMode::kEightBit, Int8MatmulKernel::kIntMm);
-  EXPECT_FALSE(int_mm.uses_onednn_amx());
-  std::optional<Int8Linear> amx;
+  EXPECT_FALSE(int_mm.uses_onednn_brgemm());
+  std::optional<Int8Linear> brgemm;
   try {
-    amx = Int8Linear::prepare(w8, scale, b, Int8MatmulMode::kEightBit, Int8MatmulKernel::kOneDnnAmx);
+    brgemm = Int8Linear::prepare(w8, scale, b, Int8MatmulMode::kEightBit, Int8MatmulKernel::kOneDnnBrgemm);
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("AMX"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("brgemm"), std::string::npos) << e.what();
     const Int8Linear automatic = Int8Linear::prepare(w8, scale, b, Int8MatmulMode::kEightBit);
-    EXPECT_FALSE(automatic.uses_onednn_amx());
-    GTEST_SKIP() << "no AMX kernel here: kOneDnnAmx refused, kAuto keeps at::_int_mm";
+    EXPECT_FALSE(automatic.uses_onednn_brgemm());
+    GTEST_SKIP() << "no brgemm kernel here: kOneDnnBrgemm refused, kAuto keeps at::_int_mm";
   }
-  EXPECT_TRUE(amx->uses_onednn_amx());
-  EXPECT_EQ(Int8Linear::prepare(w8, scale, b, Int8MatmulMode::kEightBit).uses_onednn_amx(),
-            int8_onednn_amx_by_default());
+  EXPECT_TRUE(brgemm->uses_onednn_brgemm());
+  EXPECT_EQ(Int8Linear::prepare(w8, scale, b, Int8MatmulMode::kEightBit).uses_onednn_brgemm(),
+            int8_onednn_brgemm_by_default());
   for (std::int64_t rows : {1, 2, 5, 128, 300}) {
     SCOPED_TRACE(rows);
     const at::Tensor x = at::randn({rows, 768});
     const at::Tensor residual = at::randn({rows, 96});
-    EXPECT_TRUE(at::equal(amx->forward(x, "gelu", residual), int_mm.forward(x, "gelu", residual)));
-    EXPECT_TRUE(at::equal(amx->forward(x.to(at::kBFloat16)), int_mm.forward(x.to(at::kBFloat16))));
+    EXPECT_TRUE(at::equal(brgemm->forward(x, "gelu", residual), int_mm.forward(x, "gelu", residual)));
+    EXPECT_TRUE(at::equal(brgemm->forward(x.to(at::kBFloat16)), int_mm.forward(x.to(at::kBFloat16))));
   }
 }
 

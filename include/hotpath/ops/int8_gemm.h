@@ -55,8 +55,8 @@ bool int8_gemm_replaces_int_mm();
 // (benchmarks: an AVX2 CPU's product on a VNNI one), "auto" or unset: int8_gemm exactly where
 // int8_gemm_replaces_int_mm(). Another value throws hotpath::Error naming the variable.
 bool int8_gemm_by_default();
-// Whether kAuto tries oneDNN's AMX kernel called directly (onednn_matmul.h) before at::_int_mm: where _int_mm has
+// Whether kAuto tries oneDNN's brgemm kernel called directly (onednn_matmul.h) before at::_int_mm: where _int_mm has
 // oneDNN's VNNI path (so int8_gemm does not replace it) and $HOTPATH_INT8_MATMUL is unset or "auto".
-bool int8_onednn_amx_by_default();
+bool int8_onednn_brgemm_by_default();
 
 }  // namespace hotpath::ops

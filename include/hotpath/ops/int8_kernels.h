@@ -62,11 +62,11 @@ at::Tensor apply_activation_reference(const at::Tensor& x, std::string_view act)
 // Throws hotpath::Error unless act is one of infer::kActivations.
 void check_activation(std::string_view act, std::string_view where);
 
-// Which product an Int8Linear runs: LibTorch's at::_int_mm, hotpath's int8_gemm (int8_gemm.h) or oneDNN's AMX
-// kernel called directly (onednn_matmul.h; at::_int_mm past its row counts). kAuto takes int8_gemm exactly where
-// _int_mm would run its scalar loop (int8_gemm_replaces_int_mm()), else AMX where the CPU has it, else _int_mm.
-// kOneDnnAmx throws hotpath::Error where there is no AMX kernel.
-enum class Int8MatmulKernel { kAuto, kIntMm, kHotpathGemm, kOneDnnAmx };
+// Which product an Int8Linear runs: LibTorch's at::_int_mm, hotpath's int8_gemm (int8_gemm.h) or oneDNN's brgemm
+// kernel (AMX or AVX512_VNNI) called directly (onednn_matmul.h; at::_int_mm past its row counts). kAuto takes
+// int8_gemm exactly where _int_mm would run its scalar loop (int8_gemm_replaces_int_mm()), else the brgemm kernel
+// where oneDNN has one, else _int_mm. kOneDnnBrgemm throws hotpath::Error where there is no brgemm kernel.
+enum class Int8MatmulKernel { kAuto, kIntMm, kHotpathGemm, kOneDnnBrgemm };
 
 // Whether oneDNN's int8 matmul has VNNI here: the CPU has AVX512_VNNI or AVX_VNNI and ONEDNN_MAX_CPU_ISA
 // (read once) does not cap oneDNN below it. And the matmul's line in reports: "... VNNI ...: 8-bit weights",

@@ -80,8 +80,8 @@ class Int8Linear {
   [[nodiscard]] int weight_bits() const { return weight_bits_; }
   // Whether forward() multiplies with hotpath's int8_gemm (its packed weight) rather than at::_int_mm.
   [[nodiscard]] bool uses_int8_gemm() const { return packed_.data.defined(); }
-  // Whether forward() multiplies with oneDNN's AMX kernel called directly (at::_int_mm past its row counts).
-  [[nodiscard]] bool uses_onednn_amx() const { return amx_ != nullptr; }
+  // Whether forward() multiplies with oneDNN's brgemm kernel called directly (at::_int_mm past its row counts).
+  [[nodiscard]] bool uses_onednn_brgemm() const { return brgemm_ != nullptr; }
   // The weight as stored for the matmul, int8 [I, O] contiguous, and its scales (7-bit ones included).
   [[nodiscard]] const at::Tensor& weight_kn() const { return weight_kn_; }
   [[nodiscard]] const at::Tensor& weight_scale() const { return weight_scale_; }
@@ -92,8 +92,8 @@ class Int8Linear {
   at::Tensor weight_scale_;  // f32 [O]
   at::Tensor bias_;          // f32 [O] or undefined
   Int8PackedB packed_;       // weight_kn_ packed for int8_gemm_out, where that runs (else empty)
-  // oneDNN's AMX product, where that runs (else null); it reads weight_kn_'s storage, which every copy shares.
-  std::shared_ptr<const OneDnnInt8Matmul> amx_;
+  // oneDNN's brgemm product (onednn_matmul.h), where that runs (else null); it reads weight_kn_'s storage, which every copy shares.
+  std::shared_ptr<const OneDnnInt8Matmul> brgemm_;
   int weight_bits_ = 8;
 };
 

@@ -364,6 +364,6 @@ bool int8_gemm_by_default() {
   return forced < 0 ? int8_gemm_replaces_int_mm() : forced == 1;
 }
 
-bool int8_onednn_amx_by_default() { return forced_int8_matmul() < 0 && !int8_gemm_replaces_int_mm(); }
+bool int8_onednn_brgemm_by_default() { return forced_int8_matmul() < 0 && !int8_gemm_replaces_int_mm(); }
 
 }  // namespace hotpath::ops

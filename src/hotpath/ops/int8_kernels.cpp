@@ -191,14 +191,14 @@ const MatmulIsa& matmul_isa() {
       m.note = m.vnni ? "matmul at::_int_mm (oneDNN, VNNI; not capped by HOTPATH_MAX_ISA): 8-bit weights"
                       : "matmul at::_int_mm (oneDNN without VNNI: " + why +
                             "): 7-bit weights (its u8*s8 pairs saturate int16 with 8-bit ones)";
-      if (m.vnni && int8_onednn_amx_by_default()) {
-        try {  // what Int8Linear::prepare finds: a product oneDNN has an AMX kernel for
+      if (m.vnni && int8_onednn_brgemm_by_default()) {
+        try {  // what Int8Linear::prepare finds: a product oneDNN has a brgemm kernel for
           const std::vector<std::int8_t> probe(64 * 64, 1);
-          const OneDnnInt8Matmul amx(64, 64, probe.data());
-          m.note = "matmul oneDNN's AMX kernel called directly (Debian libdnnl, " + amx.implementation() +
+          const OneDnnInt8Matmul brgemm(64, 64, probe.data());
+          m.note = "matmul oneDNN's brgemm kernel called directly (Debian libdnnl, " + brgemm.implementation() +
                    "; at::_int_mm past " + std::to_string(OneDnnInt8Matmul::kMaxRowCounts) +
                    " row counts a layer): 8-bit weights";
-        } catch (const Error&) {  // no AMX here: at::_int_mm
+        } catch (const Error&) {  // no brgemm kernel here: at::_int_mm
         }
       }
     }

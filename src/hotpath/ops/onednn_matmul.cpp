@@ -1,4 +1,4 @@
-// int8 matmul through Debian's libdnnl (oneDNN v2) on its AMX kernel. See include/hotpath/ops/onednn_matmul.h.
+// int8 matmul through Debian's libdnnl (oneDNN v2) on its brgemm kernels (AMX or AVX512_VNNI). See include/hotpath/ops/onednn_matmul.h.
 #include "hotpath/ops/onednn_matmul.h"
 
 #include <cstring>
@@ -31,10 +31,15 @@ namespace {
 using Tag = dnnl::memory::format_tag;
 using Dt = dnnl::memory::data_type;
 
-// The row count the constructor probes for an AMX kernel with (any count gets the same implementation).
+// The row count the constructor probes for a brgemm kernel with (any count gets the same implementation).
 constexpr std::int64_t kProbeRows = 128;
 
-bool amx(const std::string& impl) { return impl.find("amx") != std::string::npos; }
+// oneDNN's brgemm int8 kernels with an int8 dot product instruction: AMX's tiles or AVX512_VNNI's vpdpbusd. (Its
+// brgemm without VNNI, and the GEMM and reference implementations, are left to the caller's product.)
+bool brgemm_int8(const std::string& impl) {
+  return onednn::usable_implementation(impl) && impl.rfind("brg:", 0) == 0 &&
+         (impl.find("amx") != std::string::npos || impl.find("vnni") != std::string::npos);
+}
 
 }  // namespace
 
@@ -52,7 +57,7 @@ struct OneDnnInt8Matmul::Impl {
   mutable std::map<std::int64_t, Primitive> by_rows;
   mutable std::vector<dnnl::memory> layouts;  // the weight in each layout made so far
 
-  // The primitive for m rows (an empty one where oneDNN has no AMX kernel for m rows); nullptr when there are
+  // The primitive for m rows (an empty one where oneDNN has no brgemm kernel for m rows); nullptr when there are
   // kMaxRowCounts already. Called with mu held.
   const Primitive* primitive(std::int64_t m) const;
 };
@@ -70,14 +75,14 @@ const OneDnnInt8Matmul::Impl::Primitive* OneDnnInt8Matmul::Impl::primitive(std::
   // A primitive_desc's implementation iterator points into its op desc: the desc must outlive next_impl().
   const dnnl::matmul::desc desc(p.src, w_any, p.dst);
   dnnl::matmul::primitive_desc pd(desc, attr, eng);
-  while (!(onednn::usable_implementation(pd.impl_info_str()) && amx(pd.impl_info_str())) && pd.next_impl()) {
+  while (!brgemm_int8(pd.impl_info_str()) && pd.next_impl()) {
   }
   const std::string impl = pd.impl_info_str();
-  if (!(onednn::usable_implementation(impl) && amx(impl))) {
+  if (!brgemm_int8(impl)) {
     // Refused for this row count (AMX has no kernel for very few rows: oneDNN 2.6 offers only its reference one
     // for 2 rows): remembered, so the caller's own product runs without asking again. The constructor throws.
-    HOTPATH_CHECK(!implementation.empty(), "onednn int8 matmul: no AMX kernel for ", product_name(k, n), " at ", m,
-                  " rows here: oneDNN offers ", impl);
+    HOTPATH_CHECK(!implementation.empty(), "onednn int8 matmul: no brgemm (AMX or VNNI) kernel for ",
+                  product_name(k, n), " at ", m, " rows here: oneDNN offers ", impl);
     return &by_rows.emplace(m, Primitive{}).first->second;
   }
   if (implementation.empty()) implementation = impl;
@@ -111,7 +116,7 @@ OneDnnInt8Matmul::OneDnnInt8Matmul(std::int64_t k, std::int64_t n, const std::in
   m.weight_kn = weight_kn;
   try {
     const std::lock_guard<std::mutex> lock(m.mu);
-    m.primitive(kProbeRows);  // refuses here when there is no AMX kernel
+    m.primitive(kProbeRows);  // refuses here when there is no brgemm kernel
   } catch (const dnnl::error& e) {
     throw Error("onednn int8 matmul: oneDNN refused " + product_name(k, n) + ": " + e.what());
   }
