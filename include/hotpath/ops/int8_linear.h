@@ -92,7 +92,8 @@ class Int8Linear {
   at::Tensor weight_scale_;  // f32 [O]
   at::Tensor bias_;          // f32 [O] or undefined
   Int8PackedB packed_;       // weight_kn_ packed for int8_gemm_out, where that runs (else empty)
-  // oneDNN's brgemm product (onednn_matmul.h), where that runs (else null); it reads weight_kn_'s storage, which every copy shares.
+  // oneDNN's brgemm product (onednn_matmul.h), where that runs (else null); it reads weight_kn_'s storage, which
+  // every copy shares.
   std::shared_ptr<const OneDnnInt8Matmul> brgemm_;
   int weight_bits_ = 8;
 };

@@ -67,7 +67,7 @@ Int8Linear Int8Linear::prepare(const at::Tensor& weight_int8, const at::Tensor& 
       (!own_gemm && kernel == Int8MatmulKernel::kAuto && int8_onednn_brgemm_by_default())) {
     try {
       op.brgemm_ = std::make_shared<const OneDnnInt8Matmul>(in_features, out_features,
-                                                         op.weight_kn_.const_data_ptr<std::int8_t>());
+                                                            op.weight_kn_.const_data_ptr<std::int8_t>());
     } catch (const Error&) {
       if (kernel == Int8MatmulKernel::kOneDnnBrgemm) throw;  // kAuto: no brgemm kernel here, at::_int_mm it is
     }
@@ -164,7 +164,8 @@ void Int8Linear::forward_out(const at::Tensor& x, std::string_view act, const at
     const at::Tensor q_block = q.narrow(0, m0, len);
     if (packed_.data.defined()) {
       int8_gemm_out(q_block, packed_, acc_block);
-    } else if (!(brgemm_ && brgemm_->try_run(q_block.const_data_ptr<std::int8_t>(), len, acc_block.data_ptr<std::int32_t>()))) {
+    } else if (!(brgemm_ &&
+                 brgemm_->try_run(q_block.const_data_ptr<std::int8_t>(), len, acc_block.data_ptr<std::int32_t>()))) {
       at::_int_mm_out(acc_block, q_block, weight_kn_);
     }
     at::Tensor out_block = out2.narrow(0, m0, len);

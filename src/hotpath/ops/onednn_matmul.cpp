@@ -1,4 +1,5 @@
-// int8 matmul through Debian's libdnnl (oneDNN v2) on its brgemm kernels (AMX or AVX512_VNNI). See include/hotpath/ops/onednn_matmul.h.
+// int8 matmul through Debian's libdnnl (oneDNN v2) on its brgemm kernels (AMX or AVX512_VNNI).
+// See include/hotpath/ops/onednn_matmul.h.
 #include "hotpath/ops/onednn_matmul.h"
 
 #include <cstring>
